@@ -1,0 +1,640 @@
+#define _GNU_SOURCE
+#include "conn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "date.h"
+#include "loop.h"
+
+/* The parser pauses once this much decoded body waits for the application;
+ * a request is dispatched once its body is complete or this much arrived. */
+#define BODY_HIGH (256 * 1024)
+/* Buffers larger than this are released when a connection goes idle. */
+#define KEEP_BUF (64 * 1024)
+#define LINGER_SECONDS 2.0
+#define SENDFILE_CHUNK (4 * 1024 * 1024)
+
+static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void on_write(struct ev_loop *loop, ev_io *io, int revents);
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+static void process(ps_conn_t *c);
+
+static const ps_slice_t server_line = PS_SLICE_LIT("Server: pyserver\r\n");
+static const ps_slice_t chunked_line = PS_SLICE_LIT("Transfer-Encoding: chunked\r\n");
+static const ps_slice_t close_line = PS_SLICE_LIT("Connection: close\r\n");
+static const ps_slice_t keep_alive_line = PS_SLICE_LIT("Connection: keep-alive\r\n");
+
+ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
+                       socklen_t peer_len, int is_unix)
+{
+    ps_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->w = w;
+    c->fd = fd;
+    c->is_unix = is_unix != 0;
+    c->sf_fd = -1;
+    c->resp_left = -1;
+    memcpy(&c->peer, peer, peer_len);
+    c->peer_len = peer_len;
+    ps_http1_init(&c->parser, &w->cfg.limits, &c->body, BODY_HIGH);
+    ev_io_init(&c->rio, on_read, fd, EV_READ);
+    ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+    ev_init(&c->timer, on_timer);
+    ev_io_start(w->loop, &c->rio);
+    c->timer.repeat = w->cfg.timeout_keep_alive;
+    ev_timer_again(w->loop, &c->timer);
+    return c;
+}
+
+void ps_conn_free(ps_conn_t *c)
+{
+    ps_http1_free(&c->parser);
+    ps_buf_free(&c->rbuf);
+    ps_buf_free(&c->body);
+    ps_buf_free(&c->wbuf);
+    free(c);
+}
+
+static void arm_timer(ps_conn_t *c, double seconds)
+{
+    if (seconds <= 0) {
+        ev_timer_stop(c->w->loop, &c->timer);
+        return;
+    }
+    c->timer.repeat = seconds;
+    ev_timer_again(c->w->loop, &c->timer);
+}
+
+/* Closes the socket; the struct is freed before the loop sleeps. When the
+ * application is mid-response and not on the stack, it hears of it through
+ * on_disconnect. */
+void ps_conn_close(ps_conn_t *c)
+{
+    if (c->state == PS_CONN_CLOSED)
+        return;
+    struct ev_loop *loop = c->w->loop;
+    int tell_app = c->app_data != NULL && !c->in_handler;
+    ev_io_stop(loop, &c->rio);
+    ev_io_stop(loop, &c->wio);
+    ev_timer_stop(loop, &c->timer);
+    close(c->fd);
+    c->fd = -1;
+    c->state = PS_CONN_CLOSED;
+    c->failed = 1;
+    ps_worker_conn_closed(c->w, c);
+    if (tell_app)
+        c->w->handler->on_disconnect(c);
+}
+
+/* Half-closes after an answer and drains what the client still sends, so
+ * that unread input does not turn our close into a reset that destroys the
+ * answer before the client reads it. */
+static void linger(ps_conn_t *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->state = PS_CONN_LINGER;
+    ev_io_stop(c->w->loop, &c->wio);
+    ev_io_start(c->w->loop, &c->rio);
+    arm_timer(c, LINGER_SECONDS);
+}
+
+void ps_conn_stop_idle(ps_conn_t *c)
+{
+    if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->rbuf) == 0)
+        ps_conn_close(c);
+}
+
+/* ---- output ---- */
+
+static void start_writing(ps_conn_t *c)
+{
+    if (!ev_is_active(&c->wio)) {
+        ev_io_start(c->w->loop, &c->wio);
+        arm_timer(c, c->w->cfg.timeout_request_header);
+    }
+}
+
+/* Sends queued output then the new iovecs in one call when the socket is
+ * not known to be full; whatever the kernel does not take is queued.
+ * Returns PS_WRITE_DONE, PS_WRITE_PENDING or -errno. */
+static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
+{
+    struct iovec v[8];
+    int k = 0;
+    size_t queued = ps_buf_size(&c->wbuf);
+    size_t total = queued;
+    if (c->failed)
+        return -EPIPE;
+    if (queued)
+        v[k++] = (struct iovec){ps_buf_head(&c->wbuf), queued};
+    for (int i = 0; i < n; i++) {
+        v[k++] = iov[i];
+        total += iov[i].iov_len;
+    }
+    size_t sent = 0;
+    if (!ev_is_active(&c->wio) && c->sf_fd < 0) {
+        struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)k};
+        ssize_t r;
+        do
+            r = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        while (r < 0 && errno == EINTR);
+        if (r < 0 && errno != EAGAIN) {
+            c->failed = 1;
+            return -errno;
+        }
+        sent = r < 0 ? 0 : (size_t)r;
+    }
+    if (sent == total) {
+        ps_buf_reset(&c->wbuf);
+        return PS_WRITE_DONE;
+    }
+    size_t from_queue = PS_MIN(sent, queued);
+    ps_buf_consume(&c->wbuf, from_queue);
+    size_t skip = sent - from_queue;
+    for (int i = queued ? 1 : 0; i < k; i++) {
+        if (skip >= v[i].iov_len) {
+            skip -= v[i].iov_len;
+            continue;
+        }
+        if (ps_buf_append(&c->wbuf, (char *)v[i].iov_base + skip, v[i].iov_len - skip) < 0) {
+            c->failed = 1;
+            return -ENOMEM;
+        }
+        skip = 0;
+    }
+    start_writing(c);
+    return PS_WRITE_PENDING;
+}
+
+/* Writes queued bytes, then the pending sendfile. Returns 0 when all is
+ * out, 1 when the socket is full, -errno when the client is gone. */
+static int flush(ps_conn_t *c)
+{
+    for (;;) {
+        while (ps_buf_size(&c->wbuf)) {
+            ssize_t r = send(c->fd, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf), MSG_NOSIGNAL);
+            if (r < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN)
+                    return 1;
+                c->failed = 1;
+                return -errno;
+            }
+            ps_buf_consume(&c->wbuf, (size_t)r);
+        }
+        if (c->sf_fd < 0)
+            return 0;
+        while (c->sf_left) {
+            off_t off = (off_t)c->sf_off;
+            ssize_t r = sendfile(c->fd, c->sf_fd, &off, PS_MIN(c->sf_left, SENDFILE_CHUNK));
+            if (r < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN)
+                    return 1;
+                c->failed = 1;
+                return -errno;
+            }
+            if (r == 0) { /* the file shrank under us: the response is short */
+                c->failed = 1;
+                return -EIO;
+            }
+            c->sf_off += r;
+            c->sf_left -= (uint64_t)r;
+        }
+        c->sf_fd = -1;
+        if (!c->sf_trailer)
+            return 0;
+        c->sf_trailer = 0;
+        if (ps_buf_append(&c->wbuf, "\r\n", 2) < 0)
+            return -ENOMEM;
+    }
+}
+
+static int wait_fd(ps_conn_t *c, short events)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = events};
+    int ms = (int)(c->w->cfg.timeout_request_header * 1000);
+    for (;;) {
+        int rc = poll(&pfd, 1, ms > 0 ? ms : -1);
+        if (rc > 0)
+            return 0;
+        if (rc == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n,
+                           const char *body, size_t len)
+{
+    ps_head_info_t info;
+    ps_request_t *r = ps_conn_request(c);
+    if (c->failed)
+        return -EPIPE;
+    if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0)
+        return -EINVAL;
+    c->resp_status = info.status;
+    if (info.conn_close || !r->message_complete)
+        c->keep_alive = 0;
+    ps_slice_t extra[4];
+    size_t ne = 0;
+    if (r->is_head || info.status < 200 || info.status == 204 || info.status == 304) {
+        c->resp_no_body = 1;
+    } else if (info.content_length >= 0) {
+        c->resp_left = info.content_length;
+    } else if (r->http_minor == 1) {
+        c->resp_chunked = 1;
+        extra[ne++] = chunked_line;
+    } else {
+        c->keep_alive = 0; /* the end of the body is the end of the connection */
+    }
+    if (c->w->cfg.date_header && !info.has_date)
+        extra[ne++] = ps_date_header((time_t)ev_now(c->w->loop));
+    if (c->w->cfg.server_header && !info.has_server)
+        extra[ne++] = server_line;
+    if (!c->keep_alive)
+        extra[ne++] = close_line;
+    else if (r->http_minor == 0)
+        extra[ne++] = keep_alive_line;
+    if (ps_http1_write_head(&c->wbuf, status, h, n, extra, ne) < 0)
+        return -ENOMEM;
+    c->resp_started = 1;
+    return ps_conn_write(c, body, len);
+}
+
+int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
+{
+    if (c->failed)
+        return -EPIPE;
+    if (c->resp_no_body)
+        len = 0;
+    if (c->resp_left >= 0) {
+        len = PS_MIN(len, (uint64_t)c->resp_left); /* never more than announced */
+        c->resp_left -= (int64_t)len;
+    }
+    c->resp_bytes += len;
+    if (len == 0) {
+        if (ps_buf_size(&c->wbuf) == 0)
+            return PS_WRITE_DONE;
+        return send_iov(c, NULL, 0);
+    }
+    if (c->resp_chunked) {
+        char size_line[24];
+        int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
+        struct iovec v[3] = {{size_line, (size_t)sl}, {(void *)data, len}, {"\r\n", 2}};
+        return send_iov(c, v, 3);
+    }
+    struct iovec v = {(void *)data, len};
+    return send_iov(c, &v, 1);
+}
+
+int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len)
+{
+    int rc = ps_conn_write(c, data, len);
+    while (rc == PS_WRITE_PENDING) {
+        rc = wait_fd(c, POLLOUT);
+        if (rc < 0) {
+            c->failed = 1;
+            return rc;
+        }
+        rc = flush(c);
+        if (rc == 0) {
+            ev_io_stop(c->w->loop, &c->wio);
+            ev_timer_stop(c->w->loop, &c->timer);
+        }
+    }
+    return rc;
+}
+
+int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
+{
+    if (c->failed)
+        return -EPIPE;
+    if (c->resp_no_body)
+        count = 0;
+    if (c->resp_left >= 0) {
+        count = PS_MIN(count, (uint64_t)c->resp_left);
+        c->resp_left -= (int64_t)count;
+    }
+    if (count == 0)
+        return ps_conn_write(c, NULL, 0);
+    c->resp_bytes += count;
+    if (c->resp_chunked) {
+        char size_line[24];
+        int sl = snprintf(size_line, sizeof(size_line), "%llx\r\n", (unsigned long long)count);
+        if (ps_buf_append(&c->wbuf, size_line, (size_t)sl) < 0)
+            return -ENOMEM;
+        c->sf_trailer = 1;
+    }
+    c->sf_fd = fd;
+    c->sf_off = offset;
+    c->sf_left = count;
+    if (ev_is_active(&c->wio))
+        return PS_WRITE_PENDING;
+    int rc = flush(c);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        start_writing(c);
+        return PS_WRITE_PENDING;
+    }
+    return PS_WRITE_DONE;
+}
+
+void ps_conn_end(ps_conn_t *c)
+{
+    c->resp_ended = 1;
+    if (c->failed)
+        return;
+    if (c->resp_chunked) {
+        struct iovec v = {"0\r\n\r\n", 5};
+        send_iov(c, &v, 1);
+    } else if (c->resp_left > 0) {
+        c->keep_alive = 0; /* shorter than announced: only a close can say so */
+    }
+}
+
+void ps_conn_abort(ps_conn_t *c)
+{
+    c->aborted = 1;
+    c->keep_alive = 0;
+}
+
+void ps_conn_send_error(ps_conn_t *c, int status)
+{
+    if (c->resp_started) {
+        ps_conn_abort(c);
+        return;
+    }
+    ps_slice_t s = ps_http1_error_response(status);
+    struct iovec v = {(void *)s.base, s.len};
+    c->resp_started = 1;
+    c->resp_status = status;
+    c->keep_alive = 0;
+    send_iov(c, &v, 1);
+    c->resp_ended = 1;
+}
+
+/* ---- input ---- */
+
+/* Reads once into the buffer. Returns bytes read, 0 at EOF, -errno. */
+static ssize_t read_some(ps_conn_t *c, char *dst, size_t cap)
+{
+    for (;;) {
+        ssize_t n = read(c->fd, dst, cap);
+        if (n >= 0)
+            return n;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Parses buffered input. Returns PS_HTTP1_* */
+static int parse(ps_conn_t *c)
+{
+    size_t used = 0;
+    int rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
+    if (used)
+        c->head_started = 1;
+    ps_buf_consume(&c->rbuf, used);
+    return rc;
+}
+
+int ps_conn_body_wait(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    for (;;) {
+        if (ps_buf_size(&c->body) > 0 || r->message_complete)
+            return 0;
+        if (c->error_status)
+            return -EPROTO;
+        if (c->failed)
+            return -ECONNRESET;
+        if (ps_buf_size(&c->rbuf) > 0) {
+            if (parse(c) == PS_HTTP1_ERROR) {
+                c->error_status = c->parser.error_status;
+                c->keep_alive = 0;
+                return -EPROTO;
+            }
+            continue;
+        }
+        if (r->expect_continue && !c->continue_sent && !c->resp_started) {
+            c->continue_sent = 1;
+            struct iovec v = {(void *)ps_http1_continue.base, ps_http1_continue.len};
+            int rc = send_iov(c, &v, 1);
+            while (rc == PS_WRITE_PENDING) {
+                if ((rc = wait_fd(c, POLLOUT)) < 0 || (rc = flush(c)) < 0)
+                    return rc;
+            }
+            if (rc < 0)
+                return rc;
+            ev_io_stop(c->w->loop, &c->wio);
+        }
+        int rc = wait_fd(c, POLLIN);
+        if (rc < 0)
+            return rc;
+        if (ps_buf_reserve(&c->rbuf, 64 * 1024) < 0)
+            return -ENOMEM;
+        ssize_t n = read_some(c, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
+        if (n == 0 || (n < 0 && n != -EAGAIN)) {
+            c->failed = 1;
+            return -ECONNRESET;
+        }
+        if (n > 0)
+            c->rbuf.len += (size_t)n;
+    }
+}
+
+static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
+    ps_worker_t *w = c->w;
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    ssize_t n = read_some(c, w->scratch, sizeof(w->scratch));
+    if (n == -EAGAIN)
+        return;
+    if (n <= 0) {
+        ps_conn_close(c);
+        return;
+    }
+    if (c->state == PS_CONN_LINGER)
+        return;
+    if (ps_buf_append(&c->rbuf, w->scratch, (size_t)n) < 0) {
+        ps_conn_close(c);
+        return;
+    }
+    process(c);
+}
+
+/* ---- the request cycle ---- */
+
+static void reset_for_next(ps_conn_t *c)
+{
+    ps_http1_next(&c->parser);
+    ps_buf_reset(&c->body);
+    c->state = PS_CONN_IDLE;
+    c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
+    c->continue_sent = c->head_started = 0;
+    c->resp_status = 0;
+    c->resp_left = -1;
+    c->resp_bytes = 0;
+    ps_buf_shrink(&c->body, KEEP_BUF);
+    ps_buf_shrink(&c->wbuf, KEEP_BUF);
+    ps_buf_shrink(&c->rbuf, KEEP_BUF);
+    ps_buf_shrink(&c->parser.arena, KEEP_BUF);
+}
+
+/* The response is out. Either go on to the next request or close. */
+static void complete(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    if (!c->keep_alive || !r->message_complete || c->w->stopping) {
+        int unread = ps_buf_size(&c->rbuf) > 0 || !r->message_complete || c->resp_status >= 400;
+        if (unread)
+            linger(c);
+        else
+            ps_conn_close(c);
+        return;
+    }
+    reset_for_next(c);
+    ev_io_start(c->w->loop, &c->rio);
+}
+
+/* Decides what follows a handler callback. May close the connection. */
+static void after_handler(ps_conn_t *c)
+{
+    if (c->state == PS_CONN_CLOSED)
+        return;
+    if (c->aborted || (c->failed && !c->resp_ended)) {
+        ps_conn_close(c);
+        return;
+    }
+    if (c->failed) {
+        ps_conn_close(c);
+        return;
+    }
+    if (c->resp_ended) {
+        if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
+            c->state = PS_CONN_FLUSH;
+            start_writing(c);
+        } else {
+            complete(c);
+        }
+        return;
+    }
+    start_writing(c); /* on_writable asks the application for more */
+}
+
+static void dispatch(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    c->state = PS_CONN_APP;
+    c->keep_alive = r->keep_alive && !c->w->stopping;
+    c->requests++;
+    ev_io_stop(c->w->loop, &c->rio);
+    ev_timer_stop(c->w->loop, &c->timer);
+    c->in_handler = 1;
+    c->w->handler->on_request(c);
+    c->in_handler = 0;
+    after_handler(c);
+}
+
+static void answer_error(ps_conn_t *c, int status)
+{
+    c->state = PS_CONN_APP;
+    ev_io_stop(c->w->loop, &c->rio);
+    ps_conn_send_error(c, status);
+    after_handler(c);
+}
+
+/* Parses what arrived and dispatches complete requests, one at a time, until
+ * it must wait for the client or for the application. May close c. */
+static void process(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    ps_worker_t *w = c->w;
+    while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
+        if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
+            answer_error(c, c->parser.error_status);
+            return;
+        }
+        if (!r->head_complete) {
+            arm_timer(c, c->head_started ? w->cfg.timeout_request_header
+                                         : w->cfg.timeout_keep_alive);
+            return;
+        }
+        if (c->state == PS_CONN_IDLE) {
+            c->state = PS_CONN_BODY;
+            c->req_start = ev_now(w->loop);
+        }
+        int body_ready = r->message_complete || r->expect_continue ||
+                         ps_buf_size(&c->body) >= BODY_HIGH;
+        if (!body_ready) {
+            arm_timer(c, w->cfg.timeout_request_header);
+            return;
+        }
+        dispatch(c);
+    }
+}
+
+static void on_write(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
+    PS_UNUSED(revents);
+    int rc = flush(c);
+    if (rc < 0) {
+        ps_conn_close(c);
+        return;
+    }
+    if (rc == 1) {
+        arm_timer(c, c->w->cfg.timeout_request_header); /* progress resets the clock */
+        return;
+    }
+    ev_io_stop(loop, &c->wio);
+    ev_timer_stop(loop, &c->timer);
+    if (c->state == PS_CONN_APP) {
+        c->in_handler = 1;
+        c->w->handler->on_writable(c);
+        c->in_handler = 0;
+        after_handler(c);
+    } else if (c->state == PS_CONN_FLUSH) {
+        complete(c);
+    }
+    if (c->state == PS_CONN_IDLE)
+        process(c);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    switch (c->state) {
+    case PS_CONN_IDLE:
+        if (c->head_started)
+            answer_error(c, 408);
+        else
+            ps_conn_close(c);
+        break;
+    case PS_CONN_BODY:
+        answer_error(c, 408);
+        break;
+    default:
+        ps_conn_close(c);
+        break;
+    }
+}

@@ -1,0 +1,132 @@
+/* One connection: its input, parser, output queue, timers and the
+ * request/response state machine.
+ *
+ * The core calls the interface layer (WSGI, ASGI) through ps_handler_t and
+ * the layer answers through the ps_conn_* functions below. Those functions
+ * never free the connection: a connection is closed at a safe point after the
+ * handler callback returns, and its memory is released before the loop sleeps.
+ */
+#ifndef PS_CONN_H
+#define PS_CONN_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+
+#include "buf.h"
+#include "http1.h"
+
+typedef struct ps_worker ps_worker_t;
+typedef struct ps_conn ps_conn_t;
+
+typedef struct {
+    /* A request head is complete (the body may still be arriving). The
+     * handler starts a response, or finishes it with ps_conn_end(). */
+    void (*on_request)(ps_conn_t *c);
+    /* Output drained after a write returned PS_WRITE_PENDING: produce more. */
+    void (*on_writable)(ps_conn_t *c);
+    /* The client went away while a response was in progress (app_data set). */
+    void (*on_disconnect)(ps_conn_t *c);
+    /* The connection is being freed: drop conn_data and app_data. */
+    void (*dispose)(ps_conn_t *c);
+} ps_handler_t;
+
+enum ps_conn_state {
+    PS_CONN_IDLE,   /* reading a request head (or idle between requests) */
+    PS_CONN_BODY,   /* head read, buffering the start of the body */
+    PS_CONN_APP,    /* handed to the application */
+    PS_CONN_FLUSH,  /* response complete, output still queued */
+    PS_CONN_LINGER, /* answered and shut down, draining input before close */
+    PS_CONN_CLOSED,
+};
+
+/* Return values of the write functions. */
+enum {
+    PS_WRITE_DONE = 0,    /* everything is in the kernel: produce more */
+    PS_WRITE_PENDING = 1, /* queued: wait for on_writable before more */
+};
+
+struct ps_conn {
+    ps_worker_t *w;
+    int fd;
+    uint8_t state;
+    unsigned keep_alive : 1;
+    unsigned is_unix : 1;
+    unsigned in_handler : 1;
+    unsigned resp_started : 1;
+    unsigned resp_ended : 1;
+    unsigned resp_chunked : 1;
+    unsigned resp_no_body : 1;
+    unsigned continue_sent : 1;
+    unsigned failed : 1;       /* the socket is broken: no more output */
+    unsigned aborted : 1;      /* close as soon as the handler returns */
+    unsigned head_started : 1; /* bytes of the next request have arrived */
+    unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
+    int error_status;          /* a bad body seen by ps_conn_body_wait() */
+    ev_io rio;
+    ev_io wio;
+    ev_timer timer;
+    ps_http1_parser_t parser;
+    ps_buf_t rbuf; /* received bytes not parsed yet */
+    ps_buf_t body; /* decoded body bytes not read by the application yet */
+    ps_buf_t wbuf; /* output not accepted by the kernel yet */
+    int resp_status;
+    int64_t resp_left; /* body bytes still due under Content-Length, or -1 */
+    uint64_t resp_bytes; /* body bytes the application produced */
+    int sf_fd;           /* sendfile in progress: file, offset, bytes left */
+    int64_t sf_off;
+    uint64_t sf_left;
+    ev_tstamp req_start;
+    uint64_t requests;
+    void *app_data;  /* the interface layer's per-request state */
+    void *conn_data; /* the interface layer's per-connection state */
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    ps_conn_t *prev, *next; /* the worker's live connections */
+    ps_conn_t *next_dead;
+};
+
+/* Called by the worker for a freshly accepted socket. Returns NULL on OOM. */
+ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
+                       socklen_t peer_len, int is_unix);
+/* Closes the socket now and frees the struct at the next safe point. */
+void ps_conn_close(ps_conn_t *c);
+/* Frees a closed connection (the worker calls this before sleeping). */
+void ps_conn_free(ps_conn_t *c);
+/* During a graceful stop: closes the connection if it is between requests. */
+void ps_conn_stop_idle(ps_conn_t *c);
+
+static inline ps_request_t *ps_conn_request(ps_conn_t *c)
+{
+    return &c->parser.req;
+}
+
+/* Blocks until request body bytes are in c->body or the body is complete;
+ * sends "100 Continue" first when the client waits for it. The caller reads
+ * c->body and consumes what it used. Returns 0, or -errno when the client
+ * went away (-ECONNRESET), stalled (-ETIMEDOUT) or sent a bad or oversized
+ * body (-EPROTO; the error status is then answered if nothing was sent). */
+int ps_conn_body_wait(ps_conn_t *c);
+
+/* Starts the response: validates status and headers, decides the framing
+ * and sends the head together with the first body bytes in one write.
+ * Returns PS_WRITE_DONE, PS_WRITE_PENDING, -EINVAL when the head is invalid
+ * (nothing sent) or -errno when the client is gone. */
+int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n,
+                           const char *body, size_t len);
+/* Sends body bytes (framed as the head decided). Same returns. */
+int ps_conn_write(ps_conn_t *c, const char *data, size_t len);
+/* Like ps_conn_write but waits until the bytes are in the kernel. */
+int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len);
+/* Sends count bytes of file fd from offset with sendfile(2). The fd must
+ * stay open until on_writable is called or PS_WRITE_DONE returned. */
+int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count);
+/* The response is complete. */
+void ps_conn_end(ps_conn_t *c);
+/* The response cannot be completed: close once the handler returns. */
+void ps_conn_abort(ps_conn_t *c);
+/* Answers a canned error (nothing may have been sent) and closes after. */
+void ps_conn_send_error(ps_conn_t *c, int status);
+
+#endif

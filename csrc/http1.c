@@ -1,0 +1,514 @@
+#include "http1.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common.h"
+
+/* RFC 9110 tchar. */
+static const uint8_t token_chars[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1,
+    ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1,  ['|'] = 1,
+    ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1,  ['5'] = 1,
+    ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1, ['A'] = 1, ['B'] = 1,  ['C'] = 1,
+    ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,  ['J'] = 1,
+    ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,  ['Q'] = 1,
+    ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1,  ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1,  ['e'] = 1,
+    ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1,  ['l'] = 1,
+    ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,  ['s'] = 1,
+    ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1,  ['z'] = 1,
+};
+
+static int is_token(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!token_chars[(uint8_t)s[i]])
+            return 0;
+    return 1;
+}
+
+/* A field value may hold no CR, LF or NUL (obs-fold included). */
+static int is_field_value(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        if (c == '\r' || c == '\n' || c == 0)
+            return 0;
+    }
+    return 1;
+}
+
+static ps_http1_parser_t *parser_of(llhttp_t *h)
+{
+    return ps_container_of(h, ps_http1_parser_t, llhttp);
+}
+
+static int fail(ps_http1_parser_t *p, int status)
+{
+    p->error_status = status;
+    return -1;
+}
+
+static ps_field_t *current_field(ps_http1_parser_t *p)
+{
+    return &p->fields[p->nfields - 1];
+}
+
+static ps_slice_t arena_slice(ps_http1_parser_t *p, uint32_t off, uint32_t len)
+{
+    return (ps_slice_t){p->arena.data + off, len};
+}
+
+static int on_message_begin(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    p->req.content_length = -1;
+    return 0;
+}
+
+static int on_url(llhttp_t *h, const char *at, size_t len)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    if (p->target_len == 0)
+        p->target_off = (uint32_t)p->arena.len;
+    p->target_len += (uint32_t)len;
+    if (p->target_len > p->limits->max_request_line)
+        return fail(p, 414);
+    if (ps_buf_append(&p->arena, at, len) < 0)
+        return fail(p, 500);
+    return 0;
+}
+
+static int on_version(llhttp_t *h, const char *at, size_t len)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    size_t room = sizeof(p->version) - p->version_len;
+    size_t n = PS_MIN(room, len);
+    memcpy(p->version + p->version_len, at, n);
+    p->version_len += (uint8_t)n;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *h, const char *at, size_t len)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    ps_field_t *f;
+    if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX) {
+        /* First piece of a new field. */
+        if (p->nfields >= p->limits->max_fields)
+            return fail(p, 431);
+        if (p->nfields == p->fields_cap) {
+            uint32_t cap = p->fields_cap ? p->fields_cap * 2 : 16;
+            ps_field_t *nf = realloc(p->fields, cap * sizeof(*nf));
+            if (nf == NULL)
+                return fail(p, 500);
+            p->fields = nf;
+            p->fields_cap = cap;
+        }
+        f = &p->fields[p->nfields++];
+        f->name_off = (uint32_t)p->arena.len;
+        f->name_len = 0;
+        f->value_off = UINT32_MAX;
+        f->value_len = 0;
+    }
+    f = current_field(p);
+    f->name_len += (uint32_t)len;
+    if (f->name_len > p->limits->max_field_size)
+        return fail(p, 431);
+    if (ps_buf_append(&p->arena, at, len) < 0)
+        return fail(p, 500);
+    return 0;
+}
+
+static int on_header_field_complete(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX)
+        return fail(p, 400); /* empty field name */
+    ps_field_t *f = current_field(p);
+    if (!is_token(p->arena.data + f->name_off, f->name_len))
+        return fail(p, 400);
+    f->value_off = (uint32_t)p->arena.len;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *h, const char *at, size_t len)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    ps_field_t *f = current_field(p);
+    /* A value continues in a second piece only across two feeds; a second
+     * piece inside one feed is an obs-fold line, which we refuse. */
+    if (f->value_len > 0 && (at != p->feed_start || p->last_fed == '\n'))
+        return fail(p, 400);
+    f->value_len += (uint32_t)len;
+    if ((uint64_t)f->name_len + f->value_len > p->limits->max_field_size)
+        return fail(p, 431);
+    if (ps_buf_append(&p->arena, at, len) < 0)
+        return fail(p, 500);
+    return 0;
+}
+
+/* Transfer-Encoding: only "chunked", once, and last. Other codings are
+ * understood by HTTP but not implemented here: 501. */
+static int check_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
+{
+    const char *s = v.base, *end = v.base + v.len;
+    int saw_chunked = 0;
+    while (s < end) {
+        while (s < end && (*s == ' ' || *s == '\t' || *s == ','))
+            s++;
+        const char *t = s;
+        while (s < end && *s != ',' && *s != ' ' && *s != '\t')
+            s++;
+        if (s == t)
+            continue;
+        ps_slice_t coding = {t, (size_t)(s - t)};
+        if (!PS_SLICE_IEQ(coding, "chunked"))
+            return fail(p, 501);
+        if (saw_chunked)
+            return fail(p, 400);
+        saw_chunked = 1;
+    }
+    if (!saw_chunked || p->has_te)
+        return fail(p, 400);
+    p->has_te = 1;
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    ps_field_t *f = current_field(p);
+    /* Trailing whitespace is not part of the value. */
+    while (f->value_len > 0) {
+        char c = p->arena.data[f->value_off + f->value_len - 1];
+        if (c != ' ' && c != '\t')
+            break;
+        f->value_len--;
+    }
+    ps_slice_t name = arena_slice(p, f->name_off, f->name_len);
+    ps_slice_t value = arena_slice(p, f->value_off, f->value_len);
+    if (!is_field_value(value.base, value.len))
+        return fail(p, 400);
+    switch (name.len) {
+    case 4:
+        if (PS_SLICE_IEQ(name, "host") && ++p->host_count > 1)
+            return fail(p, 400);
+        break;
+    case 6:
+        if (PS_SLICE_IEQ(name, "expect") && PS_SLICE_IEQ(value, "100-continue"))
+            p->req.expect_continue = 1;
+        break;
+    case 17:
+        if (PS_SLICE_IEQ(name, "transfer-encoding"))
+            return check_transfer_encoding(p, value);
+        break;
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    ps_request_t *r = &p->req;
+    if (h->http_major != 1 || h->http_minor > 1)
+        return fail(p, 505);
+    if (h->http_minor == 1 && p->host_count == 0)
+        return fail(p, 400);
+    if (p->has_te && (h->flags & F_CONTENT_LENGTH))
+        return fail(p, 400);
+    if (h->flags & F_CONTENT_LENGTH) {
+        r->content_length = (int64_t)h->content_length;
+        if (p->limits->max_body && h->content_length > p->limits->max_body)
+            return fail(p, 413);
+    }
+    r->chunked = (h->flags & F_CHUNKED) != 0;
+    r->http_minor = h->http_minor;
+    r->method_id = h->method;
+    r->is_head = h->method == HTTP_HEAD;
+    const char *m = llhttp_method_name((llhttp_method_t)h->method);
+    r->method = (ps_slice_t){m, strlen(m)};
+    r->keep_alive = llhttp_should_keep_alive(h) != 0;
+    r->upgrade = h->upgrade != 0;
+    if (r->upgrade)
+        r->keep_alive = 0;
+    r->target = arena_slice(p, p->target_off, p->target_len);
+
+    /* The arena no longer grows for this request: fix the slices. */
+    if (p->headers_cap < p->nfields) {
+        ps_header_t *nh = realloc(p->headers, p->fields_cap * sizeof(*nh));
+        if (nh == NULL)
+            return fail(p, 500);
+        p->headers = nh;
+        p->headers_cap = p->fields_cap;
+    }
+    ps_header_t *hs = p->headers;
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        ps_field_t f = p->fields[i];
+        hs[i].name = arena_slice(p, f.name_off, f.name_len);
+        hs[i].value = arena_slice(p, f.value_off, f.value_len);
+    }
+    r->headers = hs;
+    r->nheaders = p->nfields;
+    r->head_complete = 1;
+    return 0;
+}
+
+static int on_body(llhttp_t *h, const char *at, size_t len)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    p->req.body_received += len;
+    if (p->limits->max_body && p->req.body_received > p->limits->max_body)
+        return fail(p, 413);
+    if (p->discard_body)
+        return 0;
+    if (ps_buf_append(p->body, at, len) < 0)
+        return fail(p, 500);
+    return ps_buf_size(p->body) >= p->body_high ? HPE_PAUSED : 0;
+}
+
+static int on_message_complete(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    p->req.message_complete = 1;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_version = on_version,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void ps_http1_init(ps_http1_parser_t *p, const ps_http1_limits_t *limits, ps_buf_t *body,
+                   size_t body_high)
+{
+    memset(p, 0, sizeof(*p));
+    p->limits = limits;
+    p->body = body;
+    p->body_high = body_high;
+    llhttp_init(&p->llhttp, HTTP_REQUEST, &settings);
+    p->req.content_length = -1;
+}
+
+void ps_http1_next(ps_http1_parser_t *p)
+{
+    memset(&p->req, 0, sizeof(p->req));
+    p->req.content_length = -1;
+    ps_buf_reset(&p->arena);
+    p->nfields = 0;
+    p->target_off = p->target_len = 0;
+    p->host_count = 0;
+    p->has_te = 0;
+    p->discard_body = 0;
+    p->version_len = 0;
+    p->error_status = 0;
+    if (p->paused) {
+        llhttp_resume(&p->llhttp);
+        p->paused = 0;
+    }
+}
+
+void ps_http1_free(ps_http1_parser_t *p)
+{
+    ps_buf_free(&p->arena);
+    free(p->fields);
+    free(p->headers);
+    p->fields = NULL;
+    p->headers = NULL;
+    p->headers_cap = 0;
+    p->nfields = p->fields_cap = 0;
+}
+
+/* "d.d" where llhttp refused the version: well formed but unsupported. */
+static int version_is_numeric(const ps_http1_parser_t *p)
+{
+    return p->version_len == 3 && p->version[0] >= '0' && p->version[0] <= '9' &&
+           p->version[1] == '.' && p->version[2] >= '0' && p->version[2] <= '9';
+}
+
+static int error_status_for(ps_http1_parser_t *p, llhttp_errno_t err)
+{
+    if (p->error_status)
+        return p->error_status;
+    if (err == HPE_INVALID_VERSION && version_is_numeric(p))
+        return 505;
+    return 400;
+}
+
+int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed)
+{
+    if (p->paused) {
+        if (p->req.message_complete) {
+            *consumed = 0;
+            return PS_HTTP1_PAUSED;
+        }
+        llhttp_resume(&p->llhttp);
+        p->paused = 0;
+    }
+    p->feed_start = data;
+    llhttp_errno_t err = llhttp_execute(&p->llhttp, data, len);
+    if (len > 0)
+        p->last_fed = data[len - 1];
+    switch (err) {
+    case HPE_OK:
+        *consumed = len;
+        return PS_HTTP1_MORE;
+    case HPE_PAUSED:
+        *consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
+        p->paused = 1;
+        return PS_HTTP1_PAUSED;
+    case HPE_PAUSED_UPGRADE:
+        /* The bytes after an upgrade request are another protocol: the
+         * request is answered and the connection closed. */
+        *consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
+        p->req.message_complete = 1;
+        p->req.keep_alive = 0;
+        p->paused = 1;
+        return PS_HTTP1_PAUSED;
+    default:
+        *consumed = len;
+        p->error_status = error_status_for(p, err);
+        return PS_HTTP1_ERROR;
+    }
+}
+
+/* ---- responses ---- */
+
+int ps_http1_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->content_length = -1;
+    const char *s = status.base;
+    if (status.len < 3 || s[0] < '1' || s[0] > '9' || s[1] < '0' || s[1] > '9' || s[2] < '0' ||
+        s[2] > '9' || (status.len > 3 && s[3] != ' ') || !is_field_value(s, status.len))
+        return -EINVAL;
+    info->status = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
+    for (size_t i = 0; i < n; i++) {
+        ps_slice_t name = h[i].name, value = h[i].value;
+        if (!is_token(name.base, name.len) || !is_field_value(value.base, value.len))
+            return -EINVAL;
+        switch (name.len) {
+        case 4:
+            if (PS_SLICE_IEQ(name, "date"))
+                info->has_date = 1;
+            break;
+        case 6:
+            if (PS_SLICE_IEQ(name, "server"))
+                info->has_server = 1;
+            break;
+        case 10:
+            if (PS_SLICE_IEQ(name, "connection") && PS_SLICE_IEQ(value, "close"))
+                info->conn_close = 1;
+            break;
+        case 14:
+            if (PS_SLICE_IEQ(name, "content-length")) {
+                if (value.len == 0 || value.len > 18)
+                    return -EINVAL;
+                int64_t v = 0;
+                for (size_t k = 0; k < value.len; k++) {
+                    if (value.base[k] < '0' || value.base[k] > '9')
+                        return -EINVAL;
+                    v = v * 10 + (value.base[k] - '0');
+                }
+                if (info->content_length >= 0 && info->content_length != v)
+                    return -EINVAL;
+                info->content_length = v;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Hop-by-hop headers whose framing the server decides itself. */
+static int server_owned(ps_slice_t name)
+{
+    return (name.len == 10 && PS_SLICE_IEQ(name, "connection")) ||
+           (name.len == 17 && PS_SLICE_IEQ(name, "transfer-encoding")) ||
+           (name.len == 10 && PS_SLICE_IEQ(name, "keep-alive"));
+}
+
+int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, size_t n,
+                        const ps_slice_t *extra, size_t nextra)
+{
+    size_t need = 9 + status.len + 2 + 2;
+    for (size_t i = 0; i < n; i++)
+        need += h[i].name.len + h[i].value.len + 4;
+    for (size_t i = 0; i < nextra; i++)
+        need += extra[i].len;
+    int rc = ps_buf_reserve(out, need);
+    if (rc < 0)
+        return rc;
+    char *w = out->data + out->len;
+    memcpy(w, "HTTP/1.1 ", 9);
+    w += 9;
+    memcpy(w, status.base, status.len);
+    w += status.len;
+    *w++ = '\r';
+    *w++ = '\n';
+    for (size_t i = 0; i < n; i++) {
+        if (server_owned(h[i].name))
+            continue;
+        memcpy(w, h[i].name.base, h[i].name.len);
+        w += h[i].name.len;
+        *w++ = ':';
+        *w++ = ' ';
+        memcpy(w, h[i].value.base, h[i].value.len);
+        w += h[i].value.len;
+        *w++ = '\r';
+        *w++ = '\n';
+    }
+    for (size_t i = 0; i < nextra; i++) {
+        memcpy(w, extra[i].base, extra[i].len);
+        w += extra[i].len;
+    }
+    *w++ = '\r';
+    *w++ = '\n';
+    out->len = (size_t)(w - out->data);
+    return 0;
+}
+
+/* The body is the reason phrase; its length is spelled out below. */
+#define ERROR_RESPONSE(code, reason, len)                                                          \
+    {code, PS_SLICE_LIT("HTTP/1.1 " #code " " reason "\r\n"                                        \
+                        "Content-Type: text/plain; charset=utf-8\r\n"                              \
+                        "Content-Length: " #len "\r\n"                                             \
+                        "Connection: close\r\n\r\n" reason)}
+
+static const struct {
+    int status;
+    ps_slice_t response;
+} canned[] = {
+    ERROR_RESPONSE(400, "Bad Request", 11),
+    ERROR_RESPONSE(408, "Request Timeout", 15),
+    ERROR_RESPONSE(413, "Content Too Large", 17),
+    ERROR_RESPONSE(414, "URI Too Long", 12),
+    ERROR_RESPONSE(431, "Request Header Fields Too Large", 31),
+    ERROR_RESPONSE(500, "Internal Server Error", 21),
+    ERROR_RESPONSE(501, "Not Implemented", 15),
+    ERROR_RESPONSE(503, "Service Unavailable", 19),
+    ERROR_RESPONSE(505, "HTTP Version Not Supported", 26),
+};
+
+ps_slice_t ps_http1_error_response(int status)
+{
+    for (size_t i = 0; i < PS_ARRAY_LEN(canned); i++)
+        if (canned[i].status == status)
+            return canned[i].response;
+    return canned[0].response;
+}
+
+const ps_slice_t ps_http1_continue = PS_SLICE_LIT("HTTP/1.1 100 Continue\r\n\r\n");

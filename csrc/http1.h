@@ -1,0 +1,115 @@
+/* HTTP/1.x: requests parsed by llhttp into a plain struct, response heads,
+ * and the canned answers for bad requests.
+ *
+ * The parser copies the request line and headers into its own arena, so the
+ * caller may discard input bytes as soon as ps_http1_feed() reports them
+ * consumed. Decoded body bytes are appended to a buffer the caller owns.
+ */
+#ifndef PS_HTTP1_H
+#define PS_HTTP1_H
+
+#include <stdint.h>
+
+#include <llhttp.h>
+
+#include "buf.h"
+
+typedef struct {
+    ps_slice_t name;
+    ps_slice_t value;
+} ps_header_t;
+
+typedef struct {
+    uint32_t max_request_line;
+    uint32_t max_fields;
+    uint32_t max_field_size;
+    uint64_t max_body; /* 0: no limit */
+} ps_http1_limits_t;
+
+/* A parsed request. Slices point into the parser's arena and stay valid
+ * until ps_http1_next(). */
+typedef struct {
+    ps_slice_t method;
+    ps_slice_t target;
+    ps_header_t *headers;
+    uint32_t nheaders;
+    uint8_t method_id; /* llhttp_method_t */
+    uint8_t http_minor;
+    unsigned keep_alive : 1;
+    unsigned chunked : 1;
+    unsigned expect_continue : 1;
+    unsigned head_complete : 1;
+    unsigned message_complete : 1;
+    unsigned upgrade : 1;
+    unsigned is_head : 1;
+    int64_t content_length; /* -1 when the request has none */
+    uint64_t body_received; /* decoded body bytes seen so far */
+} ps_request_t;
+
+typedef struct {
+    uint32_t name_off, name_len, value_off, value_len;
+} ps_field_t;
+
+typedef struct {
+    llhttp_t llhttp;
+    ps_request_t req;
+    const ps_http1_limits_t *limits;
+    ps_buf_t arena;     /* request line and header bytes */
+    ps_field_t *fields; /* offsets into arena, converted at head end */
+    uint32_t nfields, fields_cap;
+    ps_header_t *headers; /* the fields as slices, once the head is complete */
+    uint32_t headers_cap;
+    uint32_t target_off, target_len;
+    ps_buf_t *body;   /* decoded body goes here (owned by the caller) */
+    size_t body_high; /* pause once body holds this much */
+    int error_status; /* the answer to give after PS_HTTP1_ERROR */
+    uint8_t host_count;
+    unsigned has_te : 1;
+    unsigned discard_body : 1;
+    unsigned paused : 1;
+    const char *feed_start; /* start of the input being parsed */
+    char last_fed;          /* last byte of the previous input */
+    char version[8];
+    uint8_t version_len;
+} ps_http1_parser_t;
+
+enum {
+    PS_HTTP1_MORE = 0,   /* all input consumed, more is needed */
+    PS_HTTP1_PAUSED = 1, /* stopped at message end or body high-water */
+    PS_HTTP1_ERROR = -1, /* malformed: answer error_status and close */
+};
+
+void ps_http1_init(ps_http1_parser_t *p, const ps_http1_limits_t *limits, ps_buf_t *body,
+                   size_t body_high);
+/* Parses as much of data as it can; *consumed says how much it used. */
+int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed);
+/* Forgets the current request so the next one can be parsed. */
+void ps_http1_next(ps_http1_parser_t *p);
+void ps_http1_free(ps_http1_parser_t *p);
+
+/* What a response head says about framing, found by ps_http1_scan_head(). */
+typedef struct {
+    int status;
+    int64_t content_length; /* -1 when absent */
+    unsigned conn_close : 1;
+    unsigned has_date : 1;
+    unsigned has_server : 1;
+} ps_head_info_t;
+
+/* Validates a status line ("200 OK") and headers from the application:
+ * token names, no CR/LF/NUL in values, a well-formed Content-Length.
+ * Returns 0 or -EINVAL. */
+int ps_http1_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head_info_t *info);
+
+/* Appends "HTTP/1.1 <status>", the application's headers (minus the
+ * hop-by-hop ones the server owns), then `extra` lines (each ending CRLF),
+ * then the blank line. Returns 0 or -ENOMEM. */
+int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, size_t n,
+                        const ps_slice_t *extra, size_t nextra);
+
+/* A complete canned response for an error status, with Connection: close. */
+ps_slice_t ps_http1_error_response(int status);
+
+extern const ps_slice_t ps_http1_continue;
+
+#endif

@@ -1,0 +1,49 @@
+#define _GNU_SOURCE
+#include "net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+int ps_net_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peer_len)
+{
+    *peer_len = sizeof(*peer);
+    for (;;) {
+        int fd = accept4(lfd, (struct sockaddr *)peer, peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        if (errno == EINTR)
+            continue;
+        /* A connection that died in the backlog is not the listener's fault. */
+        if (errno == ECONNABORTED || errno == EPROTO)
+            continue;
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    }
+}
+
+int ps_net_is_unix(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    return ss.ss_family == AF_UNIX;
+}
+
+int ps_net_set_nonblocking(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        return -errno;
+    return 0;
+}
+
+int ps_net_set_nodelay(int fd)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+        return -errno;
+    return 0;
+}

@@ -1,0 +1,15 @@
+/* Sockets: accepting connections and setting their options. */
+#ifndef PS_NET_H
+#define PS_NET_H
+
+#include <sys/socket.h>
+
+/* Accepts one connection as non-blocking and close-on-exec.
+ * Returns the fd or -errno (-EAGAIN when none is waiting). */
+int ps_net_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peer_len);
+/* Returns 1 when fd is an AF_UNIX socket, 0 when not, -errno on error. */
+int ps_net_is_unix(int fd);
+int ps_net_set_nonblocking(int fd);
+int ps_net_set_nodelay(int fd);
+
+#endif

@@ -1,0 +1,1424 @@
+/* The WSGI layer (PEP 3333): environ, start_response, wsgi.input,
+ * wsgi.errors, wsgi.file_wrapper and the response iteration.
+ *
+ * The application runs on the worker's loop thread. A response iterable is
+ * pulled one item at a time; when the socket is full the pull stops and
+ * resumes from on_writable, so a slow client never makes the server hold
+ * more than one item of output.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/un.h>
+
+#include "bridge.h"
+
+#define MAX_STACK_HEADERS 32
+#define HEADER_KEY_SLOTS 256
+#define HEADER_KEY_MAX 64
+
+enum {
+    K_REQUEST_METHOD,
+    K_SCRIPT_NAME,
+    K_PATH_INFO,
+    K_QUERY_STRING,
+    K_CONTENT_TYPE,
+    K_CONTENT_LENGTH,
+    K_SERVER_NAME,
+    K_SERVER_PORT,
+    K_SERVER_PROTOCOL,
+    K_REMOTE_ADDR,
+    K_REMOTE_PORT,
+    K_RAW_URI,
+    K_WSGI_INPUT,
+    K_COUNT
+};
+
+static const char *const key_names[K_COUNT] = {
+    "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",       "QUERY_STRING", "CONTENT_TYPE",
+    "CONTENT_LENGTH", "SERVER_NAME", "SERVER_PORT",     "SERVER_PROTOCOL", "REMOTE_ADDR",
+    "REMOTE_PORT",    "RAW_URI",     "wsgi.input",
+};
+
+typedef struct {
+    char name[HEADER_KEY_MAX]; /* the environ key, e.g. HTTP_USER_AGENT */
+    uint8_t len;
+    PyObject *key;
+} header_key_t;
+
+struct ps_wsgi {
+    ps_module_state_t *st;
+    PyObject *app;
+    PyObject *base_environ;
+    PyObject *error_logger;
+    PyObject *access_info; /* access_logger.info, or NULL when off */
+    PyObject *keys[K_COUNT];
+    PyObject *methods[64]; /* by llhttp method id */
+    PyObject *protocols[2];
+    PyObject *empty;
+    PyObject *comma;
+    char *root_path; /* UTF-8, no trailing slash */
+    size_t root_path_len;
+    header_key_t header_keys[HEADER_KEY_SLOTS];
+};
+
+/* Per connection: the addresses, made into str once. */
+typedef struct {
+    PyObject *remote_addr;
+    PyObject *remote_port;
+    PyObject *server_name;
+    PyObject *server_port;
+} conn_info_t;
+
+typedef struct {
+    PyObject_HEAD
+    ps_conn_t *conn; /* NULL once the request is over */
+    ps_wsgi_t *ctx;
+    PyObject *status;
+    PyObject *headers;
+    PyObject *result;   /* what the application returned: close() is called on it */
+    PyObject *iter;     /* iterator over result, NULL for lists and tuples */
+    Py_ssize_t index;   /* next item when result is a list or tuple */
+    PyObject *input;    /* the wsgi.input object */
+    int64_t known_length; /* body length known up front, or -1 */
+    int sendfile_fd;      /* >= 0 while a file_wrapper is being sent */
+    unsigned headers_sent : 1;
+    unsigned done : 1;
+} RequestObject;
+
+typedef struct {
+    PyObject_HEAD
+    ps_conn_t *conn; /* NULL once the request is over */
+    ps_wsgi_t *ctx;
+} InputObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *logger;
+} ErrorsObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *filelike;
+    Py_ssize_t blksize;
+} FileWrapperObject;
+
+static void request_done(RequestObject *req);
+
+/* ---- helpers ---- */
+
+/* A str of code points below 256 as its latin-1 bytes, without copying.
+ * Returns 0, or -1 with an exception. */
+static int latin1_view(PyObject *s, const char *what, ps_slice_t *out)
+{
+    if (!PyUnicode_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(s)->tp_name);
+        return -1;
+    }
+    if (PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND) {
+        PyErr_Format(PyExc_ValueError, "%s must be latin-1: %R", what, s);
+        return -1;
+    }
+    out->base = (const char *)PyUnicode_1BYTE_DATA(s);
+    out->len = (size_t)PyUnicode_GET_LENGTH(s);
+    return 0;
+}
+
+static PyObject *latin1(const char *s, size_t n)
+{
+    return PyUnicode_DecodeLatin1(s, (Py_ssize_t)n, NULL);
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Percent-decodes src into dst (at least n bytes); returns the length. */
+static size_t percent_decode(const char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (src[i] == '%' && i + 2 < n && (hi = hexval(src[i + 1])) >= 0 &&
+            (lo = hexval(src[i + 2])) >= 0) {
+            dst[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            dst[o++] = src[i];
+        }
+    }
+    return o;
+}
+
+/* ---- environ ---- */
+
+static PyObject *port_str(int port)
+{
+    return PyUnicode_FromFormat("%d", port);
+}
+
+/* Formats an IPv4/IPv6 address and port; returns 0 or -1 with exception. */
+static int addr_pair(const struct sockaddr_storage *ss, PyObject **host, PyObject **port)
+{
+    char text[INET6_ADDRSTRLEN];
+    int p = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+        p = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+        p = ntohs(a->sin6_port);
+    } else {
+        text[0] = '\0';
+    }
+    *host = PyUnicode_FromString(text);
+    *port = *host ? port_str(p) : NULL;
+    if (*port == NULL) {
+        Py_CLEAR(*host);
+        return -1;
+    }
+    return 0;
+}
+
+static void conn_info_free(conn_info_t *ci)
+{
+    Py_XDECREF(ci->remote_addr);
+    Py_XDECREF(ci->remote_port);
+    Py_XDECREF(ci->server_name);
+    Py_XDECREF(ci->server_port);
+    PyMem_Free(ci);
+}
+
+/* The connection's addresses as str, made on its first request. */
+static conn_info_t *conn_info(ps_conn_t *c)
+{
+    if (c->conn_data)
+        return c->conn_data;
+    conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
+    if (ci == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    if (c->is_unix) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&local;
+        if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0 || len <= sizeof(sa_family_t))
+            un->sun_path[0] = '\0';
+        else
+            ((char *)&local)[PS_MIN(len, sizeof(local) - 1)] = '\0';
+        ci->server_name = PyUnicode_DecodeFSDefault(un->sun_path);
+        ci->server_port = PyUnicode_FromString("");
+        ci->remote_addr = PyUnicode_FromString("");
+        if (!ci->server_name || !ci->server_port || !ci->remote_addr)
+            goto error;
+    } else {
+        if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto error;
+        }
+        if (addr_pair(&local, &ci->server_name, &ci->server_port) < 0 ||
+            addr_pair(&c->peer, &ci->remote_addr, &ci->remote_port) < 0)
+            goto error;
+    }
+    c->conn_data = ci;
+    return ci;
+error:
+    conn_info_free(ci);
+    return NULL;
+}
+
+/* The environ key for a request header name ("HTTP_USER_AGENT"), from a
+ * bounded cache. Returns a new reference, NULL with an exception, or NULL
+ * without one for a name that must not reach the application. */
+static PyObject *header_key(ps_wsgi_t *ctx, ps_slice_t name)
+{
+    char buf[HEADER_KEY_MAX];
+    if (name.len == 12 && PS_SLICE_IEQ(name, "content-type"))
+        return Py_NewRef(ctx->keys[K_CONTENT_TYPE]);
+    if (name.len == 14 && PS_SLICE_IEQ(name, "content-length"))
+        return Py_NewRef(ctx->keys[K_CONTENT_LENGTH]);
+    size_t n = 5 + name.len;
+    char *key = n <= HEADER_KEY_MAX ? buf : PyMem_Malloc(n);
+    if (key == NULL)
+        return PyErr_NoMemory();
+    memcpy(key, "HTTP_", 5);
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        if (ch == '_') {
+            /* "X_Forwarded_For" would pass for "X-Forwarded-For". */
+            if (key != buf)
+                PyMem_Free(key);
+            return NULL;
+        }
+        ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
+        key[5 + i] = ch;
+        h = (h ^ (uint8_t)ch) * 16777619u;
+    }
+    if (key != buf) {
+        PyObject *result = PyUnicode_FromStringAndSize(key, (Py_ssize_t)n);
+        PyMem_Free(key);
+        return result;
+    }
+    header_key_t *slot = &ctx->header_keys[h % HEADER_KEY_SLOTS];
+    if (slot->key && slot->len == n && memcmp(slot->name, key, n) == 0)
+        return Py_NewRef(slot->key);
+    PyObject *result = PyUnicode_FromStringAndSize(key, (Py_ssize_t)n);
+    if (result == NULL)
+        return NULL;
+    PyUnicode_InternInPlace(&result);
+    Py_XSETREF(slot->key, Py_NewRef(result)); /* a colliding name replaces the slot */
+    memcpy(slot->name, key, n);
+    slot->len = (uint8_t)n;
+    return result;
+}
+
+/* Adds one header, joining a repeated one with ", ". Returns 0 or -1. */
+static int add_header(ps_wsgi_t *ctx, PyObject *env, const ps_header_t *h)
+{
+    PyObject *key = header_key(ctx, h->name);
+    if (key == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *value = latin1(h->value.base, h->value.len);
+    int rc = -1;
+    if (value == NULL)
+        goto done;
+    PyObject *old = PyDict_SetDefault(env, key, value); /* borrowed */
+    if (old == NULL)
+        goto done;
+    rc = 0;
+    if (old != value) {
+        PyObject *joined = PyUnicode_FromFormat("%U, %U", old, value);
+        rc = joined ? PyDict_SetItem(env, key, joined) : -1;
+        Py_XDECREF(joined);
+    }
+done:
+    Py_DECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}
+
+static int set_item(PyObject *env, PyObject *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItem(env, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* PATH_INFO (percent-decoded, latin-1, minus the root path), QUERY_STRING
+ * and RAW_URI from the request target. Returns 0 or -1. */
+static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
+{
+    const char *s = target.base, *end = s + target.len;
+    const char *path = s;
+    if (target.len > 0 && *s != '/' && *s != '*') {
+        /* absolute-form: skip "scheme://authority" */
+        const char *sep = memchr(s, ':', target.len);
+        if (sep && end - sep > 2 && sep[1] == '/' && sep[2] == '/') {
+            path = memchr(sep + 3, '/', (size_t)(end - sep - 3));
+            if (path == NULL)
+                path = end;
+        }
+    }
+    const char *path_end = path;
+    while (path_end < end && *path_end != '?' && *path_end != '#')
+        path_end++;
+    const char *query = path_end, *query_end = path_end;
+    if (query < end && *query == '?') {
+        query++;
+        query_end = memchr(query, '#', (size_t)(end - query));
+        if (query_end == NULL)
+            query_end = end;
+    }
+    size_t plen = (size_t)(path_end - path);
+    char stack[1024];
+    char *decoded = plen <= sizeof(stack) ? stack : PyMem_Malloc(plen);
+    if (decoded == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t dlen = percent_decode(path, plen, decoded);
+    size_t skip = 0;
+    size_t rl = ctx->root_path_len;
+    if (rl && dlen >= rl && memcmp(decoded, ctx->root_path, rl) == 0 &&
+        (dlen == rl || decoded[rl] == '/'))
+        skip = rl;
+    if (plen == 0) {
+        decoded[0] = '/'; /* absolute-form without a path means "/" */
+        dlen = 1;
+    }
+    int rc = set_item(env, ctx->keys[K_PATH_INFO], latin1(decoded + skip, dlen - skip));
+    if (decoded != stack)
+        PyMem_Free(decoded);
+    if (rc < 0)
+        return -1;
+    if (query_end > query)
+        rc = set_item(env, ctx->keys[K_QUERY_STRING], latin1(query, (size_t)(query_end - query)));
+    else
+        rc = PyDict_SetItem(env, ctx->keys[K_QUERY_STRING], ctx->empty);
+    if (rc < 0)
+        return -1;
+    return set_item(env, ctx->keys[K_RAW_URI], latin1(target.base, target.len));
+}
+
+static PyObject *method_str(ps_wsgi_t *ctx, const ps_request_t *r)
+{
+    if (r->method_id < PS_ARRAY_LEN(ctx->methods)) {
+        PyObject **slot = &ctx->methods[r->method_id];
+        if (*slot == NULL)
+            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+        return Py_XNewRef(*slot);
+    }
+    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+}
+
+/* Returns a new environ dict, or NULL with an exception. */
+static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
+{
+    ps_request_t *r = ps_conn_request(c);
+    conn_info_t *ci = conn_info(c);
+    if (ci == NULL)
+        return NULL;
+    PyObject *env = PyDict_Copy(ctx->base_environ);
+    if (env == NULL)
+        return NULL;
+    PyObject **k = ctx->keys;
+    if (set_item(env, k[K_REQUEST_METHOD], method_str(ctx, r)) < 0 ||
+        add_target(ctx, env, r->target) < 0 ||
+        PyDict_SetItem(env, k[K_SERVER_PROTOCOL], ctx->protocols[r->http_minor & 1]) < 0 ||
+        PyDict_SetItem(env, k[K_SERVER_NAME], ci->server_name) < 0 ||
+        PyDict_SetItem(env, k[K_SERVER_PORT], ci->server_port) < 0 ||
+        PyDict_SetItem(env, k[K_REMOTE_ADDR], ci->remote_addr) < 0 ||
+        (ci->remote_port && PyDict_SetItem(env, k[K_REMOTE_PORT], ci->remote_port) < 0) ||
+        PyDict_SetItem(env, k[K_WSGI_INPUT], req->input) < 0)
+        goto error;
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (add_header(ctx, env, &r->headers[i]) < 0)
+            goto error;
+    return env;
+error:
+    Py_DECREF(env);
+    return NULL;
+}
+
+/* ---- the response ---- */
+
+enum {
+    SEND_ERROR = -1, /* a Python exception is set */
+    SEND_GONE = -2,  /* the client went away */
+};
+
+static void log_access(ps_wsgi_t *ctx, ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    conn_info_t *ci = c->conn_data;
+    PyObject *method = method_str(ctx, r);
+    PyObject *target = latin1(r->target.base, PS_MIN(r->target.len, 4096));
+    PyObject *msg = NULL, *res = NULL;
+    if (method && target && ci)
+        msg = PyUnicode_FromFormat("%U%s%U - \"%U %U HTTP/1.%d\" %d", ci->remote_addr,
+                                   ci->remote_port ? ":" : "",
+                                   ci->remote_port ? ci->remote_port : ctx->empty, method, target,
+                                   (int)r->http_minor, c->resp_status);
+    if (msg)
+        res = PyObject_CallOneArg(ctx->access_info, msg);
+    if (res == NULL)
+        PyErr_Clear();
+    Py_XDECREF(res);
+    Py_XDECREF(msg);
+    Py_XDECREF(method);
+    Py_XDECREF(target);
+}
+
+/* The request is over: calls close() on the response, logs it, detaches the
+ * Python objects from the connection and drops the connection's reference
+ * to req (which may free it). */
+static void request_done(RequestObject *req)
+{
+    ps_conn_t *c = req->conn;
+    ps_wsgi_t *ctx = req->ctx;
+    if (c == NULL)
+        return;
+    PyObject *result = req->result;
+    if (result && !PyList_CheckExact(result) && !PyTuple_CheckExact(result)) {
+        PyObject *close = PyObject_GetAttrString(result, "close");
+        if (close == NULL) {
+            PyErr_Clear();
+        } else {
+            PyObject *res = PyObject_CallNoArgs(close);
+            Py_DECREF(close);
+            if (res == NULL)
+                ps_log_exception(ctx->error_logger, "Exception in close() of the WSGI response");
+            Py_XDECREF(res);
+        }
+    }
+    if (ctx->access_info && c->resp_status)
+        log_access(ctx, c);
+    ((InputObject *)req->input)->conn = NULL;
+    req->conn = NULL;
+    c->app_data = NULL;
+    Py_CLEAR(req->iter);
+    Py_CLEAR(req->result);
+    Py_DECREF(req);
+}
+
+/* The application failed (exception pending): 500 if nothing was sent,
+ * else the connection closes. */
+static void fail(RequestObject *req)
+{
+    ps_conn_t *c = req->conn;
+    ps_request_t *r = ps_conn_request(c);
+    if (c->failed) {
+        PyErr_Clear(); /* the client left; the application only noticed */
+    } else {
+        ps_log_exception(req->ctx->error_logger, "Exception in WSGI application (%.*s %.*s)",
+                         (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
+                         r->target.base);
+        if (!req->headers_sent)
+            ps_conn_send_error(c, c->error_status ? c->error_status : 500);
+        else
+            ps_conn_abort(c);
+    }
+    request_done(req);
+}
+
+static int map_write(int rc)
+{
+    return rc >= 0 ? rc : SEND_GONE;
+}
+
+/* Sends the head from start_response's status and headers together with
+ * the first body bytes. Returns PS_WRITE_*, SEND_ERROR or SEND_GONE. */
+static int send_head(RequestObject *req, const char *body, size_t len)
+{
+    ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
+    char length[24];
+    ps_slice_t status;
+    if (req->status == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the application did not call start_response()");
+        return SEND_ERROR;
+    }
+    if (latin1_view(req->status, "status", &status) < 0)
+        return SEND_ERROR;
+    Py_ssize_t count = PyList_GET_SIZE(req->headers);
+    if (count > MAX_STACK_HEADERS) {
+        hs = PyMem_Malloc((size_t)(count + 1) * sizeof(*hs));
+        if (hs == NULL) {
+            PyErr_NoMemory();
+            return SEND_ERROR;
+        }
+    }
+    int rc = SEND_ERROR, has_length = 0;
+    size_t n = 0;
+    for (Py_ssize_t i = 0; i < count && i < PyList_GET_SIZE(req->headers); i++) {
+        PyObject *item = PyList_GET_ITEM(req->headers, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "response headers must be (name, value) tuples: %R",
+                         item);
+            goto done;
+        }
+        if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &hs[n].name) < 0 ||
+            latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &hs[n].value) < 0)
+            goto done;
+        if (PS_SLICE_IEQ(hs[n].name, "content-length"))
+            has_length = 1;
+        n++;
+    }
+    if (!has_length && req->known_length >= 0) {
+        int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
+        hs[n].name = PS_SLICE_LIT("Content-Length");
+        hs[n++].value = (ps_slice_t){length, (size_t)l};
+    }
+    rc = ps_conn_start_response(req->conn, status, hs, n, body, len);
+    if (rc == -EINVAL) {
+        PyErr_Format(PyExc_ValueError, "invalid status or header in the response: %R %R",
+                     req->status, req->headers);
+        rc = SEND_ERROR;
+    } else {
+        req->headers_sent = 1;
+        rc = map_write(rc);
+    }
+done:
+    if (hs != stack)
+        PyMem_Free(hs);
+    return rc;
+}
+
+static int send_body(RequestObject *req, const char *data, size_t len)
+{
+    if (!req->headers_sent)
+        return send_head(req, data, len);
+    return map_write(ps_conn_write(req->conn, data, len));
+}
+
+/* The body is complete. */
+static void finish(RequestObject *req)
+{
+    if (!req->headers_sent) {
+        req->known_length = 0; /* nothing was produced */
+        int rc = send_head(req, NULL, 0);
+        if (rc == SEND_ERROR) {
+            fail(req);
+            return;
+        }
+    }
+    ps_conn_end(req->conn);
+    request_done(req);
+}
+
+static PyObject *next_item(RequestObject *req)
+{
+    if (req->iter)
+        return PyIter_Next(req->iter);
+    PyObject *r = req->result;
+    if (PyList_CheckExact(r)) {
+        if (req->index >= PyList_GET_SIZE(r))
+            return NULL;
+        return Py_NewRef(PyList_GET_ITEM(r, req->index++));
+    }
+    if (req->index >= PyTuple_GET_SIZE(r))
+        return NULL;
+    return Py_NewRef(PyTuple_GET_ITEM(r, req->index++));
+}
+
+/* Pulls items from the response and sends them until the socket is full
+ * (on_writable resumes) or the response ends. Ends with req released. */
+static void pump(RequestObject *req)
+{
+    for (;;) {
+        PyObject *item = next_item(req);
+        if (item == NULL) {
+            if (PyErr_Occurred())
+                fail(req);
+            else
+                finish(req);
+            return;
+        }
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "response items must be bytes, not %.100s",
+                         Py_TYPE(item)->tp_name);
+            Py_DECREF(item);
+            fail(req);
+            return;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        int rc = len ? send_body(req, PyBytes_AS_STRING(item), (size_t)len) : PS_WRITE_DONE;
+        Py_DECREF(item);
+        if (rc == SEND_ERROR) {
+            fail(req);
+            return;
+        }
+        if (rc == SEND_GONE) {
+            request_done(req);
+            return;
+        }
+        if (rc == PS_WRITE_PENDING)
+            return;
+    }
+}
+
+/* A wsgi.file_wrapper over a regular file goes out with sendfile(2) from
+ * the file's current position. Returns 1 when handled, 0 to iterate it. */
+static int try_sendfile(RequestObject *req)
+{
+    FileWrapperObject *fw = (FileWrapperObject *)req->result;
+    PyObject *res = PyObject_CallMethod(fw->filelike, "fileno", NULL);
+    long fd = res ? PyLong_AsLong(res) : -1;
+    Py_XDECREF(res);
+    struct stat st;
+    if (fd < 0 || fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* tell() knows about the file object's read buffer; lseek does not. */
+    res = PyObject_CallMethod(fw->filelike, "tell", NULL);
+    long long off = res ? PyLong_AsLongLong(res) : -1;
+    Py_XDECREF(res);
+    if (off < 0) {
+        PyErr_Clear();
+        off = lseek((int)fd, 0, SEEK_CUR);
+        if (off < 0)
+            return 0;
+    }
+    req->known_length = st.st_size > off ? st.st_size - off : 0;
+    int rc = send_head(req, NULL, 0);
+    if (rc >= 0)
+        rc = map_write(ps_conn_sendfile(req->conn, (int)fd, off, (uint64_t)req->known_length));
+    if (rc == SEND_ERROR)
+        fail(req);
+    else if (rc == SEND_GONE)
+        request_done(req);
+    else if (rc == PS_WRITE_PENDING)
+        req->sendfile_fd = (int)fd;
+    else
+        finish(req);
+    return 1;
+}
+
+static void start_body(RequestObject *req)
+{
+    PyObject *r = req->result;
+    if (Py_IS_TYPE(r, req->ctx->st->file_wrapper_type) && try_sendfile(req))
+        return;
+    if (PyList_CheckExact(r) || PyTuple_CheckExact(r)) {
+        /* A sized body: announce its length rather than chunk it. */
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(r);
+        PyObject **items = PySequence_Fast_ITEMS(r);
+        int64_t total = 0;
+        for (Py_ssize_t i = 0; i < n && total >= 0; i++)
+            total = PyBytes_Check(items[i]) ? total + PyBytes_GET_SIZE(items[i]) : -1;
+        req->known_length = total;
+    } else {
+        req->iter = PyObject_GetIter(r);
+        if (req->iter == NULL) {
+            fail(req);
+            return;
+        }
+    }
+    pump(req);
+}
+
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c);
+
+static void on_request(ps_conn_t *c)
+{
+    ps_wsgi_t *ctx = c->w->handler_data;
+    RequestObject *req = request_new(ctx, c);
+    if (req == NULL) {
+        ps_log_exception(ctx->error_logger, "Cannot start a request");
+        ps_conn_send_error(c, 500);
+        return;
+    }
+    c->app_data = req; /* owns the reference until request_done() */
+    PyObject *environ = build_environ(ctx, c, req);
+    if (environ == NULL) {
+        fail(req);
+        return;
+    }
+    PyObject *args[2] = {environ, (PyObject *)req};
+    PyObject *result = PyObject_Vectorcall(ctx->app, args, 2, NULL);
+    Py_DECREF(environ);
+    if (result == NULL) {
+        fail(req);
+        return;
+    }
+    req->result = result;
+    start_body(req);
+}
+
+static void on_writable(ps_conn_t *c)
+{
+    RequestObject *req = c->app_data;
+    if (req == NULL)
+        return;
+    if (req->sendfile_fd >= 0) {
+        req->sendfile_fd = -1;
+        finish(req);
+        return;
+    }
+    pump(req);
+}
+
+static void on_disconnect(ps_conn_t *c)
+{
+    if (c->app_data)
+        request_done(c->app_data);
+}
+
+static void dispose(ps_conn_t *c)
+{
+    if (c->app_data)
+        request_done(c->app_data);
+    if (c->conn_data)
+        conn_info_free(c->conn_data);
+    c->conn_data = NULL;
+}
+
+const ps_handler_t ps_wsgi_handler = {
+    .on_request = on_request,
+    .on_writable = on_writable,
+    .on_disconnect = on_disconnect,
+    .dispose = dispose,
+};
+
+/* ---- start_response (the Request type) ---- */
+
+static PyObject *Request_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    RequestObject *self = (RequestObject *)op;
+    static char *kwlist[] = {"status", "headers", "exc_info", NULL};
+    PyObject *status, *headers, *exc_info = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:start_response", kwlist, &status,
+                                     &headers, &exc_info))
+        return NULL;
+    if (exc_info != Py_None) {
+        if (!PyTuple_Check(exc_info) || PyTuple_GET_SIZE(exc_info) != 3) {
+            PyErr_SetString(PyExc_TypeError, "exc_info must be a (type, value, traceback) tuple");
+            return NULL;
+        }
+        if (self->headers_sent) {
+            /* Too late to change the response: re-raise, as PEP 3333 says. */
+            PyObject *tb = PyTuple_GET_ITEM(exc_info, 2);
+            PyErr_Restore(Py_NewRef(PyTuple_GET_ITEM(exc_info, 0)),
+                          Py_NewRef(PyTuple_GET_ITEM(exc_info, 1)),
+                          tb == Py_None ? NULL : Py_NewRef(tb));
+            return NULL;
+        }
+    } else if (self->status != NULL) {
+        PyErr_SetString(PyExc_AssertionError,
+                        "start_response() called a second time without exc_info");
+        return NULL;
+    }
+    if (!PyUnicode_Check(status)) {
+        PyErr_SetString(PyExc_TypeError, "status must be str");
+        return NULL;
+    }
+    if (!PyList_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "headers must be a list");
+        return NULL;
+    }
+    Py_XSETREF(self->status, Py_NewRef(status));
+    Py_XSETREF(self->headers, Py_NewRef(headers));
+    return PyObject_GetAttrString(op, "write");
+}
+
+/* write(data): the imperative body API of PEP 3333; blocks until sent. */
+static PyObject *Request_write(PyObject *op, PyObject *data)
+{
+    RequestObject *self = (RequestObject *)op;
+    if (!PyBytes_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "write() takes bytes, not %.100s", Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    ps_conn_t *c = self->conn;
+    if (c == NULL) {
+        PyErr_SetString(PyExc_OSError, "write() after the response ended");
+        return NULL;
+    }
+    if (self->status == NULL) {
+        PyErr_SetString(PyExc_AssertionError, "write() before start_response()");
+        return NULL;
+    }
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    if (len == 0 && self->headers_sent)
+        Py_RETURN_NONE;
+    int rc = send_body(self, PyBytes_AS_STRING(data), (size_t)len);
+    if (rc == SEND_ERROR)
+        return NULL;
+    if (rc == PS_WRITE_PENDING) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = map_write(ps_conn_write_blocking(c, NULL, 0));
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == SEND_GONE) {
+        PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int Request_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    RequestObject *self = (RequestObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->status);
+    Py_VISIT(self->headers);
+    Py_VISIT(self->result);
+    Py_VISIT(self->iter);
+    Py_VISIT(self->input);
+    return 0;
+}
+
+static int Request_clear(PyObject *op)
+{
+    RequestObject *self = (RequestObject *)op;
+    Py_CLEAR(self->status);
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->result);
+    Py_CLEAR(self->iter);
+    Py_CLEAR(self->input);
+    return 0;
+}
+
+static void Request_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    Request_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Request_methods[] = {
+    {"write", Request_write, METH_O, "Write body bytes (blocking)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Request_slots[] = {
+    {Py_tp_call, Request_call},
+    {Py_tp_methods, Request_methods},
+    {Py_tp_traverse, Request_traverse},
+    {Py_tp_clear, Request_clear},
+    {Py_tp_dealloc, Request_dealloc},
+    {Py_tp_doc, "start_response(status, headers, exc_info=None) for one request."},
+    {0, NULL},
+};
+
+static PyType_Spec Request_spec = {
+    .name = "pyserver._core.StartResponse",
+    .basicsize = sizeof(RequestObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Request_slots,
+};
+
+/* ---- wsgi.input ---- */
+
+/* Makes sure body bytes are buffered, or the body is over. Returns 0, or -1
+ * with an exception (client gone, stalled, malformed or too large body). */
+static int input_fill(InputObject *self)
+{
+    ps_conn_t *c = self->conn;
+    if (c == NULL || ps_buf_size(&c->body) > 0 || ps_conn_request(c)->message_complete)
+        return 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ps_conn_body_wait(c);
+    Py_END_ALLOW_THREADS
+    if (rc == 0)
+        return 0;
+    if (rc == -EPROTO)
+        PyErr_Format(PyExc_OSError, "request body rejected (%d)", c->error_status);
+    else if (rc == -ETIMEDOUT)
+        PyErr_SetString(PyExc_TimeoutError, "timed out reading the request body");
+    else
+        PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
+    return -1;
+}
+
+static ps_buf_t *input_body(InputObject *self)
+{
+    return self->conn ? &self->conn->body : NULL;
+}
+
+static int parse_size(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *size)
+{
+    *size = -1;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "expected at most one argument");
+        return -1;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        *size = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (*size == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* Reads up to size bytes (all of the body when size < 0), or up to and
+ * including a newline when line is set. */
+static PyObject *input_read(InputObject *self, Py_ssize_t size, int line)
+{
+    ps_buf_t acc = {0};
+    PyObject *result = NULL;
+    for (;;) {
+        if (size >= 0 && acc.len >= (size_t)size)
+            break;
+        if (input_fill(self) < 0)
+            goto done;
+        ps_buf_t *b = input_body(self);
+        size_t avail = b ? ps_buf_size(b) : 0;
+        if (avail == 0)
+            break;
+        size_t take = size < 0 ? avail : PS_MIN(avail, (size_t)size - acc.len);
+        int complete = size >= 0 && acc.len + take == (size_t)size;
+        if (line) {
+            char *nl = memchr(ps_buf_head(b), '\n', take);
+            if (nl) {
+                take = (size_t)(nl - ps_buf_head(b)) + 1;
+                complete = 1;
+            }
+        }
+        if (acc.len == 0 && complete) { /* all in one piece: no second copy */
+            result = PyBytes_FromStringAndSize(ps_buf_head(b), (Py_ssize_t)take);
+            if (result)
+                ps_buf_consume(b, take);
+            goto done;
+        }
+        if (ps_buf_append(&acc, ps_buf_head(b), take) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        ps_buf_consume(b, take);
+        if (complete)
+            break;
+    }
+    result = PyBytes_FromStringAndSize(acc.data, (Py_ssize_t)acc.len);
+done:
+    ps_buf_free(&acc);
+    return result;
+}
+
+static PyObject *Input_read(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t size;
+    if (parse_size(args, nargs, &size) < 0)
+        return NULL;
+    return input_read((InputObject *)op, size, 0);
+}
+
+static PyObject *Input_readline(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t size;
+    if (parse_size(args, nargs, &size) < 0)
+        return NULL;
+    return input_read((InputObject *)op, size, 1);
+}
+
+static PyObject *Input_readlines(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t hint;
+    if (parse_size(args, nargs, &hint) < 0)
+        return NULL;
+    PyObject *lines = PyList_New(0);
+    Py_ssize_t total = 0;
+    while (lines) {
+        PyObject *line = input_read((InputObject *)op, -1, 1);
+        if (line == NULL) {
+            Py_CLEAR(lines);
+            break;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(line);
+        if (n == 0 || PyList_Append(lines, line) < 0) {
+            Py_DECREF(line);
+            if (n != 0)
+                Py_CLEAR(lines);
+            break;
+        }
+        Py_DECREF(line);
+        total += n;
+        if (hint > 0 && total >= hint)
+            break;
+    }
+    return lines;
+}
+
+static PyObject *Input_iternext(PyObject *op)
+{
+    PyObject *line = input_read((InputObject *)op, -1, 1);
+    if (line != NULL && PyBytes_GET_SIZE(line) == 0) {
+        Py_DECREF(line);
+        return NULL;
+    }
+    return line;
+}
+
+static void Input_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Input_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))Input_read, METH_FASTCALL, "read(size=-1)"},
+    {"readline", (PyCFunction)(void (*)(void))Input_readline, METH_FASTCALL, "readline(size=-1)"},
+    {"readlines", (PyCFunction)(void (*)(void))Input_readlines, METH_FASTCALL,
+     "readlines(hint=-1)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Input_slots[] = {
+    {Py_tp_methods, Input_methods},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, Input_iternext},
+    {Py_tp_dealloc, Input_dealloc},
+    {Py_tp_doc, "wsgi.input: the request body, streamed from the connection."},
+    {0, NULL},
+};
+
+static PyType_Spec Input_spec = {
+    .name = "pyserver._core.Input",
+    .basicsize = sizeof(InputObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Input_slots,
+};
+
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
+{
+    PyTypeObject *rt = ctx->st->request_type, *it = ctx->st->input_type;
+    RequestObject *req = (RequestObject *)rt->tp_alloc(rt, 0);
+    if (req == NULL)
+        return NULL;
+    Py_INCREF(rt);
+    InputObject *in = (InputObject *)it->tp_alloc(it, 0);
+    if (in == NULL) {
+        Py_DECREF(req);
+        return NULL;
+    }
+    Py_INCREF(it);
+    in->conn = c;
+    in->ctx = ctx;
+    req->input = (PyObject *)in;
+    req->conn = c;
+    req->ctx = ctx;
+    req->known_length = -1;
+    req->sendfile_fd = -1;
+    return req;
+}
+
+/* ---- wsgi.errors ---- */
+
+static PyObject *Errors_write(PyObject *op, PyObject *s)
+{
+    ErrorsObject *self = (ErrorsObject *)op;
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "wsgi.errors.write() takes str");
+        return NULL;
+    }
+    PyObject *text = PyObject_CallMethod(s, "rstrip", NULL);
+    if (text == NULL)
+        return NULL;
+    PyObject *res = Py_NewRef(Py_None);
+    if (PyUnicode_GET_LENGTH(text) > 0) {
+        Py_DECREF(res);
+        res = PyObject_CallMethod(self->logger, "error", "sO", "%s", text);
+    }
+    Py_DECREF(text);
+    if (res == NULL)
+        return NULL;
+    Py_DECREF(res);
+    return PyLong_FromSsize_t(PyUnicode_GET_LENGTH(s));
+}
+
+static PyObject *Errors_writelines(PyObject *op, PyObject *seq)
+{
+    PyObject *it = PyObject_GetIter(seq), *item;
+    if (it == NULL)
+        return NULL;
+    while ((item = PyIter_Next(it)) != NULL) {
+        PyObject *res = Errors_write(op, item);
+        Py_DECREF(item);
+        if (res == NULL) {
+            Py_DECREF(it);
+            return NULL;
+        }
+        Py_DECREF(res);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Errors_flush(PyObject *op, PyObject *unused)
+{
+    PS_UNUSED(op);
+    PS_UNUSED(unused);
+    Py_RETURN_NONE;
+}
+
+static int Errors_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(((ErrorsObject *)op)->logger);
+    return 0;
+}
+
+static int Errors_clear(PyObject *op)
+{
+    Py_CLEAR(((ErrorsObject *)op)->logger);
+    return 0;
+}
+
+static void Errors_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    Errors_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Errors_methods[] = {
+    {"write", Errors_write, METH_O, "Log text on the error log."},
+    {"writelines", Errors_writelines, METH_O, "Log each string."},
+    {"flush", Errors_flush, METH_NOARGS, "Nothing to flush."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Errors_slots[] = {
+    {Py_tp_methods, Errors_methods},
+    {Py_tp_traverse, Errors_traverse},
+    {Py_tp_clear, Errors_clear},
+    {Py_tp_dealloc, Errors_dealloc},
+    {Py_tp_doc, "wsgi.errors: writes go to the pyserver.error logger."},
+    {0, NULL},
+};
+
+static PyType_Spec Errors_spec = {
+    .name = "pyserver._core.Errors",
+    .basicsize = sizeof(ErrorsObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Errors_slots,
+};
+
+/* ---- wsgi.file_wrapper ---- */
+
+static int FileWrapper_init(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    FileWrapperObject *self = (FileWrapperObject *)op;
+    static char *kwlist[] = {"filelike", "blksize", NULL};
+    PyObject *filelike;
+    Py_ssize_t blksize = 8192;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|n:FileWrapper", kwlist, &filelike,
+                                     &blksize))
+        return -1;
+    Py_XSETREF(self->filelike, Py_NewRef(filelike));
+    self->blksize = blksize > 0 ? blksize : 8192;
+    return 0;
+}
+
+static PyObject *FileWrapper_iternext(PyObject *op)
+{
+    FileWrapperObject *self = (FileWrapperObject *)op;
+    if (self->filelike == NULL)
+        return NULL;
+    PyObject *data = PyObject_CallMethod(self->filelike, "read", "n", self->blksize);
+    if (data != NULL && PyObject_Length(data) == 0) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return data;
+}
+
+static PyObject *FileWrapper_close(PyObject *op, PyObject *unused)
+{
+    FileWrapperObject *self = (FileWrapperObject *)op;
+    PS_UNUSED(unused);
+    if (self->filelike && PyObject_HasAttrString(self->filelike, "close"))
+        return PyObject_CallMethod(self->filelike, "close", NULL);
+    Py_RETURN_NONE;
+}
+
+static int FileWrapper_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(((FileWrapperObject *)op)->filelike);
+    return 0;
+}
+
+static int FileWrapper_clear(PyObject *op)
+{
+    Py_CLEAR(((FileWrapperObject *)op)->filelike);
+    return 0;
+}
+
+static void FileWrapper_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    FileWrapper_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef FileWrapper_methods[] = {
+    {"close", FileWrapper_close, METH_NOARGS, "Close the wrapped file."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot FileWrapper_slots[] = {
+    {Py_tp_init, FileWrapper_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, FileWrapper_iternext},
+    {Py_tp_methods, FileWrapper_methods},
+    {Py_tp_traverse, FileWrapper_traverse},
+    {Py_tp_clear, FileWrapper_clear},
+    {Py_tp_dealloc, FileWrapper_dealloc},
+    {Py_tp_doc, "wsgi.file_wrapper(filelike, blksize=8192): sent with sendfile(2) when the "
+                "file is a regular file."},
+    {0, NULL},
+};
+
+static PyType_Spec FileWrapper_spec = {
+    .name = "pyserver._core.FileWrapper",
+    .basicsize = sizeof(FileWrapperObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = FileWrapper_slots,
+};
+
+int ps_wsgi_init_types(PyObject *module, ps_module_state_t *st)
+{
+    st->request_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Request_spec, NULL);
+    st->input_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Input_spec, NULL);
+    st->errors_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Errors_spec, NULL);
+    st->file_wrapper_type =
+        (PyTypeObject *)PyType_FromModuleAndSpec(module, &FileWrapper_spec, NULL);
+    if (!st->request_type || !st->input_type || !st->errors_type || !st->file_wrapper_type)
+        return -1;
+    return PyModule_AddType(module, st->file_wrapper_type);
+}
+
+/* ---- setup ---- */
+
+static int set_str(PyObject *d, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *root_path)
+{
+    PyObject *env = PyDict_New();
+    if (env == NULL)
+        return NULL;
+    PyObject *scheme = PyObject_GetAttrString(config, "url_scheme");
+    PyObject *errors = NULL;
+    ErrorsObject *eo = (ErrorsObject *)ctx->st->errors_type->tp_alloc(ctx->st->errors_type, 0);
+    if (eo) {
+        Py_INCREF(ctx->st->errors_type);
+        eo->logger = Py_NewRef(ctx->error_logger);
+        errors = (PyObject *)eo;
+    }
+    int multiprocess = 0;
+    PyObject *workers = PyObject_GetAttrString(config, "workers");
+    if (workers == NULL)
+        PyErr_Clear();
+    else
+        multiprocess = PyLong_Check(workers) && PyLong_AsLong(workers) > 1;
+    Py_XDECREF(workers);
+    if (scheme == NULL || errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
+        PyDict_SetItemString(env, "wsgi.url_scheme", scheme) < 0 ||
+        PyDict_SetItemString(env, "wsgi.errors", errors) < 0 ||
+        PyDict_SetItemString(env, "wsgi.multithread", Py_False) < 0 ||
+        PyDict_SetItemString(env, "wsgi.multiprocess", multiprocess ? Py_True : Py_False) < 0 ||
+        PyDict_SetItemString(env, "wsgi.run_once", Py_False) < 0 ||
+        PyDict_SetItemString(env, "wsgi.input_terminated", Py_True) < 0 ||
+        PyDict_SetItemString(env, "wsgi.file_wrapper", (PyObject *)ctx->st->file_wrapper_type) <
+            0 ||
+        PyDict_SetItemString(env, "SCRIPT_NAME", root_path) < 0 ||
+        set_str(env, "SERVER_SOFTWARE", PyUnicode_FromString("pyserver")) < 0)
+        Py_CLEAR(env);
+    Py_XDECREF(scheme);
+    Py_XDECREF(errors);
+    return env;
+}
+
+/* root_path without its trailing slashes, as str and as UTF-8 bytes. */
+static PyObject *read_root_path(ps_wsgi_t *ctx, PyObject *config)
+{
+    PyObject *rp = PyObject_GetAttrString(config, "root_path");
+    if (rp == NULL)
+        return NULL;
+    if (rp == Py_None) {
+        Py_SETREF(rp, PyUnicode_FromString(""));
+        if (rp == NULL)
+            return NULL;
+    }
+    PyObject *stripped = PyObject_CallMethod(rp, "rstrip", "s", "/");
+    Py_DECREF(rp);
+    if (stripped == NULL)
+        return NULL;
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(stripped, &n);
+    if (utf8 == NULL || (ctx->root_path = PyMem_Malloc((size_t)n + 1)) == NULL) {
+        Py_DECREF(stripped);
+        return utf8 ? PyErr_NoMemory() : NULL;
+    }
+    memcpy(ctx->root_path, utf8, (size_t)n + 1);
+    ctx->root_path_len = (size_t)n;
+    return stripped;
+}
+
+ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
+{
+    ps_wsgi_t *ctx = PyMem_Calloc(1, sizeof(*ctx));
+    PyObject *root_path = NULL, *access_log = NULL, *access_logger = NULL;
+    if (ctx == NULL)
+        return (ps_wsgi_t *)PyErr_NoMemory();
+    ctx->st = st;
+    ctx->app = Py_NewRef(app);
+    for (int i = 0; i < K_COUNT; i++)
+        if ((ctx->keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
+            goto error;
+    ctx->protocols[0] = PyUnicode_InternFromString("HTTP/1.0");
+    ctx->protocols[1] = PyUnicode_InternFromString("HTTP/1.1");
+    ctx->empty = PyUnicode_FromString("");
+    ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
+    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->error_logger)
+        goto error;
+    access_log = PyObject_GetAttrString(config, "access_log");
+    if (access_log == NULL)
+        goto error;
+    if (PyObject_IsTrue(access_log)) {
+        access_logger = PyObject_GetAttrString(config, "access_logger");
+        if (access_logger == NULL)
+            goto error;
+        PyObject *enabled = PyObject_CallMethod(access_logger, "isEnabledFor", "i", 20);
+        if (enabled == NULL)
+            goto error;
+        int on = PyObject_IsTrue(enabled);
+        Py_DECREF(enabled);
+        if (on && (ctx->access_info = PyObject_GetAttrString(access_logger, "info")) == NULL)
+            goto error;
+    }
+    root_path = read_root_path(ctx, config);
+    if (root_path == NULL)
+        goto error;
+    ctx->base_environ = make_base_environ(ctx, config, root_path);
+    if (ctx->base_environ == NULL)
+        goto error;
+    Py_DECREF(root_path);
+    Py_DECREF(access_log);
+    Py_XDECREF(access_logger);
+    return ctx;
+error:
+    Py_XDECREF(root_path);
+    Py_XDECREF(access_log);
+    Py_XDECREF(access_logger);
+    ps_wsgi_free(ctx);
+    return NULL;
+}
+
+void ps_wsgi_free(ps_wsgi_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    Py_XDECREF(ctx->app);
+    Py_XDECREF(ctx->base_environ);
+    Py_XDECREF(ctx->error_logger);
+    Py_XDECREF(ctx->access_info);
+    for (int i = 0; i < K_COUNT; i++)
+        Py_XDECREF(ctx->keys[i]);
+    for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
+        Py_XDECREF(ctx->methods[i]);
+    for (size_t i = 0; i < HEADER_KEY_SLOTS; i++)
+        Py_XDECREF(ctx->header_keys[i].key);
+    Py_XDECREF(ctx->protocols[0]);
+    Py_XDECREF(ctx->protocols[1]);
+    Py_XDECREF(ctx->empty);
+    PyMem_Free(ctx->root_path);
+    PyMem_Free(ctx);
+}
