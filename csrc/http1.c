@@ -94,10 +94,22 @@ static int on_version(llhttp_t *h, const char *at, size_t len)
     return 0;
 }
 
+/* Trailer fields after a chunked body are counted, not kept: the head's
+ * slices must not move once the request was handed out. */
+static int skip_trailer(ps_http1_parser_t *p, size_t len)
+{
+    p->trailer_bytes += len;
+    if (p->trailer_bytes > p->limits->max_field_size)
+        return fail(p, 431);
+    return 0;
+}
+
 static int on_header_field(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
     ps_field_t *f;
+    if (p->req.head_complete)
+        return skip_trailer(p, len);
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX) {
         /* First piece of a new field. */
         if (p->nfields >= p->limits->max_fields)
@@ -128,6 +140,8 @@ static int on_header_field(llhttp_t *h, const char *at, size_t len)
 static int on_header_field_complete(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
+    if (p->req.head_complete)
+        return 0;
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX)
         return fail(p, 400); /* empty field name */
     ps_field_t *f = current_field(p);
@@ -140,6 +154,8 @@ static int on_header_field_complete(llhttp_t *h)
 static int on_header_value(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
+    if (p->req.head_complete)
+        return skip_trailer(p, len);
     ps_field_t *f = current_field(p);
     /* A value continues in a second piece only across two feeds; a second
      * piece inside one feed is an obs-fold line, which we refuse. */
@@ -183,6 +199,8 @@ static int check_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
 static int on_header_value_complete(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
+    if (p->req.head_complete)
+        return 0;
     ps_field_t *f = current_field(p);
     /* Trailing whitespace is not part of the value. */
     while (f->value_len > 0) {
@@ -314,6 +332,7 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->has_te = 0;
     p->discard_body = 0;
     p->version_len = 0;
+    p->trailer_bytes = 0;
     p->error_status = 0;
     if (p->paused) {
         llhttp_resume(&p->llhttp);

@@ -63,6 +63,7 @@ typedef struct {
     ps_buf_t *body;   /* decoded body goes here (owned by the caller) */
     size_t body_high; /* pause once body holds this much */
     int error_status; /* the answer to give after PS_HTTP1_ERROR */
+    uint32_t trailer_bytes;
     uint8_t host_count;
     unsigned has_te : 1;
     unsigned discard_body : 1;

@@ -189,6 +189,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     return 0;
 }
 
+/* Listeners are added before ps_worker_run(): the array may move. */
 int ps_worker_add_listener(ps_worker_t *w, int fd)
 {
     int is_unix = ps_net_is_unix(fd);
@@ -200,10 +201,6 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     ps_listener_t *ls = realloc(w->listeners, (w->nlisteners + 1) * sizeof(*ls));
     if (ls == NULL)
         return -ENOMEM;
-    /* The array moved: libev holds pointers to the watchers. */
-    for (uint32_t i = 0; i < w->nlisteners; i++)
-        if (ev_is_active(&w->listeners[i].io))
-            return -EBUSY;
     w->listeners = ls;
     ps_listener_t *l = &ls[w->nlisteners++];
     l->w = w;

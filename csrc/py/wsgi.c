@@ -17,6 +17,8 @@
 
 #include "bridge.h"
 
+#include <structmember.h>
+
 #define MAX_STACK_HEADERS 32
 #define HEADER_KEY_SLOTS 256
 #define HEADER_KEY_MAX 64
@@ -76,6 +78,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;
     ps_conn_t *conn; /* NULL once the request is over */
     ps_wsgi_t *ctx;
     PyObject *status;
@@ -404,7 +407,8 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
         PyDict_SetItem(env, k[K_SERVER_NAME], ci->server_name) < 0 ||
         PyDict_SetItem(env, k[K_SERVER_PORT], ci->server_port) < 0 ||
         PyDict_SetItem(env, k[K_REMOTE_ADDR], ci->remote_addr) < 0 ||
-        (ci->remote_port && PyDict_SetItem(env, k[K_REMOTE_PORT], ci->remote_port) < 0) ||
+        (ci->remote_port ? PyDict_SetItem(env, k[K_REMOTE_PORT], ci->remote_port)
+                         : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||
         PyDict_SetItem(env, k[K_WSGI_INPUT], req->input) < 0)
         goto error;
     for (uint32_t i = 0; i < r->nheaders; i++)
@@ -539,7 +543,11 @@ static int send_head(RequestObject *req, const char *body, size_t len)
             has_length = 1;
         n++;
     }
-    if (!has_length && req->known_length >= 0) {
+    /* 1xx, 204 and 304 carry no body and so no length of one. */
+    const char *code = status.base;
+    int bodyless = code[0] == '1' || (status.len >= 3 && (memcmp(code, "204", 3) == 0 ||
+                                                          memcmp(code, "304", 3) == 0));
+    if (!has_length && req->known_length >= 0 && !bodyless) {
         int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
         hs[n].name = PS_SLICE_LIT("Content-Length");
         hs[n++].value = (ps_slice_t){length, (size_t)l};
@@ -758,14 +766,31 @@ const ps_handler_t ps_wsgi_handler = {
 
 /* ---- start_response (the Request type) ---- */
 
-static PyObject *Request_call(PyObject *op, PyObject *args, PyObject *kwargs)
+static PyObject *Request_write(PyObject *op, PyObject *data);
+
+static PyMethodDef write_def = {"write", Request_write, METH_O, "Write body bytes (blocking)."};
+
+/* start_response(status, headers, exc_info=None), called through vectorcall
+ * so that no argument tuple is built. Returns the write() callable. */
+static PyObject *Request_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames)
 {
     RequestObject *self = (RequestObject *)op;
-    static char *kwlist[] = {"status", "headers", "exc_info", NULL};
-    PyObject *status, *headers, *exc_info = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:start_response", kwlist, &status,
-                                     &headers, &exc_info))
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *exc_info = Py_None;
+    if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 2 &&
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "exc_info") == 0) {
+        exc_info = args[2];
+    } else if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyErr_SetString(PyExc_TypeError, "start_response() takes status, headers, exc_info");
         return NULL;
+    } else if (nargs == 3) {
+        exc_info = args[2];
+    } else if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "start_response() takes 2 or 3 arguments");
+        return NULL;
+    }
+    PyObject *status = args[0], *headers = args[1];
     if (exc_info != Py_None) {
         if (!PyTuple_Check(exc_info) || PyTuple_GET_SIZE(exc_info) != 3) {
             PyErr_SetString(PyExc_TypeError, "exc_info must be a (type, value, traceback) tuple");
@@ -794,7 +819,7 @@ static PyObject *Request_call(PyObject *op, PyObject *args, PyObject *kwargs)
     }
     Py_XSETREF(self->status, Py_NewRef(status));
     Py_XSETREF(self->headers, Py_NewRef(headers));
-    return PyObject_GetAttrString(op, "write");
+    return PyCFunction_New(&write_def, op);
 }
 
 /* write(data): the imperative body API of PEP 3333; blocks until sent. */
@@ -864,14 +889,14 @@ static void Request_dealloc(PyObject *op)
     Py_DECREF(tp);
 }
 
-static PyMethodDef Request_methods[] = {
-    {"write", Request_write, METH_O, "Write body bytes (blocking)."},
-    {NULL, NULL, 0, NULL},
+static PyMemberDef Request_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(RequestObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyType_Slot Request_slots[] = {
-    {Py_tp_call, Request_call},
-    {Py_tp_methods, Request_methods},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, Request_members},
     {Py_tp_traverse, Request_traverse},
     {Py_tp_clear, Request_clear},
     {Py_tp_dealloc, Request_dealloc},
@@ -883,7 +908,7 @@ static PyType_Spec Request_spec = {
     .name = "pyserver._core.StartResponse",
     .basicsize = sizeof(RequestObject),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-             Py_TPFLAGS_IMMUTABLETYPE,
+             Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = Request_slots,
 };
 
@@ -1076,6 +1101,7 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
     in->conn = c;
     in->ctx = ctx;
     req->input = (PyObject *)in;
+    req->vectorcall = Request_vectorcall;
     req->conn = c;
     req->ctx = ctx;
     req->known_length = -1;
@@ -1289,6 +1315,27 @@ static int set_str(PyObject *d, const char *key, PyObject *value)
     return rc;
 }
 
+/* Every request sets these keys. Present in the base environ, they make
+ * each request's copy replace values instead of inserting keys; two spare
+ * keys, added and deleted, leave the copy room for ~20 headers before it
+ * would have to grow. Only speed depends on this, never behaviour. */
+static int add_placeholders(ps_wsgi_t *ctx, PyObject *env)
+{
+    static const int always[] = {K_REQUEST_METHOD, K_PATH_INFO,   K_QUERY_STRING,
+                                 K_SERVER_PROTOCOL, K_SERVER_NAME, K_SERVER_PORT,
+                                 K_REMOTE_ADDR,    K_REMOTE_PORT, K_RAW_URI,
+                                 K_WSGI_INPUT};
+    for (size_t i = 0; i < PS_ARRAY_LEN(always); i++)
+        if (PyDict_SetItem(env, ctx->keys[always[i]], ctx->empty) < 0)
+            return -1;
+    if (PyDict_SetItemString(env, "pyserver.spare1", Py_None) < 0 ||
+        PyDict_SetItemString(env, "pyserver.spare2", Py_None) < 0 ||
+        PyDict_DelItemString(env, "pyserver.spare1") < 0 ||
+        PyDict_DelItemString(env, "pyserver.spare2") < 0)
+        return -1;
+    return 0;
+}
+
 static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *root_path)
 {
     PyObject *env = PyDict_New();
@@ -1319,7 +1366,8 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *r
         PyDict_SetItemString(env, "wsgi.file_wrapper", (PyObject *)ctx->st->file_wrapper_type) <
             0 ||
         PyDict_SetItemString(env, "SCRIPT_NAME", root_path) < 0 ||
-        set_str(env, "SERVER_SOFTWARE", PyUnicode_FromString("pyserver")) < 0)
+        set_str(env, "SERVER_SOFTWARE", PyUnicode_FromString("pyserver")) < 0 ||
+        add_placeholders(ctx, env) < 0)
         Py_CLEAR(env);
     Py_XDECREF(scheme);
     Py_XDECREF(errors);
