@@ -8,7 +8,7 @@
 #define ps_likely(x) __builtin_expect(!!(x), 1)
 #define ps_unlikely(x) __builtin_expect(!!(x), 0)
 
-#define ps_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define ps_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define PS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define PS_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -573,16 +573,16 @@ static void process(ps_conn_t *c)
             return;
         }
         if (!r->head_complete) {
-            arm_timer(c, c->head_started ? w->cfg.timeout_request_header
-                                         : w->cfg.timeout_keep_alive);
+            arm_timer(c,
+                      c->head_started ? w->cfg.timeout_request_header : w->cfg.timeout_keep_alive);
             return;
         }
         if (c->state == PS_CONN_IDLE) {
             c->state = PS_CONN_BODY;
             c->req_start = ev_now(w->loop);
         }
-        int body_ready = r->message_complete || r->expect_continue ||
-                         ps_buf_size(&c->body) >= BODY_HIGH;
+        int body_ready =
+            r->message_complete || r->expect_continue || ps_buf_size(&c->body) >= BODY_HIGH;
         if (!body_ready) {
             arm_timer(c, w->cfg.timeout_request_header);
             return;

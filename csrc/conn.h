@@ -72,7 +72,7 @@ struct ps_conn {
     ps_buf_t body; /* decoded body bytes not read by the application yet */
     ps_buf_t wbuf; /* output not accepted by the kernel yet */
     int resp_status;
-    int64_t resp_left; /* body bytes still due under Content-Length, or -1 */
+    int64_t resp_left;   /* body bytes still due under Content-Length, or -1 */
     uint64_t resp_bytes; /* body bytes the application produced */
     int sf_fd;           /* sendfile in progress: file, offset, bytes left */
     int64_t sf_off;

@@ -16,10 +16,10 @@ ps_slice_t ps_date_header(time_t now)
     if (now != cached_second) {
         struct tm tm;
         gmtime_r(&now, &tm);
-        int n = snprintf(cached_header, sizeof(cached_header),
-                         "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[tm.tm_wday],
-                         tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-                         tm.tm_sec);
+        int n =
+            snprintf(cached_header, sizeof(cached_header),
+                     "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[tm.tm_wday], tm.tm_mday,
+                     months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
         cached_len = n > 0 ? (size_t)n : 0;
         cached_second = now;
     }

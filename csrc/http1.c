@@ -9,17 +9,16 @@
 
 /* RFC 9110 tchar. */
 static const uint8_t token_chars[256] = {
-    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1,
-    ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1,  ['|'] = 1,
-    ['~'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1,  ['5'] = 1,
-    ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1, ['A'] = 1, ['B'] = 1,  ['C'] = 1,
-    ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,  ['J'] = 1,
-    ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,  ['Q'] = 1,
-    ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1,  ['X'] = 1,
-    ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1,  ['e'] = 1,
-    ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1,  ['l'] = 1,
-    ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,  ['s'] = 1,
-    ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1,  ['z'] = 1,
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1,  ['~'] = 1, ['0'] = 1,
+    ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,  ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1,  ['F'] = 1, ['G'] = 1,
+    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1,  ['N'] = 1, ['O'] = 1,
+    ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,  ['V'] = 1, ['W'] = 1,
+    ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1,  ['d'] = 1, ['e'] = 1,
+    ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1,  ['l'] = 1, ['m'] = 1,
+    ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1,  ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
 static int is_token(const char *s, size_t n)
@@ -274,7 +273,29 @@ static int on_headers_complete(llhttp_t *h)
     r->headers = hs;
     r->nheaders = p->nfields;
     r->head_complete = 1;
+    if (r->chunked) {
+        p->chunk_state = PS_CHUNK_SIZE;
+        return HPE_PAUSED;
+    }
     return 0;
+}
+
+static int on_chunk_header(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    p->last_chunk = h->content_length == 0;
+    return 0;
+}
+
+/* Pauses before the next chunk-size line so ps_http1_feed() can strip its
+ * extensions (see skip_chunk_extensions). */
+static int on_chunk_complete(llhttp_t *h)
+{
+    ps_http1_parser_t *p = parser_of(h);
+    if (p->last_chunk)
+        return 0;
+    p->chunk_state = PS_CHUNK_SIZE;
+    return HPE_PAUSED;
 }
 
 static int on_body(llhttp_t *h, const char *at, size_t len)
@@ -307,6 +328,8 @@ static const llhttp_settings_t settings = {
     .on_header_value_complete = on_header_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
+    .on_chunk_complete = on_chunk_complete,
     .on_message_complete = on_message_complete,
 };
 
@@ -333,6 +356,8 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->discard_body = 0;
     p->version_len = 0;
     p->trailer_bytes = 0;
+    p->chunk_state = PS_CHUNK_NONE;
+    p->last_chunk = 0;
     p->error_status = 0;
     if (p->paused) {
         llhttp_resume(&p->llhttp);
@@ -367,8 +392,43 @@ static int error_status_for(ps_http1_parser_t *p, llhttp_errno_t err)
     return 400;
 }
 
+/* Chunk extensions carry nothing the server uses, and llhttp 8.1 rejects
+ * valid ones (";a=b;c=d"). At the start of a chunk-size line the size
+ * digits go to llhttp and everything from ';' to the line end is skipped, so
+ * llhttp only ever sees "SIZE\r\n". Returns the new position, or NULL when
+ * an extension runs past the line limit. */
+static const char *skip_chunk_extensions(ps_http1_parser_t *p, const char *cur, const char *end)
+{
+    if (p->chunk_state == PS_CHUNK_SIZE) {
+        const char *s = cur;
+        while (s < end && *s != ';' && *s != '\r' && *s != '\n')
+            s++;
+        if (s > cur)
+            llhttp_execute(&p->llhttp, cur, (size_t)(s - cur));
+        if (s == end)
+            return end; /* still in the size digits */
+        if (*s != ';') {
+            p->chunk_state = PS_CHUNK_NONE;
+            return s;
+        }
+        p->chunk_state = PS_CHUNK_EXT;
+        p->chunk_ext_len = 0;
+        cur = s;
+    }
+    const char *s = cur;
+    while (s < end && *s != '\r' && *s != '\n')
+        s++;
+    p->chunk_ext_len += (uint32_t)(s - cur);
+    if (p->chunk_ext_len > p->limits->max_field_size)
+        return NULL;
+    if (s < end)
+        p->chunk_state = PS_CHUNK_NONE;
+    return s;
+}
+
 int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed)
 {
+    const char *cur = data, *end = data + len;
     if (p->paused) {
         if (p->req.message_complete) {
             *consumed = 0;
@@ -377,30 +437,54 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
         llhttp_resume(&p->llhttp);
         p->paused = 0;
     }
-    p->feed_start = data;
-    llhttp_errno_t err = llhttp_execute(&p->llhttp, data, len);
-    if (len > 0)
-        p->last_fed = data[len - 1];
-    switch (err) {
-    case HPE_OK:
-        *consumed = len;
-        return PS_HTTP1_MORE;
-    case HPE_PAUSED:
-        *consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
-        p->paused = 1;
-        return PS_HTTP1_PAUSED;
-    case HPE_PAUSED_UPGRADE:
-        /* The bytes after an upgrade request are another protocol: the
-         * request is answered and the connection closed. */
-        *consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
-        p->req.message_complete = 1;
-        p->req.keep_alive = 0;
-        p->paused = 1;
-        return PS_HTTP1_PAUSED;
-    default:
-        *consumed = len;
-        p->error_status = error_status_for(p, err);
-        return PS_HTTP1_ERROR;
+    for (;;) {
+        if (p->chunk_state != PS_CHUNK_NONE) {
+            cur = skip_chunk_extensions(p, cur, end);
+            if (cur == NULL) {
+                *consumed = len;
+                p->error_status = 400;
+                return PS_HTTP1_ERROR;
+            }
+            if (llhttp_get_errno(&p->llhttp) != HPE_OK) {
+                *consumed = len;
+                p->error_status = error_status_for(p, llhttp_get_errno(&p->llhttp));
+                return PS_HTTP1_ERROR;
+            }
+            if (cur == end) {
+                *consumed = len;
+                return PS_HTTP1_MORE;
+            }
+        }
+        p->feed_start = cur;
+        llhttp_errno_t err = llhttp_execute(&p->llhttp, cur, (size_t)(end - cur));
+        if (end > cur)
+            p->last_fed = end[-1];
+        switch (err) {
+        case HPE_OK:
+            *consumed = len;
+            return PS_HTTP1_MORE;
+        case HPE_PAUSED:
+            cur = llhttp_get_error_pos(&p->llhttp);
+            if (p->chunk_state != PS_CHUNK_NONE) { /* our own pause: go on */
+                llhttp_resume(&p->llhttp);
+                continue;
+            }
+            *consumed = (size_t)(cur - data);
+            p->paused = 1;
+            return PS_HTTP1_PAUSED;
+        case HPE_PAUSED_UPGRADE:
+            /* The bytes after an upgrade request are another protocol: the
+             * request is answered and the connection closed. */
+            *consumed = (size_t)(llhttp_get_error_pos(&p->llhttp) - data);
+            p->req.message_complete = 1;
+            p->req.keep_alive = 0;
+            p->paused = 1;
+            return PS_HTTP1_PAUSED;
+        default:
+            *consumed = len;
+            p->error_status = error_status_for(p, err);
+            return PS_HTTP1_ERROR;
+        }
     }
 }
 
@@ -502,10 +586,12 @@ int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, 
 
 /* The body is the reason phrase; its length is spelled out below. */
 #define ERROR_RESPONSE(code, reason, len)                                                          \
-    {code, PS_SLICE_LIT("HTTP/1.1 " #code " " reason "\r\n"                                        \
-                        "Content-Type: text/plain; charset=utf-8\r\n"                              \
-                        "Content-Length: " #len "\r\n"                                             \
-                        "Connection: close\r\n\r\n" reason)}
+    {                                                                                              \
+        code, PS_SLICE_LIT("HTTP/1.1 " #code " " reason "\r\n"                                     \
+                           "Content-Type: text/plain; charset=utf-8\r\n"                           \
+                           "Content-Length: " #len "\r\n"                                          \
+                           "Connection: close\r\n\r\n" reason)                                     \
+    }
 
 static const struct {
     int status;

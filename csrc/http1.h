@@ -64,6 +64,9 @@ typedef struct {
     size_t body_high; /* pause once body holds this much */
     int error_status; /* the answer to give after PS_HTTP1_ERROR */
     uint32_t trailer_bytes;
+    uint8_t chunk_state; /* where we are in a chunk-size line */
+    unsigned last_chunk : 1;
+    uint32_t chunk_ext_len;
     uint8_t host_count;
     unsigned has_te : 1;
     unsigned discard_body : 1;
@@ -73,6 +76,8 @@ typedef struct {
     char version[8];
     uint8_t version_len;
 } ps_http1_parser_t;
+
+enum { PS_CHUNK_NONE, PS_CHUNK_SIZE, PS_CHUNK_EXT };
 
 enum {
     PS_HTTP1_MORE = 0,   /* all input consumed, more is needed */

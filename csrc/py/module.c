@@ -61,8 +61,8 @@ static int read_config(PyObject *config, ps_config_t *cfg)
         get_double(config, "limit_request_field_size", &field_size) < 0 ||
         get_double(config, "limit_request_body", &body) < 0 ||
         get_double(config, "timeout_keep_alive", &cfg->timeout_keep_alive) < 0 ||
-        get_optional_double(config, "timeout_request_header", 60.0,
-                            &cfg->timeout_request_header) < 0 ||
+        get_optional_double(config, "timeout_request_header", 60.0, &cfg->timeout_request_header) <
+            0 ||
         get_optional_double(config, "graceful_timeout", 30.0, &cfg->graceful_timeout) < 0 ||
         get_optional_double(config, "limit_connections", 10000, &conns) < 0 ||
         get_bool(config, "server_header", &server_header) < 0 ||
@@ -174,10 +174,10 @@ static int module_exec(PyObject *module)
     ps_module_state_t *st = PyModule_GetState(module);
     if (ps_wsgi_init_types(module, st) < 0)
         return -1;
-    if (PyModule_AddStringConstant(module, "LLHTTP_VERSION",
-                                   Py_STRINGIFY(LLHTTP_VERSION_MAJOR) "." Py_STRINGIFY(
-                                       LLHTTP_VERSION_MINOR) "." Py_STRINGIFY(LLHTTP_VERSION_PATCH)) <
-        0)
+    if (PyModule_AddStringConstant(
+            module, "LLHTTP_VERSION",
+            Py_STRINGIFY(LLHTTP_VERSION_MAJOR) "." Py_STRINGIFY(
+                LLHTTP_VERSION_MINOR) "." Py_STRINGIFY(LLHTTP_VERSION_PATCH)) < 0)
         return -1;
     return PyModule_AddIntConstant(module, "LIBEV_VERSION_MAJOR", ev_version_major());
 }

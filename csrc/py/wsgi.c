@@ -41,8 +41,8 @@ enum {
 };
 
 static const char *const key_names[K_COUNT] = {
-    "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",       "QUERY_STRING", "CONTENT_TYPE",
-    "CONTENT_LENGTH", "SERVER_NAME", "SERVER_PORT",     "SERVER_PROTOCOL", "REMOTE_ADDR",
+    "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",   "QUERY_STRING",    "CONTENT_TYPE",
+    "CONTENT_LENGTH", "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "REMOTE_ADDR",
     "REMOTE_PORT",    "RAW_URI",     "wsgi.input",
 };
 
@@ -77,16 +77,15 @@ typedef struct {
 } conn_info_t;
 
 typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
+    PyObject_HEAD vectorcallfunc vectorcall;
     ps_conn_t *conn; /* NULL once the request is over */
     ps_wsgi_t *ctx;
     PyObject *status;
     PyObject *headers;
-    PyObject *result;   /* what the application returned: close() is called on it */
-    PyObject *iter;     /* iterator over result, NULL for lists and tuples */
-    Py_ssize_t index;   /* next item when result is a list or tuple */
-    PyObject *input;    /* the wsgi.input object */
+    PyObject *result;     /* what the application returned: close() is called on it */
+    PyObject *iter;       /* iterator over result, NULL for lists and tuples */
+    Py_ssize_t index;     /* next item when result is a list or tuple */
+    PyObject *input;      /* the wsgi.input object */
     int64_t known_length; /* body length known up front, or -1 */
     int sendfile_fd;      /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
@@ -94,19 +93,16 @@ typedef struct {
 } RequestObject;
 
 typedef struct {
-    PyObject_HEAD
-    ps_conn_t *conn; /* NULL once the request is over */
+    PyObject_HEAD ps_conn_t *conn; /* NULL once the request is over */
     ps_wsgi_t *ctx;
 } InputObject;
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *logger;
+    PyObject_HEAD PyObject *logger;
 } ErrorsObject;
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *filelike;
+    PyObject_HEAD PyObject *filelike;
     Py_ssize_t blksize;
 } FileWrapperObject;
 
@@ -545,8 +541,8 @@ static int send_head(RequestObject *req, const char *body, size_t len)
     }
     /* 1xx, 204 and 304 carry no body and so no length of one. */
     const char *code = status.base;
-    int bodyless = code[0] == '1' || (status.len >= 3 && (memcmp(code, "204", 3) == 0 ||
-                                                          memcmp(code, "304", 3) == 0));
+    int bodyless = code[0] == '1' || (status.len >= 3 &&
+                                      (memcmp(code, "204", 3) == 0 || memcmp(code, "304", 3) == 0));
     if (!has_length && req->known_length >= 0 && !bodyless) {
         int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
         hs[n].name = PS_SLICE_LIT("Content-Length");
@@ -846,8 +842,7 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
     if (rc == SEND_ERROR)
         return NULL;
     if (rc == PS_WRITE_PENDING) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = map_write(ps_conn_write_blocking(c, NULL, 0));
+        Py_BEGIN_ALLOW_THREADS rc = map_write(ps_conn_write_blocking(c, NULL, 0));
         Py_END_ALLOW_THREADS
     }
     if (rc == SEND_GONE) {
@@ -922,11 +917,8 @@ static int input_fill(InputObject *self)
     if (c == NULL || ps_buf_size(&c->body) > 0 || ps_conn_request(c)->message_complete)
         return 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ps_conn_body_wait(c);
-    Py_END_ALLOW_THREADS
-    if (rc == 0)
-        return 0;
+    Py_BEGIN_ALLOW_THREADS rc = ps_conn_body_wait(c);
+    Py_END_ALLOW_THREADS if (rc == 0) return 0;
     if (rc == -EPROTO)
         PyErr_Format(PyExc_OSError, "request body rejected (%d)", c->error_status);
     else if (rc == -ETIMEDOUT)
@@ -1214,8 +1206,7 @@ static int FileWrapper_init(PyObject *op, PyObject *args, PyObject *kwargs)
     static char *kwlist[] = {"filelike", "blksize", NULL};
     PyObject *filelike;
     Py_ssize_t blksize = 8192;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|n:FileWrapper", kwlist, &filelike,
-                                     &blksize))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|n:FileWrapper", kwlist, &filelike, &blksize))
         return -1;
     Py_XSETREF(self->filelike, Py_NewRef(filelike));
     self->blksize = blksize > 0 ? blksize : 8192;
@@ -1321,10 +1312,9 @@ static int set_str(PyObject *d, const char *key, PyObject *value)
  * would have to grow. Only speed depends on this, never behaviour. */
 static int add_placeholders(ps_wsgi_t *ctx, PyObject *env)
 {
-    static const int always[] = {K_REQUEST_METHOD, K_PATH_INFO,   K_QUERY_STRING,
-                                 K_SERVER_PROTOCOL, K_SERVER_NAME, K_SERVER_PORT,
-                                 K_REMOTE_ADDR,    K_REMOTE_PORT, K_RAW_URI,
-                                 K_WSGI_INPUT};
+    static const int always[] = {K_REQUEST_METHOD, K_PATH_INFO,   K_QUERY_STRING, K_SERVER_PROTOCOL,
+                                 K_SERVER_NAME,    K_SERVER_PORT, K_REMOTE_ADDR,  K_REMOTE_PORT,
+                                 K_RAW_URI,        K_WSGI_INPUT};
     for (size_t i = 0; i < PS_ARRAY_LEN(always); i++)
         if (PyDict_SetItem(env, ctx->keys[always[i]], ctx->empty) < 0)
             return -1;
@@ -1356,7 +1346,8 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *r
     else
         multiprocess = PyLong_Check(workers) && PyLong_AsLong(workers) > 1;
     Py_XDECREF(workers);
-    if (scheme == NULL || errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
+    if (scheme == NULL || errors == NULL ||
+        set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
         PyDict_SetItemString(env, "wsgi.url_scheme", scheme) < 0 ||
         PyDict_SetItemString(env, "wsgi.errors", errors) < 0 ||
         PyDict_SetItemString(env, "wsgi.multithread", Py_False) < 0 ||
