@@ -1,0 +1,160 @@
+# pyserver: the commands people type.
+#
+#   make run        install what is missing, build, serve the demo on 127.0.0.1:8000
+#   make test       build, run the C unit tests and the pytest suite
+#   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
+#   make test-asan  the pytest suite against an ASan/UBSan build of the extension
+#   make fuzz       run the HTTP/1 parser fuzzer for FUZZ_SECONDS (default 60)
+#   make bench      benchmarks/run.py (BENCH_ARGS=...)
+#   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
+#   make clean      remove build outputs (distclean also removes .venv)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+APT_PACKAGES := build-essential pkg-config libev-dev node-llhttp curl wrk apache2-utils \
+	nginx-light clang-format
+FUZZ_APT_PACKAGES := clang libclang-rt-dev
+# Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
+ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)
+APT_PACKAGES += python3-dev python3-venv
+endif
+
+CSRC := $(wildcard csrc/*.c csrc/*.h csrc/py/*.c csrc/py/*.h)
+EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+EXT := pyserver/_core$(EXT_SUFFIX)
+
+ASAN_CFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g
+ASAN_LDFLAGS := -fsanitize=address,undefined
+
+# The flags the extension is built with; build/core-flags changes only when
+# they do, so switching between normal and sanitizer builds rebuilds it.
+CORE_FLAGS = $(PYSERVER_CFLAGS)|$(PYSERVER_LDFLAGS)|$(PYSERVER_WERROR)
+
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+
+.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint clean \
+	distclean FORCE
+
+# ---- dependencies -----------------------------------------------------------
+
+deps: apt-deps $(VENV)/.deps-stamp
+
+# Debian packages: ask apt only when one is missing.
+apt-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "install ok installed" \
+			|| missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+
+deps-fuzz:
+	@command -v clang >/dev/null && dpkg-query -W -f='$${Status}' libclang-rt-dev 2>/dev/null \
+		| grep -q "install ok installed" || { \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(FUZZ_APT_PACKAGES); }
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# The editable install also builds the extension in place; re-run only when
+# the packaging files change.
+$(VENV)/.deps-stamp: pyproject.toml setup.py | $(PY) apt-deps build/core-flags
+	$(PIP) install --upgrade pip 'setuptools>=64' wheel
+	$(PIP) install --no-build-isolation -e '.[test]'
+	@touch $@
+
+# ---- build ------------------------------------------------------------------
+
+build: deps $(EXT)
+
+build/core-flags: FORCE
+	@mkdir -p build
+	@echo '$(CORE_FLAGS)' | cmp -s - $@ || echo '$(CORE_FLAGS)' > $@
+
+$(EXT): $(CSRC) setup.py build/core-flags | deps
+	PYSERVER_CFLAGS='$(PYSERVER_CFLAGS)' PYSERVER_LDFLAGS='$(PYSERVER_LDFLAGS)' \
+		$(PY) setup.py -q build_ext --inplace --force
+	@touch $@
+
+# ---- run and test -----------------------------------------------------------
+
+run: build
+	$(PY) -m pyserver pyserver.demo:app --host 127.0.0.1 --port 8000 $(RUN_ARGS)
+
+# pytest's own exit status is kept: 5 (no tests collected) fails like any other.
+test: build test-c
+	$(PYTEST) tests $(PYTEST_ARGS)
+
+test-c: apt-deps
+	scripts/test-c.sh
+
+# Rebuild the extension with sanitizers, run the suite with a Python that has
+# the ASan/UBSan runtimes preloaded (only Python: see scripts/asan-python.sh;
+# server subprocesses started with sys.executable get them too), then rebuild
+# the extension normally whatever the outcome. Python leaks at exit by design:
+# no LeakSanitizer. verify_asan_link_order=0 lets a Python started without
+# the wrapper (the console script) still load the extension. Tests can look
+# at PYSERVER_ASAN=1 to relax memory-growth bounds.
+test-asan: deps test-c
+	$(MAKE) build PYSERVER_CFLAGS='$(ASAN_CFLAGS)' PYSERVER_LDFLAGS='$(ASAN_LDFLAGS)'
+	scripts/asan-python.sh $(VENV) >/dev/null
+	@status=0; \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:verify_asan_link_order=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	PYTHONMALLOC=malloc \
+		$(VENV)/bin/python-asan -m pytest -q -p no:cacheprovider tests $(PYTEST_ARGS) \
+		|| status=$$?; \
+	$(MAKE) build || status=1; \
+	exit $$status
+
+fuzz: deps-fuzz apt-deps
+	scripts/fuzz.sh
+
+bench: build
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# ---- lint -------------------------------------------------------------------
+
+C_LINT_FILES = $(wildcard csrc/*.[ch] csrc/py/*.[ch] tests/c/*.[ch] tests/fuzz/*.c)
+PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
+
+# Runs every check, then fails if any did.
+lint: apt-deps | $(PY)
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PIP) install ruff
+	@status=0; \
+	if [ -n "$(C_LINT_FILES)" ]; then \
+		clang-format --dry-run --Werror $(C_LINT_FILES) || status=1; \
+	fi; \
+	$(PY) -m ruff check $(PY_LINT_DIRS) || status=1; \
+	$(PY) -m ruff format --check $(PY_LINT_DIRS) || status=1; \
+	bad=$$(grep -rlE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]Python\.h[>"]' \
+		csrc tests/c tests/fuzz 2>/dev/null | grep -v '^csrc/py/' || true); \
+	if [ -n "$$bad" ]; then \
+		echo "Python.h is included outside csrc/py/: $$bad"; status=1; \
+	fi; \
+	exit $$status
+
+# ---- clean ------------------------------------------------------------------
+
+clean:
+	rm -rf build dist *.egg-info .ruff_cache
+	rm -f pyserver/_core*.so
+	find . \( -name '.venv*' -o -name .git \) -prune -o -name __pycache__ -type d -prune \
+		-exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
+
+FORCE:

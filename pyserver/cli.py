@@ -1,0 +1,373 @@
+"""The `pyserver` command: options map one to one onto Config.
+
+Every option can also come from the environment as PYSERVER_<NAME> (for
+example PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false, PYSERVER_BIND="a b");
+the command line wins. WEB_CONCURRENCY sets the worker count when neither
+--workers nor PYSERVER_WORKERS does.
+"""
+
+import argparse
+import inspect
+import os
+import sys
+
+from pyserver import __version__, config, logconfig
+from pyserver.config import Config, StartupError
+from pyserver.importer import split_app_spec
+
+ENV_PREFIX = "PYSERVER_"
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+LIST_OPTIONS = ("bind",)  # whitespace-separated lists in the environment
+
+# Defaults shown in --help come from Config's signature: one source of truth.
+D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
+
+
+def _converter(name, check, *args):
+    """An argparse type that reports ValueError messages as they are."""
+
+    def convert(value):
+        try:
+            return check(*args, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _int(name):
+    return _converter(name, config.check_int, name)
+
+
+def _float(name):
+    return _converter(name, config.check_float, name)
+
+
+def _choice(choices):
+    def check(value):
+        value = value.lower()
+        if value not in choices:
+            raise ValueError(f"invalid choice {value!r} (choose from {', '.join(choices)})")
+        return value
+
+    return _converter("choice", check)
+
+
+def _octal(value):
+    try:
+        number = int(value, 8)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 0o7777:
+        raise ValueError(f"expected octal permissions such as 660, got {value!r}")
+    return number
+
+
+def _app_spec(value):
+    split_app_spec(value)
+    return value
+
+
+def _root_path(value):
+    if value and not value.startswith("/"):
+        raise ValueError(f"must start with '/', got {value!r}")
+    return value
+
+
+def build_parser():
+    """Return (parser, options): options are the actions that map onto Config."""
+    parser = argparse.ArgumentParser(
+        prog="pyserver",
+        description="Serve a WSGI application with pyserver's C core (libev + llhttp).",
+        epilog="Every option can also be set as an environment variable PYSERVER_<OPTION> "
+        "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false); the command line wins.",
+    )
+    options = []
+
+    def add(group, *flags, **kwargs):
+        kwargs.setdefault("default", None)
+        options.append(group.add_argument(*flags, **kwargs))
+
+    add(
+        parser,
+        "app",
+        nargs="?",
+        metavar="APP",
+        type=_converter("app", _app_spec),
+        help="the application, as MODULE:ATTR (e.g. myproject.wsgi:application)",
+    )
+
+    sockets = parser.add_argument_group("sockets")
+    add(sockets, "--host", help=f"bind to this address (default: {D['host']})")
+    add(sockets, "--port", type=_int("port"), help=f"bind to this port (default: {D['port']})")
+    add(
+        sockets,
+        "-b",
+        "--bind",
+        action="append",
+        metavar="ADDRESS",
+        type=_converter("bind", config.parse_bind),
+        help="listen on HOST:PORT, [IPV6]:PORT, unix:PATH or fd://N; repeatable; "
+        "replaces --host/--port",
+    )
+    add(sockets, "--uds", metavar="PATH", help="listen on this unix domain socket")
+    add(
+        sockets,
+        "--uds-perms",
+        metavar="MODE",
+        type=_converter("mode", _octal),
+        help="octal permissions for the --uds socket file (e.g. 660)",
+    )
+    add(
+        sockets,
+        "--fd",
+        metavar="N",
+        type=_int("fd"),
+        help="listen on this inherited file descriptor (already bound)",
+    )
+    add(
+        sockets,
+        "--backlog",
+        metavar="N",
+        type=_int("backlog"),
+        help=f"maximum number of pending connections (default: {D['backlog']})",
+    )
+
+    app = parser.add_argument_group("application")
+    add(
+        app,
+        "--interface",
+        type=_choice(config.INTERFACES),
+        metavar="{auto,wsgi,asgi}",
+        help="application interface; auto detects it (default: auto)",
+    )
+    add(
+        app,
+        "--factory",
+        action="store_true",
+        help="APP is a factory: call it with no arguments to get the application",
+    )
+    add(
+        app,
+        "--app-dir",
+        metavar="DIR",
+        help="look for APP in this directory, put first on sys.path (default: .)",
+    )
+    add(
+        app,
+        "--root-path",
+        metavar="PATH",
+        type=_converter("root_path", _root_path),
+        help="mount path of the application, given to it as SCRIPT_NAME (default: none)",
+    )
+
+    http = parser.add_argument_group("HTTP timeouts and limits")
+    add(
+        http,
+        "--timeout-keep-alive",
+        metavar="SECONDS",
+        type=_float("timeout_keep_alive"),
+        help="close idle keep-alive connections after this many seconds "
+        f"(default: {D['timeout_keep_alive']:g})",
+    )
+    add(
+        http,
+        "--timeout-request-header",
+        metavar="SECONDS",
+        type=_float("timeout_request_header"),
+        help=argparse.SUPPRESS,
+    )
+    add(
+        http,
+        "--graceful-timeout",
+        metavar="SECONDS",
+        type=_float("graceful_timeout"),
+        help="on SIGTERM or SIGINT, give requests in progress this many seconds to finish "
+        f"(default: {D['graceful_timeout']:g})",
+    )
+    add(
+        http,
+        "--limit-request-line",
+        metavar="BYTES",
+        type=_int("limit_request_line"),
+        help=f"maximum size of the request line, 1-65536 (default: {D['limit_request_line']})",
+    )
+    add(
+        http,
+        "--limit-request-fields",
+        metavar="N",
+        type=_int("limit_request_fields"),
+        help="maximum number of request header fields, 1-32768 "
+        f"(default: {D['limit_request_fields']})",
+    )
+    add(
+        http,
+        "--limit-request-field-size",
+        metavar="BYTES",
+        type=_int("limit_request_field_size"),
+        help="maximum size of one request header field, 1-65536 "
+        f"(default: {D['limit_request_field_size']})",
+    )
+    add(
+        http,
+        "--limit-request-body",
+        metavar="BYTES",
+        type=_int("limit_request_body"),
+        help="maximum size of a request body; 0 means no limit (default: 0)",
+    )
+    add(
+        http,
+        "--limit-connections",
+        metavar="N",
+        type=_int("limit_connections"),
+        help=argparse.SUPPRESS,
+    )
+    add(
+        http,
+        "--server-header",
+        action=argparse.BooleanOptionalAction,
+        help="send a Server header (default: on)",
+    )
+    add(
+        http,
+        "--date-header",
+        action=argparse.BooleanOptionalAction,
+        help="send a Date header (default: on)",
+    )
+
+    logs = parser.add_argument_group("logging")
+    add(
+        logs,
+        "--log-level",
+        type=_choice(tuple(logconfig.LOG_LEVELS)),
+        metavar="LEVEL",
+        help=f"one of critical, error, warning, info, debug, trace (default: {D['log_level']})",
+    )
+    add(
+        logs,
+        "--log-config",
+        metavar="FILE",
+        help="logging configuration: a dictConfig .json or .yaml file, or a fileConfig .ini file",
+    )
+    add(
+        logs,
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        help="log one line per request on pyserver.access (default: on)",
+    )
+
+    procs = parser.add_argument_group("processes")
+    add(
+        procs,
+        "-w",
+        "--workers",
+        metavar="N",
+        type=_int("workers"),
+        help="number of worker processes (default: $WEB_CONCURRENCY or 1)",
+    )
+
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"pyserver {__version__} ({config.python_description()})",
+        help="show the version and exit",
+    )
+    return parser, options
+
+
+def _parse_bool(value):
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _from_env(action, raw):
+    """Convert an environment value the way the option's own parser would."""
+    if action.nargs == 0:
+        return _parse_bool(raw)
+    convert = action.type or str
+    if action.dest in LIST_OPTIONS:
+        return [convert(word) for word in raw.split()]
+    return convert(raw)
+
+
+def parse_args(argv=None, environ=None):
+    """Parse the command line, fill unset options from the environment.
+
+    Returns a dict of the options that were given, ready for Config(**kwargs).
+    Exits with status 2 on a bad value, like argparse.
+    """
+    environ = os.environ if environ is None else environ
+    parser, options = build_parser()
+    args = parser.parse_args(argv)
+    for action in options:
+        if getattr(args, action.dest) is not None:
+            continue
+        name = ENV_PREFIX + action.dest.upper()
+        raw = environ.get(name)
+        if raw is None and action.dest == "workers":
+            name, raw = "WEB_CONCURRENCY", environ.get("WEB_CONCURRENCY")
+        if raw is None:
+            continue
+        try:
+            setattr(args, action.dest, _from_env(action, raw))
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"environment variable {name}: {exc}")
+    if args.app is None:
+        parser.error("the following arguments are required: APP")
+    return {key: value for key, value in vars(args).items() if value is not None}
+
+
+def run(cfg):
+    """Load cfg, serve until stopped; return the process exit status."""
+    try:
+        from pyserver import _core
+    except ImportError as exc:
+        print(
+            f"pyserver: error: the C core pyserver._core cannot be loaded ({exc}); "
+            "build it with `make build` or `pip install .`",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        cfg.load()
+    except StartupError as exc:
+        print(f"pyserver: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        cfg.close_sockets()
+        return 130
+
+    logger = cfg.error_logger
+    logger.info("Started pyserver %s (pid %d)", __version__, os.getpid())
+    for sock in cfg.sockets:
+        logger.info("Listening on %s", config.socket_url(sock))
+    try:
+        _core.serve(cfg.loaded_app, cfg.sockets, cfg)
+    except OSError as exc:
+        print(f"pyserver: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cfg.close_sockets()
+    logger.info("Finished server process [%d]", os.getpid())
+    return 0
+
+
+def main(argv=None):
+    """Entry point of the `pyserver` script and `python -m pyserver`."""
+    kwargs = parse_args(argv)
+    app = kwargs.pop("app")
+    try:
+        cfg = Config(app, **kwargs)
+    except ValueError as exc:
+        print(f"pyserver: error: {exc}", file=sys.stderr)
+        return 2
+    return run(cfg)

@@ -1,0 +1,405 @@
+"""Config: every server option in one place, resolved once by load().
+
+The CLI maps its options one to one onto Config's keyword arguments. After
+load(), the attributes read by the C core (`_core.serve(app, sockets, config)`)
+hold final values:
+
+    interface                 "wsgi"
+    root_path                 str, no trailing slash ("" for none)
+    timeout_keep_alive        float seconds
+    timeout_request_header    float seconds
+    graceful_timeout          float seconds
+    limit_request_line        int
+    limit_request_fields      int
+    limit_request_field_size  int
+    limit_request_body        int, 0 = no limit
+    limit_connections         int
+    access_log                bool (False also when the access logger is disabled)
+    server_header             bool
+    date_header               bool
+    url_scheme                "http"
+    error_logger              logging.Logger "pyserver.error"
+    access_logger             logging.Logger "pyserver.access"
+    app_spec                  str, "module:attr" for messages
+    workers                   int, the number of worker processes that run (1 for now)
+"""
+
+import logging
+import os
+import platform
+import socket
+import stat
+
+from pyserver import importer, logconfig
+
+INTERFACES = ("auto", "wsgi", "asgi")
+
+# Inclusive bounds (None = unbounded) shared by Config and the CLI.
+INT_BOUNDS = {
+    "port": (0, 65535),
+    "fd": (0, None),
+    "backlog": (1, None),
+    "limit_request_line": (1, 65536),
+    "limit_request_fields": (1, 32768),
+    "limit_request_field_size": (1, 65536),
+    "limit_request_body": (0, None),
+    "limit_connections": (1, None),
+    "workers": (1, None),
+}
+FLOAT_BOUNDS = {
+    "timeout_keep_alive": (0.0, None),
+    "timeout_request_header": (0.001, None),
+    "graceful_timeout": (0.0, None),
+}
+
+
+class StartupError(Exception):
+    """The server cannot start.
+
+    str(self) is the one line to print after "pyserver: "; exit_code is the
+    process status: 3 when the application cannot be loaded, 1 otherwise.
+    """
+
+    def __init__(self, message, exit_code=1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _range_text(lo, hi):
+    if hi is None:
+        return f"at least {lo:g}"
+    return f"between {lo:g} and {hi:g}"
+
+
+def check_int(name, value):
+    """Return value as an int within INT_BOUNDS[name]; raise ValueError otherwise."""
+    lo, hi = INT_BOUNDS[name]
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected an integer, got {value!r}") from None
+    if number < lo or (hi is not None and number > hi):
+        raise ValueError(f"must be {_range_text(lo, hi)}, got {number}")
+    return number
+
+
+def check_float(name, value):
+    """Return value as a float within FLOAT_BOUNDS[name]; raise ValueError otherwise."""
+    lo, hi = FLOAT_BOUNDS[name]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number of seconds, got {value!r}") from None
+    if not number >= lo or (hi is not None and number > hi):
+        raise ValueError(f"must be {_range_text(lo, hi)}, got {value}")
+    return number
+
+
+def parse_bind(value):
+    """Parse one --bind address.
+
+    Returns ("tcp", host, port), ("unix", path) or ("fd", n). Accepted forms:
+    HOST:PORT, HOST (port 8000), [IPV6]:PORT, [IPV6], unix:PATH, fd://N.
+    Raises ValueError for anything else.
+    """
+    if value.startswith("unix:"):
+        path = value[len("unix:") :]
+        if not path:
+            raise ValueError(f"empty unix socket path in {value!r}")
+        return ("unix", path)
+    if value.startswith("fd://"):
+        try:
+            return ("fd", check_int("fd", value[len("fd://") :]))
+        except ValueError:
+            raise ValueError(f"bad file descriptor in {value!r}") from None
+    host, port = value, "8000"
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            raise ValueError(f"missing ']' in {value!r}")
+        host, rest = value[1:end], value[end + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"expected [HOST]:PORT, got {value!r}")
+            port = rest[1:]
+    elif ":" in value:
+        host, _, port = value.rpartition(":")
+        if ":" in host:
+            raise ValueError(f"IPv6 addresses need brackets: [{host}]:{port}")
+    try:
+        return ("tcp", host, check_int("port", port))
+    except ValueError as exc:
+        raise ValueError(f"bad port in {value!r}: {exc}") from None
+
+
+def format_host_port(host, port):
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _app_name(app):
+    module = getattr(app, "__module__", None) or "?"
+    name = getattr(app, "__qualname__", None) or type(app).__qualname__
+    return f"{module}:{name}"
+
+
+class Config:
+    """All options of one server; call load() once before serving."""
+
+    def __init__(
+        self,
+        app,
+        *,
+        host="127.0.0.1",
+        port=8000,
+        bind=None,
+        uds=None,
+        uds_perms=None,
+        fd=None,
+        backlog=2048,
+        interface="auto",
+        factory=False,
+        app_dir=".",
+        root_path="",
+        timeout_keep_alive=5.0,
+        timeout_request_header=60.0,
+        graceful_timeout=30.0,
+        limit_request_line=8190,
+        limit_request_fields=100,
+        limit_request_field_size=8190,
+        limit_request_body=0,
+        limit_connections=10000,
+        server_header=True,
+        date_header=True,
+        log_level="info",
+        log_config=None,
+        access_log=True,
+        workers=None,
+    ):
+        self.app = app
+        self.app_spec = app if isinstance(app, str) else _app_name(app)
+        self.host = host
+        self.port = check_int("port", port)
+        self.bind = [parse_bind(b) if isinstance(b, str) else tuple(b) for b in bind or ()]
+        self.uds = uds
+        self.uds_perms = uds_perms
+        self.fd = None if fd is None else check_int("fd", fd)
+        self.backlog = check_int("backlog", backlog)
+        if interface not in INTERFACES:
+            raise ValueError(f"interface must be one of {', '.join(INTERFACES)}")
+        self.interface = interface
+        self.factory = bool(factory)
+        self.app_dir = app_dir
+        if root_path and not root_path.startswith("/"):
+            raise ValueError(f"root_path must start with '/', got {root_path!r}")
+        self.root_path = root_path.rstrip("/")
+        self.timeout_keep_alive = check_float("timeout_keep_alive", timeout_keep_alive)
+        self.timeout_request_header = check_float("timeout_request_header", timeout_request_header)
+        self.graceful_timeout = check_float("graceful_timeout", graceful_timeout)
+        self.limit_request_line = check_int("limit_request_line", limit_request_line)
+        self.limit_request_fields = check_int("limit_request_fields", limit_request_fields)
+        self.limit_request_field_size = check_int(
+            "limit_request_field_size", limit_request_field_size
+        )
+        self.limit_request_body = check_int("limit_request_body", limit_request_body)
+        self.limit_connections = check_int("limit_connections", limit_connections)
+        self.server_header = bool(server_header)
+        self.date_header = bool(date_header)
+        if log_level not in logconfig.LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
+        self.log_level = log_level
+        self.log_config = log_config
+        self.access_log = bool(access_log)
+        if workers is None:
+            workers = os.environ.get("WEB_CONCURRENCY", 1)
+        self.workers = check_int("workers", workers)
+        self.url_scheme = "http"
+
+        self.error_logger = None
+        self.access_logger = None
+        self.loaded_app = None
+        self.sockets = []
+        self._unix_paths = []
+        self.loaded = False
+
+    def load(self):
+        """Set up logging, import the app, bind the sockets. Raises StartupError."""
+        assert not self.loaded, "Config.load() called twice"
+        self.configure_logging()
+        if self.workers > 1:
+            self.error_logger.warning(
+                "%d workers requested: multiple workers arrive with the process manager; "
+                "running 1 worker",
+                self.workers,
+            )
+            self.workers = 1
+        self.loaded_app = self.load_app()
+        self.interface = self.resolve_interface(self.loaded_app)
+        self.sockets = self.bind_sockets()
+        self.loaded = True
+
+    def configure_logging(self):
+        try:
+            self.error_logger, self.access_logger = logconfig.configure_logging(
+                self.log_level, self.log_config, self.access_log
+            )
+        except logconfig.LogConfigError as exc:
+            raise StartupError(f"error: {exc}", 1) from exc
+        # No access-log work in the core when nothing would be printed.
+        self.access_log = self.access_log and self.access_logger.isEnabledFor(logging.INFO)
+
+    def load_app(self):
+        """Return the application object. Raises StartupError (exit code 3)."""
+        app_dir = os.path.abspath(self.app_dir) if self.app_dir is not None else None
+        try:
+            return importer.load_app(
+                self.app, app_dir=app_dir, factory=self.factory, name=self.app_spec
+            )
+        except importer.AppImportError as exc:
+            hint = ""
+            if exc.in_app:
+                self.error_logger.debug("Traceback:", exc_info=exc.__cause__)
+                if not self.error_logger.isEnabledFor(logging.DEBUG):
+                    hint = " (--log-level debug shows the traceback)"
+            raise StartupError(f"error: {exc}{hint}", 3) from exc
+
+    def resolve_interface(self, app):
+        interface = self.interface
+        if interface == "auto":
+            interface = importer.detect_interface(app)
+        if interface == "asgi":
+            raise StartupError(f"ASGI applications are not supported yet ({self.app_spec})", 3)
+        return interface
+
+    def bind_addresses(self):
+        """The addresses to listen on: --bind, --uds and --fd, else --host/--port."""
+        addresses = list(self.bind)
+        if self.uds is not None:
+            addresses.append(("unix", self.uds))
+        if self.fd is not None:
+            addresses.append(("fd", self.fd))
+        if not addresses:
+            addresses.append(("tcp", self.host, self.port))
+        return addresses
+
+    def bind_sockets(self):
+        """Return listening, non-blocking sockets. Raises StartupError (exit code 1)."""
+        sockets = []
+        try:
+            for address in self.bind_addresses():
+                sockets.append(self._bind_one(address))
+        except BaseException:
+            self.sockets = sockets
+            self.close_sockets()
+            raise
+        return sockets
+
+    def _bind_one(self, address):
+        kind = address[0]
+        name = describe_address(address)
+        try:
+            if kind == "fd":
+                sock = socket.socket(fileno=address[1])
+                if sock.type != socket.SOCK_STREAM:
+                    sock.detach()
+                    raise OSError(f"fd {address[1]} is not a stream socket")
+            elif kind == "unix":
+                sock = self._bind_unix(address[1])
+            else:
+                sock = self._bind_tcp(address[1], address[2])
+        except OSError as exc:
+            verb = "use" if kind == "fd" else "bind"
+            raise StartupError(f"error: cannot {verb} {name}: {exc}", 1) from exc
+        try:
+            sock.listen(self.backlog)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"error: cannot listen on {name}: {exc}", 1) from exc
+        return sock
+
+    def _bind_tcp(self, host, port):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _bind_unix(self, path):
+        remove_stale_unix_socket(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            self._unix_paths.append(path)
+            if self.uds_perms is not None:
+                os.chmod(path, self.uds_perms)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def close_sockets(self):
+        """Close the listening sockets and remove the unix socket files bound here."""
+        for sock in self.sockets:
+            sock.close()
+        self.sockets = []
+        for path in self._unix_paths:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self._unix_paths = []
+
+
+def remove_stale_unix_socket(path):
+    """Remove a socket file left by a dead server; refuse to touch anything else.
+
+    Raises OSError(EADDRINUSE) if a server still answers on it and
+    FileExistsError if the path is not a socket.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(17, "File exists and is not a socket", path)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        return
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise OSError(98, "Address already in use")
+
+
+def describe_address(address):
+    if address[0] == "unix":
+        return f"unix:{address[1]}"
+    if address[0] == "fd":
+        return f"fd://{address[1]}"
+    return format_host_port(address[1], address[2])
+
+
+def socket_url(sock):
+    """How a listening socket is shown to the user: http://HOST:PORT or unix:PATH."""
+    if sock.family == socket.AF_UNIX:
+        name = sock.getsockname()
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        return f"unix:{name}"
+    host, port = sock.getsockname()[:2]
+    return f"http://{format_host_port(host, port)}"
+
+
+def python_description():
+    """ "Python 3.11.7, CPython": for --version and the startup log."""
+    return f"Python {platform.python_version()}, {platform.python_implementation()}"

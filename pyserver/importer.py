@@ -1,0 +1,152 @@
+"""Find the application: import "module:attr" and tell WSGI from ASGI."""
+
+import functools
+import importlib
+import inspect
+import sys
+
+
+class AppImportError(Exception):
+    """The application could not be loaded; str(self) is a one-line reason.
+
+    in_app is True when the failure happened inside the application's own
+    code (its traceback is then worth showing), False when the module or
+    attribute simply does not exist.
+    """
+
+    def __init__(self, message, in_app=False):
+        super().__init__(message)
+        self.in_app = in_app
+
+
+def split_app_spec(spec):
+    """Split "module:attr" into ("module", "attr"); raise ValueError if malformed."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f'expected MODULE:ATTR, got "{spec}"')
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f'"{module}" is not a module name')
+    if not all(part.isidentifier() for part in attr.split(".")):
+        raise ValueError(f'"{attr}" is not an attribute name')
+    return module, attr
+
+
+def _in_app_error(what, exc):
+    return AppImportError(f"{what}: {type(exc).__name__}: {exc}", in_app=True)
+
+
+def import_module(name):
+    """Import a module, telling "it does not exist" from "it failed inside"."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # Only the module itself (or a package above it) being absent counts
+        # as "could not import": a missing library imported *by* the module
+        # is the module's own error and must show as such.
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise AppImportError(f'could not import module "{name}" ({exc})') from exc
+        raise _in_app_error(f'error while importing module "{name}"', exc) from exc
+    except Exception as exc:
+        raise _in_app_error(f'error while importing module "{name}"', exc) from exc
+
+
+def import_from_string(spec, app_dir=None):
+    """Return the object named by "module:attr" (attr may be dotted).
+
+    app_dir, when given, is put first on sys.path so the module is found
+    the way `python -m` would find it from that directory.
+    Raises AppImportError with a one-line reason.
+    """
+    try:
+        module_name, attr = split_app_spec(spec)
+    except ValueError as exc:
+        raise AppImportError(str(exc)) from None
+    if app_dir is not None:
+        sys.path.insert(0, app_dir)
+    obj = import_module(module_name)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppImportError(
+                f'attribute "{attr}" not found in module "{module_name}"'
+            ) from None
+    return obj
+
+
+def load_app(app, app_dir=None, factory=False, name=None):
+    """Return the application: app itself, or the object its "module:attr" names.
+
+    With factory=True the object found is called with no arguments and its
+    result is the application. name is how messages refer to the app.
+    Raises AppImportError.
+    """
+    name = name or str(app)
+    obj = import_from_string(app, app_dir) if isinstance(app, str) else app
+    if factory:
+        if not callable(obj):
+            raise AppImportError(f'app factory "{name}" is not callable')
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise _in_app_error(f'error while calling app factory "{name}"', exc) from exc
+    if not callable(obj):
+        raise AppImportError(f'"{name}" is not callable (got {type(obj).__name__})')
+    return obj
+
+
+def _unwrap(fn):
+    """Look through functools.partial and functools.wraps layers."""
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif inspect.isfunction(fn) and hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        else:
+            return fn
+
+
+def _call_is_async(cls):
+    """True if instances of cls have an async __call__."""
+    call = inspect.getattr_static(cls, "__call__", None)
+    return inspect.iscoroutinefunction(_unwrap(call))
+
+
+def _takes_one_positional(fn):
+    """True if fn can be called with exactly one positional argument but not two.
+
+    A WSGI callable is always called with (environ, start_response); an ASGI2
+    callable (or class) is called with (scope) alone.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(object())
+    except TypeError:
+        return False
+    try:
+        sig.bind(object(), object())
+    except TypeError:
+        return True
+    return False
+
+
+def detect_interface(app):
+    """Return "asgi" or "wsgi" for an application object.
+
+    ASGI: a coroutine function, an object whose __call__ is a coroutine
+    function (Django's ASGIHandler, Starlette and FastAPI instances), an
+    awaitable class, or an ASGI2 callable taking (scope) alone. Anything else
+    (Flask, Bottle, Django's WSGIHandler, plain functions) is WSGI.
+    """
+    target = _unwrap(app)
+    if inspect.isclass(target):
+        if hasattr(target, "__await__") or _call_is_async(target):
+            return "asgi"
+    elif inspect.iscoroutinefunction(target):
+        return "asgi"
+    elif not inspect.isroutine(target) and _call_is_async(type(target)):
+        return "asgi"
+    return "asgi" if _takes_one_positional(target) else "wsgi"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build and run the C unit tests: each tests/c/test_*.c is linked with the
+# core (csrc/*.c, never csrc/py) and llhttp, under ASan and UBSan, and run.
+# Exits non-zero if any test fails to build or run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+shopt -s nullglob
+tests=(tests/c/test_*.c)
+if [ ${#tests[@]} -eq 0 ]; then
+    echo "test-c: no tests/c/test_*.c yet, nothing to run"
+    exit 0
+fi
+
+CC=${CC:-cc}
+out=build/test-c
+san="-fsanitize=address,undefined -fno-omit-frame-pointer"
+llhttp_cflags=$(scripts/llhttp-flags.sh cflags)
+llhttp_libs=$(scripts/llhttp-flags.sh libs)
+llhttp_sources=$(scripts/llhttp-flags.sh sources)
+cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags"
+
+rm -rf "$out"
+mkdir -p "$out/core" "$out/llhttp"
+
+objs=()
+for src in $llhttp_sources; do
+    obj="$out/llhttp/$(basename "${src%.c}").o"
+    # -w: llhttp's warnings are not ours; sanitizers still apply.
+    $CC -c -g -O1 -w $san $llhttp_cflags "$src" -o "$obj"
+    objs+=("$obj")
+done
+for src in csrc/*.c; do
+    obj="$out/core/$(basename "${src%.c}").o"
+    $CC -c $cflags "$src" -o "$obj"
+    objs+=("$obj")
+done
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+passed=0
+failed=()
+for test in "${tests[@]}"; do
+    name=$(basename "${test%.c}")
+    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev $llhttp_libs; then
+        failed+=("$name (build)")
+        continue
+    fi
+    echo "test-c: $name"
+    if timeout 300 "$out/$name"; then
+        passed=$((passed + 1))
+    else
+        failed+=("$name")
+    fi
+done
+
+echo "test-c: ${passed} passed, ${#failed[@]} failed"
+if [ ${#failed[@]} -ne 0 ]; then
+    printf 'test-c: FAILED %s\n' "${failed[@]}"
+    exit 1
+fi

@@ -1,0 +1,163 @@
+"""Build the C extension pyserver._core.
+
+Metadata lives in pyproject.toml; this file only describes the extension:
+the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
+libev and llhttp from the system.
+
+Environment:
+  PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
+  PYSERVER_LDFLAGS  extra linker flags
+  PYSERVER_WERROR   1 to add -Werror to the extension's own sources
+"""
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from glob import glob
+
+from setuptools import Extension, setup
+from setuptools.command.build_clib import build_clib
+from setuptools.command.build_ext import build_ext
+
+LLHTTP_MIN_VERSION = "9.2"
+DEBIAN_LLHTTP_SRC = "/usr/share/llhttp"
+DEBIAN_LLHTTP_INCLUDE = "/usr/share/include/llhttp"
+
+LLHTTP_MISSING = (
+    "pyserver needs llhttp: install the Debian package node-llhttp "
+    "(apt-get install node-llhttp) or a libllhttp >= 9.2 with pkg-config"
+)
+LIBEV_MISSING = "pyserver needs libev: apt-get install libev-dev"
+
+
+def fail(message):
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(1)
+
+
+def env_flags(name):
+    return shlex.split(os.environ.get(name, ""))
+
+
+def pkg_config(*args):
+    """Return pkg-config's output split into words, or None if it fails."""
+    if shutil.which("pkg-config") is None:
+        return None
+    proc = subprocess.run(["pkg-config", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.split()
+
+
+def find_libev():
+    """Return (compile_args, link_args) for libev."""
+    cflags = pkg_config("--cflags", "libev")
+    libs = pkg_config("--libs", "libev")
+    if cflags is not None and libs is not None:
+        return cflags, libs
+    if os.path.exists("/usr/include/ev.h") or os.path.exists("/usr/local/include/ev.h"):
+        return [], ["-lev"]
+    fail(LIBEV_MISSING)
+
+
+def find_llhttp():
+    """Return (compile_args, link_args, static_library_or_None) for llhttp.
+
+    A system libllhttp >= 9.2 is used as is. Otherwise Debian's node-llhttp
+    sources (8.1) are compiled at build time into a static helper library,
+    in strict mode; they are never copied into this repository.
+    """
+    if pkg_config("--exists", f"libllhttp >= {LLHTTP_MIN_VERSION}") is not None:
+        return pkg_config("--cflags", "libllhttp"), pkg_config("--libs", "libllhttp"), None
+    sources = [os.path.join(DEBIAN_LLHTTP_SRC, f) for f in ("llhttp.c", "api.c", "http.c")]
+    if all(os.path.exists(s) for s in sources):
+        library = (
+            "llhttp",
+            {
+                "sources": sources,
+                "include_dirs": [DEBIAN_LLHTTP_INCLUDE],
+                "macros": [("LLHTTP_STRICT_MODE", "1")],
+                # -w: llhttp's own warnings are not ours to fix.
+                "cflags": ["-O2", "-w", "-fPIC", "-fvisibility=hidden"]
+                + env_flags("PYSERVER_CFLAGS"),
+            },
+        )
+        cflags = [f"-I{DEBIAN_LLHTTP_INCLUDE}", "-DLLHTTP_STRICT_MODE=1"]
+        return cflags, [], library
+    fail(LLHTTP_MISSING)
+
+
+class BuildExt(build_ext):
+    """build_ext that builds the static llhttp helper first.
+
+    Plain `setup.py build_ext` does not run build_clib on its own. The helper
+    library goes to a directory named after the extra flags, so switching
+    between a normal and a sanitizer build never links stale objects.
+    """
+
+    def run(self):
+        if self.distribution.has_c_libraries():
+            self.run_command("build_clib")
+        super().run()
+
+
+class BuildClib(build_clib):
+    """build_clib for the llhttp helper, whose sources are system files.
+
+    They are not part of pyserver's source distribution, so they are kept
+    out of the manifest (which would reject their absolute paths).
+    """
+
+    def get_source_files(self):
+        return []
+
+
+def flavor_dir():
+    flags = os.environ.get("PYSERVER_CFLAGS", "") + "|" + os.environ.get("PYSERVER_LDFLAGS", "")
+    return os.path.join("build", "clib-" + hashlib.sha1(flags.encode()).hexdigest()[:10])
+
+
+def extension_sources():
+    sources = sorted(glob("csrc/*.c")) + sorted(glob("csrc/py/*.c"))
+    if not sources:
+        fail("no C sources found in csrc/ (run setup.py from the repository root)")
+    return sources
+
+
+def main():
+    ev_cflags, ev_libs = find_libev()
+    llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
+
+    compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
+    if os.environ.get("PYSERVER_WERROR") == "1":
+        compile_args.append("-Werror")
+    compile_args += ev_cflags + llhttp_cflags + env_flags("PYSERVER_CFLAGS")
+    link_args = llhttp_libs + ev_libs + env_flags("PYSERVER_LDFLAGS")
+
+    core = Extension(
+        "pyserver._core",
+        sources=extension_sources(),
+        include_dirs=["csrc"],
+        depends=sorted(glob("csrc/*.h") + glob("csrc/py/*.h")),
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    options = {}
+    libraries = []
+    if llhttp_library is not None:
+        libraries.append(llhttp_library)
+        build_dir = flavor_dir()
+        options["build_clib"] = {"build_clib": build_dir, "build_temp": build_dir + "-temp"}
+
+    setup(
+        ext_modules=[core],
+        libraries=libraries,
+        cmdclass={"build_ext": BuildExt, "build_clib": BuildClib},
+        options=options,
+    )
+
+
+main()
