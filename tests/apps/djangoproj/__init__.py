@@ -1,0 +1,1 @@
+"""A minimal Django project (no database) served as apps.djangoproj.wsgi:application."""
