@@ -1,0 +1,1 @@
+"""Load harness comparing pyserver with peer servers (see docs/benchmarks.md)."""

@@ -1,0 +1,121 @@
+"""Load generators: wrk (keep-alive) and ab (a connection per request), and their parsers."""
+
+import re
+import subprocess
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+class LoadError(Exception):
+    """The load generator failed or printed something we cannot read."""
+
+
+def pinned(cpus, argv):
+    """ARGV under `taskset -c CPUS`, or ARGV itself when CPUS is None."""
+    return ["taskset", "-c", cpus, *argv] if cpus else list(argv)
+
+
+def _ms(text):
+    """'512.00us' / '1.20ms' / '2.01s' -> milliseconds."""
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    if not m:
+        raise LoadError(f"unreadable duration {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def wrk_command(url, duration, connections, threads=1, cpus=None):
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", url]
+    return pinned(cpus, argv)
+
+
+def parse_wrk(out):
+    """Results of `wrk --latency` output: rps, latencies (ms), errors."""
+    res = {}
+    m = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)
+    if not m:
+        raise LoadError(f"no Requests/sec in wrk output: {out.strip()[-300:]!r}")
+    res["rps"] = float(m.group(1))
+    m = re.search(r"^\s*(\d+) requests in ([\d.]+\w+),", out, re.M)
+    res["requests"] = int(m.group(1)) if m else None
+    res["elapsed_s"] = _ms(m.group(2)) / 1e3 if m else None
+    dist = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", out, re.M))
+    res["p50_ms"] = _ms(dist["50"]) if "50" in dist else None
+    res["p99_ms"] = _ms(dist["99"]) if "99" in dist else None
+    m = re.search(r"^\s+Latency\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+    res["max_ms"] = _ms(m.group(3)) if m else None
+    socket_errors = {"connect": 0, "read": 0, "write": 0, "timeout": 0}
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        socket_errors = dict(zip(socket_errors, map(int, m.groups()), strict=True))
+    res["socket_errors"] = socket_errors
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    res["non_2xx"] = int(m.group(1)) if m else 0
+    res["errors"] = sum(socket_errors.values()) + res["non_2xx"]
+    return res
+
+
+def run_wrk(url, duration, connections, cpus=None, threads=1):
+    """Run wrk for DURATION seconds and return parse_wrk() of its output plus the command."""
+    argv = wrk_command(url, duration, connections, threads, cpus)
+    out = _run(argv, timeout=duration + 60)
+    res = parse_wrk(out)
+    res["load_command"] = argv
+    return res
+
+
+def ab_command(url, requests, connections, cpus=None):
+    # -r: keep going on socket receive errors (they are counted, not fatal).
+    argv = ["ab", "-r", "-q", "-c", str(connections), "-n", str(requests), url]
+    return pinned(cpus, argv)
+
+
+def parse_ab(out):
+    """Results of ab output: rps, latencies (ms), failed requests, longest request."""
+    res = {}
+    m = re.search(r"^Requests per second:\s+([\d.]+)", out, re.M)
+    if not m:
+        raise LoadError(f"no 'Requests per second' in ab output: {out.strip()[-300:]!r}")
+    res["rps"] = float(m.group(1))
+    m = re.search(r"^Complete requests:\s+(\d+)", out, re.M)
+    res["requests"] = int(m.group(1)) if m else None
+    m = re.search(r"^Time taken for tests:\s+([\d.]+) seconds", out, re.M)
+    res["elapsed_s"] = float(m.group(1)) if m else None
+    dist = dict(re.findall(r"^\s+(50|66|75|80|90|95|98|99|100)%\s+(\d+)", out, re.M))
+    res["p50_ms"] = float(dist["50"]) if "50" in dist else None
+    res["p99_ms"] = float(dist["99"]) if "99" in dist else None
+    # "100%  19 (longest request)"
+    res["max_ms"] = float(dist["100"]) if "100" in dist else None
+    m = re.search(r"^Failed requests:\s+(\d+)", out, re.M)
+    res["failed"] = int(m.group(1)) if m else 0
+    m = re.search(r"\(Connect: (\d+), Receive: (\d+), Length: (\d+), Exceptions: (\d+)\)", out)
+    kinds = ("connect", "receive", "length", "exceptions")
+    res["failed_detail"] = dict(zip(kinds, map(int, m.groups()), strict=True)) if m else {}
+    m = re.search(r"^Non-2xx responses:\s+(\d+)", out, re.M)
+    res["non_2xx"] = int(m.group(1)) if m else 0
+    res["errors"] = res["failed"] + res["non_2xx"]
+    return res
+
+
+def run_ab(url, requests, connections, cpus=None, timeout=600):
+    """Run `ab -c CONNECTIONS -n REQUESTS` (no keep-alive) and return parse_ab() of it."""
+    argv = ab_command(url, requests, connections, cpus)
+    out = _run(argv, timeout=timeout)
+    res = parse_ab(out)
+    res["load_command"] = argv
+    return res
+
+
+def _run(argv, timeout):
+    try:
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LoadError(f"{argv[0]} did not finish in {timeout} s") from exc
+    except FileNotFoundError as exc:
+        raise LoadError(f"{exc.filename} is not installed") from exc
+    if proc.returncode != 0 and "Requests" not in proc.stdout:
+        raise LoadError(
+            f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
+        )
+    return proc.stdout

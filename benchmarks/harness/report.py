@@ -1,0 +1,235 @@
+"""Summaries, result files, the console table and docs/benchmarks.md."""
+
+import json
+import os
+import shlex
+import statistics
+
+SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab"]
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
+    """One row per server: medians over rounds and medians of per-round ratios."""
+    by_server = {name: [r for r in runs if r["server"] == name] for name in servers}
+    ok = {
+        name: {r["round"]: r for r in rs if r["status"] == "ok"} for name, rs in by_server.items()
+    }
+    rows = []
+    for name in servers:
+        rs, good = by_server[name], ok[name]
+        row = {"server": name, "rounds": len(rs), "rounds_ok": len(good)}
+        if not good:
+            failures = [r for r in rs if r["status"] != "ok"]
+            row["status"] = failures[0]["status"] if failures else "not run"
+            row["error"] = failures[0].get("error", "") if failures else ""
+            rows.append(row)
+            continue
+        row["status"] = "ok"
+        for key in ("rps", "p50_ms", "p99_ms", "max_ms", "req_per_cpu_s", "cpu_s"):
+            row[key] = _median([r.get(key) for r in good.values()])
+        row["errors"] = sum(r.get("errors", 0) for r in good.values())
+        row["vs_reference"] = _ratio_median(ok.get(reference, {}), good)
+        row["vs_reference_cpu"] = _ratio_median(ok.get(reference, {}), good, "req_per_cpu_s")
+        row["of_ceiling"] = _ratio_median(good, ok.get(ceiling, {}))
+        rows.append(row)
+    return rows
+
+
+def _ratio_median(num, den, key="rps"):
+    """Median over the rounds present in both of num[round][key] / den[round][key]."""
+    ratios = [
+        num[k][key] / den[k][key] for k in num if k in den and num[k].get(key) and den[k].get(key)
+    ]
+    return _median(ratios)
+
+
+def write_json(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def load_results(results_dir):
+    found = {}
+    if os.path.isdir(results_dir):
+        for name in os.listdir(results_dir):
+            if name.endswith(".json"):
+                with open(os.path.join(results_dir, name)) as f:
+                    data = json.load(f)
+                found[data["scenario"]] = data
+    order = {n: i for i, n in enumerate(SCENARIO_ORDER)}
+    return [found[k] for k in sorted(found, key=lambda n: (order.get(n, 99), n))]
+
+
+# --- formatting -------------------------------------------------------------------------
+
+COLUMNS = ["server", "req/s", "p50 ms", "p99 ms", "max ms", "errors", "req/CPU-s"]
+COLUMNS += ["pyserver ÷ it", "pyserver ÷ it (CPU)", "of nginx", "rounds"]
+
+
+def _num(v, fmt="{:,.0f}"):
+    return "–" if v is None else fmt.format(v)
+
+
+def table_rows(summary, reference="pyserver"):
+    rows = []
+    for s in summary:
+        rounds = f"{s['rounds_ok']}/{s['rounds']}"
+        if s["status"] != "ok":
+            rows.append([s["server"], s["status"].upper()] + [""] * (len(COLUMNS) - 3) + [rounds])
+            continue
+        if s["server"] == reference:
+            ratios = ["1", "1"]
+        else:
+            ratios = [_num(s["vs_reference"], "{:.2f}×"), _num(s["vs_reference_cpu"], "{:.2f}×")]
+        rows.append(
+            [s["server"], _num(s["rps"]), _num(s["p50_ms"], "{:.2f}"), _num(s["p99_ms"], "{:.2f}")]
+            + [_num(s["max_ms"], "{:.1f}"), _num(s["errors"]), _num(s["req_per_cpu_s"])]
+            + ratios
+            + [_num(s["of_ceiling"], "{:.0%}"), rounds]
+        )
+    return rows
+
+
+def text_table(summary):
+    rows = [COLUMNS] + table_rows(summary)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = []
+    for n, r in enumerate(rows):
+        rest = zip(r[1:], widths[1:], strict=True)
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in rest]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(summary):
+    lines = ["| " + " | ".join(COLUMNS) + " |", "| --- |" + " ---: |" * (len(COLUMNS) - 1)]
+    for r in table_rows(summary):
+        name = f"**{r[0]}**" if r[0] == "pyserver" else r[0]
+        lines.append("| " + " | ".join([name] + r[1:]) + " |")
+    return "\n".join(lines)
+
+
+def _loadavg_range(runs):
+    values = [r["loadavg_before"] for r in runs if r.get("loadavg_before") is not None]
+    if not values:
+        return "not recorded"
+    return f"{min(values):.1f} to {max(values):.1f}"
+
+
+def _cmd(argv):
+    return shlex.join(argv)
+
+
+def markdown(results, charts):
+    """docs/benchmarks.md from the result files of every scenario."""
+    out = [
+        "# Benchmarks",
+        "",
+        "<!-- Generated by benchmarks/run.py (`make bench`); edit the generator, "
+        "not this file. -->",
+        "",
+        "How pyserver compares with the servers people use today. The method: each server "
+        "and the load generator run on the same machine, the server pinned to CPU 0 and "
+        "the load generator to CPU 1 (unless a scenario says otherwise); one worker "
+        "process per server unless the scenario says otherwise; the load runs for a "
+        "warm-up period first, then the measured period. Rounds are interleaved "
+        "(pyserver, peer 1, peer 2, …, then again), and the table shows the median per "
+        "server and the **median of per-round ratios**: on a shared, noisy machine a "
+        "ratio taken in one run means more than an absolute figure.",
+        "",
+        "Columns: *req/s* throughput; *p50*/*p99*/*max* latency reported by the load "
+        "generator; *errors* socket errors plus non-2xx answers (wrk) or failed plus "
+        "non-2xx requests (ab), summed over rounds (wrk counts a read error each time a "
+        "server closes a keep-alive connection, as uwsgi --http-socket does after every "
+        "response); *req/CPU-s* requests per second of "
+        "CPU time used by the server's whole process tree (utime+stime of every process "
+        "and thread, from /proc, around the measured period): servers with helper "
+        "threads cannot hide their cost; *pyserver ÷ it* how many times pyserver's "
+        "throughput is this server's, and *(CPU)* the same for requests per CPU-second "
+        "(steadier when other work shares the machine); *of nginx* this server's "
+        "throughput as a fraction of nginx answering from its config (the practical "
+        "ceiling). The 1-minute load average before each run is recorded: well above 0 "
+        "means other work shared the machine and absolute numbers are low.",
+        "",
+        "Run it: `make bench`, or `.venv/bin/python benchmarks/run.py --help` "
+        "(`--quick` for a 2 s smoke run). Peers live in `benchmarks/.venv-peers`, "
+        "created on the first run; raw results are in `benchmarks/results/`.",
+        "",
+    ]
+    for data in results:
+        out += _scenario_markdown(data, charts.get(data["scenario"]))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _scenario_markdown(data, chart):
+    p, m = data["params"], data["machine"]
+    if p["load"] == "wrk":
+        load = (
+            f"wrk, {p['connections']} connections, keep-alive, "
+            f"{p['warmup']} s warm-up + {p['duration']} s measured"
+        )
+    else:
+        load = (
+            f"ab, {p['connections']} concurrent, {p['requests']:,} requests, a new "
+            f"connection per request, after a warm-up of {p['warmup_requests']:,}"
+        )
+    mode = "full run" if data["mode"] == "full" else "**quick smoke run: indicative only**"
+    out = [
+        f"## {data['scenario']}",
+        "",
+        data["description"],
+        "",
+        f"- Run: {data['date']} ({mode}), {p['rounds']} round(s) interleaved, {load}.",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['os']}, Linux {m['kernel']}.",
+        f"- Load average (1 min) before the runs: {_loadavg_range(data['runs'])}.",
+        f"- Pinning: server `{data['server_cpus'] or 'not pinned'}`, load generator "
+        f"`{data['client_cpus'] or 'not pinned'}` (taskset CPU lists).",
+        "",
+        markdown_table(data["summary"]),
+        "",
+    ]
+    failed = [s for s in data["summary"] if s["status"] != "ok"]
+    for s in failed:
+        out.append(f"- **{s['server']}** {s['status']}: {s.get('error', '').strip()}")
+    if failed:
+        out.append("")
+    if chart:
+        out += [f"![{data['scenario']}: requests per second]({chart})", ""]
+    out += ["### Versions", "", "| component | version |", "| --- | --- |"]
+    out += [f"| {k} | {v or 'not installed'} |" for k, v in data["versions"].items()]
+    out += [
+        "",
+        "### Commands",
+        "",
+        "Run from the repository root; the load generator command is the measured "
+        "one (the warm-up differs only in duration or request count).",
+        "",
+        "```sh",
+    ]
+    for name, info in data["commands"].items():
+        out.append(f"# {name}: {info['summary']}")
+        out.append(_cmd(info["server"]) if info.get("server") else "# (not started)")
+        out.append(_cmd(info["load"]) if info.get("load") else "# (not run)")
+    out += ["```", ""]
+    for name, info in data["commands"].items():
+        for path, text in info.get("files", {}).items():
+            out += [
+                f"`{name}` configuration (`{os.path.basename(path)}`):",
+                "",
+                "```nginx",
+                text.rstrip(),
+                "```",
+                "",
+            ]
+    return out

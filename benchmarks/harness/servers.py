@@ -1,0 +1,158 @@
+"""The servers under test: how each one is started for a scenario.
+
+A server's `argv(ctx, scenario, port)` returns the command line (run from the
+repository root, not pinned yet) and may write files (nginx's configuration)
+into `ctx.tmpdir`; the text of such files is returned for the report.
+"""
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Context:
+    root: str  # repository root, the servers' working directory
+    peers_venv: str  # benchmarks/.venv-peers
+    project_python: str  # .venv/bin/python of the project
+    tmpdir: str  # scratch directory of this harness run
+
+    def peer_bin(self, name):
+        return os.path.relpath(os.path.join(self.peers_venv, "bin", name), self.root)
+
+    @property
+    def project_python_rel(self):
+        return os.path.relpath(self.project_python, self.root)
+
+
+@dataclass
+class ServerSpec:
+    name: str
+    role: str  # "project", "peer" or "ceiling"
+    summary: str
+    argv: Callable  # (ctx, scenario, port) -> (argv, {path: file text})
+    max_workers: int = 0  # 0: no limit
+    binary: str = ""  # an executable on PATH instead of a Python package
+    env: dict = field(default_factory=dict)
+    # Where it is installed: "project" (.venv), "peers" (.venv-peers) or "" (a binary).
+    venv: str = ""
+    module: str = ""  # import name that must be present in the peers venv
+    dist: str = ""  # distribution whose version is reported
+
+    def __post_init__(self):
+        if self.binary:
+            return
+        self.venv = self.venv or ("project" if self.role == "project" else "peers")
+        self.dist = self.dist or PEER_DISTS.get(self.name, self.name)
+        if self.venv == "peers":
+            self.module = self.module or self.dist
+
+
+# Distribution (and import) name of peers whose name differs from the server's.
+PEER_DISTS = {"uwsgi": "pyuwsgi"}
+
+
+def _workers_flag(flag, scenario):
+    return [flag, str(scenario.workers)] if scenario.workers > 1 else []
+
+
+def pyserver_argv(ctx, sc, port):
+    argv = [ctx.project_python_rel, "-m", "pyserver", sc.app]
+    argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
+    return argv + _workers_flag("-w", sc), {}
+
+
+def bjoern_argv(ctx, sc, port):
+    python = ctx.peer_bin("python")
+    return [python, "benchmarks/peers/run_bjoern.py", sc.app, HOST, str(port)], {}
+
+
+def meinheld_argv(ctx, sc, port):
+    python = ctx.peer_bin("python")
+    return [python, "benchmarks/peers/run_meinheld.py", sc.app, HOST, str(port)], {}
+
+
+def granian_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
+    argv += ["--workers", str(sc.workers), "--no-ws", "--host", HOST, "--port", str(port)]
+    argv += ["--log-level", "warning", "--no-access-log", sc.app]
+    return argv, {}
+
+
+def uwsgi_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("uwsgi"), "--http-socket", f"{HOST}:{port}", "--module", sc.app]
+    argv += ["--processes", str(sc.workers), "--disable-logging", "--need-app"]
+    if sc.workers > 1:
+        argv.append("--master")
+    return argv, {}
+
+
+def gunicorn_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "sync"]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning", sc.app]
+    return argv, {}
+
+
+def uvicorn_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("uvicorn"), sc.app, "--host", HOST, "--port", str(port)]
+    argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+    argv += ["--log-level", "warning"]
+    return argv + _workers_flag("--workers", sc), {}
+
+
+def hypercorn_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("hypercorn"), "-b", f"{HOST}:{port}", "-w", str(sc.workers)]
+    argv += ["--log-level", "warning", sc.app]
+    return argv, {}
+
+
+NGINX_CONF = """\
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    default_type text/plain;
+    keepalive_requests 1000000;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen {host}:{port};
+        location / {{ return 200 "Hello World!"; }}
+    }}
+}}
+"""
+
+
+def nginx_argv(ctx, sc, port):
+    tmp = os.path.join(ctx.tmpdir, "nginx")
+    os.makedirs(tmp, exist_ok=True)
+    conf = os.path.join(tmp, "nginx.conf")
+    text = NGINX_CONF.format(workers=sc.workers, tmp=tmp, host=HOST, port=port)
+    with open(conf, "w") as f:
+        f.write(text)
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return [nginx, "-p", tmp, "-e", os.path.join(tmp, "error.log"), "-c", conf], {conf: text}
+
+
+_SPECS = [
+    ServerSpec("pyserver", "project", "pyserver (this project)", pyserver_argv),
+    ServerSpec("bjoern", "peer", "bjoern.run(app, host, port)", bjoern_argv, max_workers=1),
+    ServerSpec("granian", "peer", "granian (Rust/hyper), default threads", granian_argv),
+    ServerSpec("uwsgi", "peer", "uwsgi --http-socket (closes after each response)", uwsgi_argv),
+    ServerSpec("gunicorn", "peer", "gunicorn sync worker (no keep-alive)", gunicorn_argv),
+    ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
+    ServerSpec("uvicorn", "peer", "uvicorn --loop uvloop --http httptools", uvicorn_argv),
+    ServerSpec("hypercorn", "peer", "hypercorn (asyncio)", hypercorn_argv),
+    ServerSpec("nginx", "ceiling", 'nginx return 200 "Hello World!"', nginx_argv, binary="nginx"),
+]
+SERVERS = {spec.name: spec for spec in _SPECS}

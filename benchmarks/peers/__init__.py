@@ -1,0 +1,1 @@
+"""Tiny launchers for peer servers that have no command-line interface."""

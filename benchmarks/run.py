@@ -1,0 +1,457 @@
+"""Benchmark pyserver against peer servers and nginx; write docs/benchmarks.md.
+
+    .venv/bin/python benchmarks/run.py [--scenario hello-wsgi] [--quick] ...
+
+Installs what it needs on first use: Debian packages (wrk, ab, nginx, ...) and the
+peer servers in their own virtualenv, benchmarks/.venv-peers.  Standard library only.
+"""
+
+import argparse
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from harness import environment, loadgen, procs, report
+from harness.scenarios import SCENARIOS
+from harness.servers import HOST, SERVERS, Context
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH_DIR)
+PEERS_VENV = os.path.join(BENCH_DIR, ".venv-peers")
+PROJECT_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+RESULTS_DIR = os.path.join(BENCH_DIR, "results")
+LOGS_DIR = os.path.join(BENCH_DIR, ".logs")
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+IMG_DIR = os.path.join(ROOT, "docs", "img")
+
+VERSION_DISTS = {
+    "peers": [
+        "bjoern",
+        "granian",
+        "gunicorn",
+        "pyuwsgi",
+        "meinheld",
+        "greenlet",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "hypercorn",
+        "daphne",
+        "bottle",
+    ],
+    "project": ["pyserver", "bottle"],
+}
+
+
+# Stands for the run's temporary directory in the recorded commands.
+TMP_PLACEHOLDER = "/tmp/pyserver-bench-XXXXXX"
+FULL = {"duration": 10, "warmup": 3, "rounds": 3, "requests": 50000}
+QUICK = {"duration": 2, "warmup": 1, "rounds": 1, "requests": 10000}
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--scenario",
+        default="",
+        help="comma-separated scenarios (default: all): " + ", ".join(SCENARIOS),
+    )
+    ap.add_argument(
+        "--servers",
+        default="",
+        help="comma-separated servers to run (default: all of each scenario): "
+        + ", ".join(SERVERS),
+    )
+    ap.add_argument("--duration", type=int, help="measured seconds, wrk (default: 10)")
+    ap.add_argument("--warmup", type=int, help="warm-up seconds, wrk (default: 3)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default: 3)")
+    ap.add_argument("--connections", type=int, default=100, help="concurrent connections")
+    ap.add_argument("--requests", type=int, help="requests per ab run (default: 50000)")
+    ap.add_argument("--port", type=int, default=8400, help="port the servers listen on")
+    ap.add_argument(
+        "--project-python",
+        default=PROJECT_PYTHON,
+        help="Python that runs `-m pyserver` (default: .venv/bin/python)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 s measured, 1 s warm-up, 1 round, 10000 ab requests "
+        "(options given explicitly still win)",
+    )
+    ap.add_argument(
+        "--no-install",
+        action="store_true",
+        help="do not check or install Debian packages and peers",
+    )
+    ap.add_argument(
+        "--reinstall-peers",
+        action="store_true",
+        help="pip-install the peers again (e.g. to retry meinheld)",
+    )
+    ap.add_argument(
+        "--no-write",
+        action="store_true",
+        help="print only: leave results/, docs/benchmarks.md and charts alone",
+    )
+    ap.add_argument("--list", action="store_true", help="list scenarios and servers, exit")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: recompute summaries from results/*.json, redraw charts and doc",
+    )
+    args = ap.parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.scenarios = _pick(args.scenario, SCENARIOS, "scenario")
+    args.server_filter = _pick(args.servers, SERVERS, "server") if args.servers else None
+    return args
+
+
+def _pick(value, known, what):
+    names = [n.strip() for n in value.split(",") if n.strip()] or list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        sys.exit(f"unknown {what}(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+# --- one measured run -------------------------------------------------------------------
+
+
+def server_env(spec):
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ROOT
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(spec.env)
+    return env
+
+
+def load(sc, args, port, warmup):
+    """Run the scenario's load generator once; warm-up runs are shorter."""
+    url = f"http://{HOST}:{port}{sc.path}"
+    if sc.load == "wrk":
+        duration = args.warmup if warmup else args.duration
+        return loadgen.run_wrk(url, duration, args.connections, cpus=sc.client_cpus)
+    requests = warmup_requests(args) if warmup else args.requests
+    return loadgen.run_ab(url, requests, args.connections, cpus=sc.client_cpus)
+
+
+def warmup_requests(args):
+    return max(args.requests // 10, args.connections)
+
+
+def run_once(ctx, sc, spec, args, rnd):
+    """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
+    port = args.port
+    argv, files = spec.argv(ctx, sc, port)
+    exe = argv[0]
+    argv = loadgen.pinned(sc.server_cpus, argv)
+    log_path = os.path.join(LOGS_DIR, f"{sc.name}-{spec.name}-r{rnd}.log")
+    rec = {"server": spec.name, "round": rnd, "command": argv, "files": files}
+    rec["loadavg_before"] = os.getloadavg()[0]
+    if not procs.wait_port_free(port):
+        rec.update(status="failed", error=f"port {port} still busy before start")
+        return rec
+    server = procs.Server(argv, ROOT, server_env(spec), log_path)
+    try:
+        if not os.path.exists(os.path.join(ROOT, exe)) and not shutil.which(exe):
+            raise procs.LaunchError(f"{exe} not found")
+        server.start()
+        server.wait_ready(HOST, port, sc.path, sc.body)
+        load(sc, args, port, warmup=True)
+        if not server.alive():
+            raise procs.LaunchError(f"died during warm-up: {procs.tail(log_path, 8)}")
+        before = procs.tree_cpu(server.pid)
+        res = load(sc, args, port, warmup=False)
+        after = procs.tree_cpu(server.pid)
+        alive = server.alive()
+    except (procs.LaunchError, OSError) as exc:
+        rec.update(status="failed", error=str(exc), launch_failed=True)
+        return rec
+    except loadgen.LoadError as exc:
+        rec.update(status="failed", error=f"load: {exc}")
+        return rec
+    finally:
+        server.stop()
+        if not procs.wait_port_free(port):
+            log(f"  warning: port {port} still busy after stopping {spec.name}")
+    rec.update(res)
+    rec["cpu_s"] = procs.cpu_delta(before, after)
+    rec["req_per_cpu_s"] = res["requests"] / rec["cpu_s"] if rec["cpu_s"] > 0 else None
+    if not alive:
+        rec.update(status="crashed", error=f"exited during the run: {procs.tail(log_path, 8)}")
+    else:
+        rec["status"] = "ok"
+    return rec
+
+
+def progress_line(n, total, rec):
+    head = f"  [{n:>2}/{total}] round {rec['round']} {rec['server']:<10}"
+    if rec["status"] != "ok":
+        return f"{head} {rec['status'].upper()}: {rec.get('error', '')[:300]}"
+    p50 = f"{rec['p50_ms']:.2f}" if rec.get("p50_ms") is not None else "-"
+    p99 = f"{rec['p99_ms']:.2f}" if rec.get("p99_ms") is not None else "-"
+    cpu = f"{rec['req_per_cpu_s']:,.0f}" if rec.get("req_per_cpu_s") else "-"
+    return (
+        f"{head} {rec['rps']:>10,.0f} req/s  p50 {p50} ms  p99 {p99} ms  "
+        f"errors {rec['errors']:,}  {cpu} req/CPU-s  (load avg {rec['loadavg_before']:.1f})"
+    )
+
+
+# --- a scenario -------------------------------------------------------------------------
+
+
+def _which(binary):
+    return shutil.which(binary) or os.path.exists(os.path.join("/usr/sbin", binary))
+
+
+def available(sc, names, peer_modules, install_status):
+    """Split NAMES into runnable servers and {name: reason} for the others."""
+    ok, skipped = [], {}
+    for name in names:
+        spec = SERVERS[name]
+        if spec.max_workers and sc.workers > spec.max_workers:
+            skipped[name] = f"runs {spec.max_workers} process only, scenario needs {sc.workers}"
+        elif spec.binary and not _which(spec.binary):
+            skipped[name] = f"{spec.binary} not found"
+        elif spec.venv == "peers" and spec.module and spec.module not in peer_modules:
+            reason = install_status.get(spec.dist) or install_status.get(spec.module)
+            detail = f" ({reason})" if reason and reason != "ok" else ""
+            skipped[name] = f"not installed in the peers venv{detail}"
+        else:
+            ok.append(name)
+    return ok, skipped
+
+
+def _untmp(text, ctx):
+    return text.replace(ctx.tmpdir, TMP_PLACEHOLDER)
+
+
+def run_scenario(ctx, sc, args, peer_modules, install_status):
+    names = [n for n in sc.servers if args.server_filter is None or n in args.server_filter]
+    servers, skipped = available(sc, names, peer_modules, install_status)
+    missing_app_modules = [m for m in sc.modules if m not in peer_modules]
+    for m in missing_app_modules:
+        log(f"  warning: {m} is missing in the peers venv; peers will fail to load the app")
+    log(f"\n== {sc.name}: {sc.description}")
+    log(
+        f"   servers: {', '.join(servers)}"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+    )
+    for name, why in skipped.items():
+        log(f"   skip {name}: {why}")
+    runs, launch_failed = [], set()
+    total, n = args.rounds * len(servers), 0
+    commands = {}
+    started = time.monotonic()
+    versions = collect_versions(ctx.project_python)
+    for rnd in range(1, args.rounds + 1):
+        for name in servers:
+            n += 1
+            spec = SERVERS[name]
+            if name in launch_failed:
+                rec = {
+                    "server": name,
+                    "round": rnd,
+                    "status": "failed",
+                    "error": "did not start in an earlier round; not retried",
+                }
+            else:
+                rec = run_once(ctx, sc, spec, args, rnd)
+                if rec.get("launch_failed"):
+                    launch_failed.add(name)
+            runs.append(rec)
+            cmd = commands.setdefault(name, {"summary": spec.summary})
+            if "command" in rec and "server" not in cmd:
+                cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
+                files = rec.get("files", {}).items()
+                cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
+            if rec.get("load_command"):
+                cmd.setdefault("load", rec["load_command"])
+            log(progress_line(n, total, rec))
+    summary = report.summarize(runs, servers)
+    for name, why in skipped.items():
+        summary.append(
+            {"server": name, "status": "skipped", "error": why, "rounds": 0, "rounds_ok": 0}
+        )
+    log(f"\n{sc.name}: median of {args.rounds} round(s), {time.monotonic() - started:.0f} s\n")
+    log(report.text_table(summary))
+    for s in summary:
+        if s["status"] != "ok":
+            log(f"  {s['server']}: {s['status']}: {s.get('error', '')[:400]}")
+    return {
+        "scenario": sc.name,
+        "description": sc.description,
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "mode": "quick" if args.quick else "full",
+        "params": {
+            "load": sc.load,
+            "duration": args.duration,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "connections": args.connections,
+            "requests": args.requests,
+            "warmup_requests": warmup_requests(args),
+            "workers": sc.workers,
+            "app": sc.app,
+            "path": sc.path,
+        },
+        "server_cpus": sc.server_cpus,
+        "client_cpus": sc.client_cpus,
+        "machine": environment.machine_info(),
+        "versions": scenario_versions(sc, names, versions),
+        "roles": {name: SERVERS[name].role for name in names},
+        "commands": commands,
+        "summary": summary,
+        "runs": [{k: v for k, v in r.items() if k not in ("files", "launch_failed")} for r in runs],
+    }
+
+
+def collect_versions(project_python):
+    v = {}
+    peers_python = environment.venv_python(PEERS_VENV)
+    v["python (peers venv)"] = environment.python_version(peers_python)
+    v["python (project .venv)"] = environment.python_version(project_python)
+    for dist, ver in environment.dist_versions(project_python, VERSION_DISTS["project"]).items():
+        v[f"{dist} (project .venv)"] = ver
+    v.update(environment.dist_versions(peers_python, VERSION_DISTS["peers"]))
+    v["nginx"] = environment.tool_version(["nginx", "-v"], r"nginx/(\S+)")
+    v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
+    v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
+    return v
+
+
+def scenario_versions(sc, names, versions):
+    """The versions that matter for a scenario, in a stable order."""
+    wanted = ["python (project .venv)", "pyserver (project .venv)", "python (peers venv)"]
+    for name in names:
+        spec = SERVERS[name]
+        if spec.dist and spec.venv == "peers":
+            wanted.append(spec.dist)
+        if name == "uvicorn":
+            wanted += ["uvloop", "httptools"]
+        if name == "meinheld":
+            wanted.append("greenlet")
+        if name == "nginx":
+            wanted.append("nginx")
+    if "bottle" in sc.modules:
+        wanted += ["bottle", "bottle (project .venv)"]
+    wanted.append(sc.load)
+    seen = []
+    for key in wanted:
+        if key not in seen:
+            seen.append(key)
+    return {key: versions.get(key) for key in seen}
+
+
+# --- outputs ----------------------------------------------------------------------------
+
+
+def write_outputs(all_results):
+    for data in all_results:
+        path = os.path.join(RESULTS_DIR, f"{data['scenario']}.json")
+        report.write_json(path, data)
+        log(f"wrote {os.path.relpath(path, ROOT)}")
+    results = report.load_results(RESULTS_DIR)
+    write_doc(results)
+
+
+def resummarize():
+    """Summaries of the stored results recomputed from their runs (after a report change)."""
+    results = report.load_results(RESULTS_DIR)
+    for data in results:
+        skipped = [s for s in data["summary"] if s["status"] == "skipped"]
+        names = [s["server"] for s in data["summary"] if s["status"] != "skipped"]
+        data["summary"] = report.summarize(data["runs"], names) + skipped
+    return results
+
+
+def write_doc(results):
+    charts = draw_charts(results)
+    os.makedirs(os.path.dirname(DOC), exist_ok=True)
+    with open(DOC, "w") as f:
+        f.write(report.markdown(results, charts))
+    log(f"wrote {os.path.relpath(DOC, ROOT)}")
+
+
+def draw_charts(results):
+    """Charts via matplotlib in the peers venv; {scenario: path relative to docs/}."""
+    python = environment.venv_python(PEERS_VENV)
+    paths = [os.path.join(RESULTS_DIR, f"{d['scenario']}.json") for d in results]
+    script = os.path.join(BENCH_DIR, "harness", "charts.py")
+    try:
+        proc = subprocess.run(
+            [python, script, IMG_DIR, *paths], capture_output=True, text=True, timeout=300
+        )
+    except OSError as exc:
+        log(f"charts skipped: {exc}")
+        return {}
+    if proc.returncode != 0:
+        log(f"charts failed: {proc.stderr.strip()[-500:]}")
+        return {}
+    charts = {}
+    for line in proc.stdout.split():
+        scenario = os.path.splitext(os.path.basename(line))[0]
+        charts[scenario] = os.path.relpath(line, os.path.dirname(DOC))
+        log(f"wrote {os.path.relpath(line, ROOT)}")
+    return charts
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.report_only:
+        write_outputs(resummarize())
+        return 0
+    if args.list:
+        for sc in SCENARIOS.values():
+            log(f"{sc.name}: {', '.join(sc.servers)}\n    {sc.description}")
+        return 0
+    install_status = {}
+    if not args.no_install:
+        still_missing = environment.ensure_apt_packages()
+        if still_missing:
+            log(f"setup: still missing Debian packages: {', '.join(still_missing)}")
+        install_status = environment.ensure_peers_venv(PEERS_VENV, args.reinstall_peers)
+    os.makedirs(LOGS_DIR, exist_ok=True)
+    peers_python = environment.venv_python(PEERS_VENV)
+    modules = {s.module for s in SERVERS.values() if s.module}
+    modules |= {m for sc in SCENARIOS.values() for m in sc.modules}
+    peer_modules = environment.importable(peers_python, sorted(modules))
+    project_python = os.path.abspath(args.project_python)
+    pyserver_version = environment.dist_versions(project_python, ["pyserver"])["pyserver"]
+    machine = environment.machine_info()
+    log(
+        f"machine: {machine['cpu']}, {machine['cores']} cores; "
+        f"pyserver: {pyserver_version or 'not installed'}; "
+        f"server logs in {os.path.relpath(LOGS_DIR, ROOT)}/"
+    )
+    if not os.path.exists(project_python):
+        log(f"warning: {os.path.relpath(project_python, ROOT)} is missing: pyserver will fail")
+    all_results = []
+    with tempfile.TemporaryDirectory(prefix="pyserver-bench-") as tmpdir:
+        os.chmod(tmpdir, 0o755)
+        ctx = Context(ROOT, PEERS_VENV, project_python, tmpdir)
+        for name in args.scenarios:
+            sc = SCENARIOS[name]
+            if args.server_filter and not set(sc.servers) & set(args.server_filter):
+                continue
+            all_results.append(run_scenario(ctx, sc, args, peer_modules, install_status))
+    if all_results and not args.no_write:
+        write_outputs(all_results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
