@@ -1083,13 +1083,11 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
     RequestObject *req = (RequestObject *)rt->tp_alloc(rt, 0);
     if (req == NULL)
         return NULL;
-    Py_INCREF(rt);
     InputObject *in = (InputObject *)it->tp_alloc(it, 0);
     if (in == NULL) {
         Py_DECREF(req);
         return NULL;
     }
-    Py_INCREF(it);
     in->conn = c;
     in->ctx = ctx;
     req->input = (PyObject *)in;
@@ -1335,7 +1333,6 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *r
     PyObject *errors = NULL;
     ErrorsObject *eo = (ErrorsObject *)ctx->st->errors_type->tp_alloc(ctx->st->errors_type, 0);
     if (eo) {
-        Py_INCREF(ctx->st->errors_type);
         eo->logger = Py_NewRef(ctx->error_logger);
         errors = (PyObject *)eo;
     }
