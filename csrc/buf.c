@@ -17,6 +17,8 @@ int ps_buf_reserve(ps_buf_t *b, size_t extra)
         if (b->cap - b->len >= extra)
             return 0;
     }
+    if (extra > ((size_t)-1) / 2 - b->len)
+        return -ENOMEM;
     size_t want = b->len + extra;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < want) {

@@ -31,15 +31,21 @@ static int is_token(const char *s, size_t n)
     return 1;
 }
 
-/* A field value may hold no CR, LF or NUL (obs-fold included). */
+/* A field value holds visible characters, SP, HTAB and obs-text: no
+ * control characters (CR, LF and NUL among them) and no DEL. */
 static int is_field_value(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         uint8_t c = (uint8_t)s[i];
-        if (c == '\r' || c == '\n' || c == 0)
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
             return 0;
     }
     return 1;
+}
+
+int ps_http1_valid_field(ps_slice_t name, ps_slice_t value)
+{
+    return is_token(name.base, name.len) && is_field_value(value.base, value.len);
 }
 
 static ps_http1_parser_t *parser_of(llhttp_t *h)
@@ -150,6 +156,18 @@ static int on_header_field_complete(llhttp_t *h)
     return 0;
 }
 
+/* True when `at` follows LF and at least one SP/HTAB: an obs-fold line,
+ * looking back into the previous input through p->line_start. */
+static int in_fold_line(const ps_http1_parser_t *p, const char *at)
+{
+    const char *s = at;
+    while (s > p->feed_start && (s[-1] == ' ' || s[-1] == '\t'))
+        s--;
+    if (s > p->feed_start)
+        return s[-1] == '\n' && s < at;
+    return p->line_start == PS_LINE_FOLD || (p->line_start == PS_LINE_LF && s < at);
+}
+
 static int on_header_value(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
@@ -160,6 +178,8 @@ static int on_header_value(llhttp_t *h, const char *at, size_t len)
      * piece inside one feed is an obs-fold line, which we refuse. */
     if (f->value_len > 0 && (at != p->feed_start || p->last_fed == '\n'))
         return fail(p, 400);
+    if (f->value_len == 0 && in_fold_line(p, at))
+        return fail(p, 400); /* obs-fold after an empty value: "X:\r\n b" */
     f->value_len += (uint32_t)len;
     if ((uint64_t)f->name_len + f->value_len > p->limits->max_field_size)
         return fail(p, 431);
@@ -308,6 +328,11 @@ static int on_body(llhttp_t *h, const char *at, size_t len)
         return 0;
     if (ps_buf_append(p->body, at, len) < 0)
         return fail(p, 500);
+    /* The last piece of a Content-Length body: on_message_complete pauses
+     * right after, and pausing here would leave the end unreported until the
+     * next feed, which a connection with nothing left to read never makes. */
+    if (!(h->flags & F_CHUNKED) && h->content_length == 0)
+        return 0;
     return ps_buf_size(p->body) >= p->body_high ? HPE_PAUSED : 0;
 }
 
@@ -426,6 +451,23 @@ static const char *skip_chunk_extensions(ps_http1_parser_t *p, const char *cur, 
     return s;
 }
 
+/* Remembers how the input ended (LF, or LF then SP/HTAB), for a value
+ * whose first piece opens the next input. */
+static void note_line_start(ps_http1_parser_t *p, const char *cur, const char *end)
+{
+    const char *s = end;
+    while (s > cur && (s[-1] == ' ' || s[-1] == '\t'))
+        s--;
+    if (s == cur) {
+        if (p->line_start == PS_LINE_LF)
+            p->line_start = PS_LINE_FOLD; /* the whitespace continues that line */
+    } else if (s[-1] == '\n') {
+        p->line_start = s < end ? PS_LINE_FOLD : PS_LINE_LF;
+    } else {
+        p->line_start = PS_LINE_OTHER;
+    }
+}
+
 int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed)
 {
     const char *cur = data, *end = data + len;
@@ -457,8 +499,10 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
         }
         p->feed_start = cur;
         llhttp_errno_t err = llhttp_execute(&p->llhttp, cur, (size_t)(end - cur));
-        if (end > cur)
+        if (end > cur) {
             p->last_fed = end[-1];
+            note_line_start(p, cur, end);
+        }
         switch (err) {
         case HPE_OK:
             *consumed = len;
@@ -486,6 +530,61 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
             return PS_HTTP1_ERROR;
         }
     }
+}
+
+/* ---- request targets ---- */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+size_t ps_http1_percent_decode(const char *src, size_t n, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (src[i] == '%' && i + 2 < n && (hi = hexval(src[i + 1])) >= 0 &&
+            (lo = hexval(src[i + 2])) >= 0) {
+            dst[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            dst[o++] = src[i];
+        }
+    }
+    return o;
+}
+
+void ps_http1_split_target(ps_slice_t target, ps_slice_t *path, ps_slice_t *query)
+{
+    const char *s = target.base, *end = s + target.len;
+    const char *p = s;
+    if (target.len > 0 && *s != '/' && *s != '*') {
+        /* absolute-form: skip "scheme://authority" */
+        const char *sep = memchr(s, ':', target.len);
+        if (sep && end - sep > 2 && sep[1] == '/' && sep[2] == '/') {
+            p = sep + 3; /* the authority ends at '/', '?' or '#' */
+            while (p < end && *p != '/' && *p != '?' && *p != '#')
+                p++;
+        }
+    }
+    const char *pe = p;
+    while (pe < end && *pe != '?' && *pe != '#')
+        pe++;
+    const char *q = pe, *qe = pe;
+    if (q < end && *q == '?') {
+        q++;
+        qe = memchr(q, '#', (size_t)(end - q));
+        if (qe == NULL)
+            qe = end;
+    }
+    *path = (ps_slice_t){p, (size_t)(pe - p)};
+    *query = (ps_slice_t){q, (size_t)(qe - q)};
 }
 
 /* ---- responses ---- */
@@ -562,9 +661,14 @@ int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, 
     w += status.len;
     *w++ = '\r';
     *w++ = '\n';
+    int length_done = 0;
     for (size_t i = 0; i < n; i++) {
         if (server_owned(h[i].name))
             continue;
+        if (h[i].name.len == 14 && PS_SLICE_IEQ(h[i].name, "content-length")) {
+            if (length_done++) /* equal repeats (scan_head refused unequal ones) */
+                continue;
+        }
         memcpy(w, h[i].name.base, h[i].name.len);
         w += h[i].name.len;
         *w++ = ':';

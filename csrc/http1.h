@@ -71,6 +71,7 @@ typedef struct {
     unsigned has_te : 1;
     unsigned discard_body : 1;
     unsigned paused : 1;
+    uint8_t line_start;     /* how the last input ended: PS_LINE_* */
     const char *feed_start; /* start of the input being parsed */
     char last_fed;          /* last byte of the previous input */
     char version[8];
@@ -78,6 +79,8 @@ typedef struct {
 } ps_http1_parser_t;
 
 enum { PS_CHUNK_NONE, PS_CHUNK_SIZE, PS_CHUNK_EXT };
+
+enum { PS_LINE_OTHER, PS_LINE_LF, PS_LINE_FOLD }; /* LF, LF then SP/HTAB */
 
 enum {
     PS_HTTP1_MORE = 0,   /* all input consumed, more is needed */
@@ -92,6 +95,13 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
 /* Forgets the current request so the next one can be parsed. */
 void ps_http1_next(ps_http1_parser_t *p);
 void ps_http1_free(ps_http1_parser_t *p);
+
+/* Splits a request target (origin- or absolute-form) into its path and its
+ * query, dropping any fragment. The slices point into target. */
+void ps_http1_split_target(ps_slice_t target, ps_slice_t *path, ps_slice_t *query);
+/* Decodes %XX escapes of src into dst (room for n bytes); returns the
+ * decoded length. Malformed escapes are kept as they are. */
+size_t ps_http1_percent_decode(const char *src, size_t n, char *dst);
 
 /* What a response head says about framing, found by ps_http1_scan_head(). */
 typedef struct {
@@ -112,6 +122,9 @@ int ps_http1_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_hea
  * then the blank line. Returns 0 or -ENOMEM. */
 int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, size_t n,
                         const ps_slice_t *extra, size_t nextra);
+
+/* 1 when name is a token and value holds no CR, LF or NUL. */
+int ps_http1_valid_field(ps_slice_t name, ps_slice_t value);
 
 /* A complete canned response for an error status, with Connection: close. */
 ps_slice_t ps_http1_error_response(int status);

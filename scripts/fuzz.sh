@@ -33,6 +33,7 @@ for src in csrc/*.c; do
 done
 $CC $cflags $san "$driver" "${objs[@]}" -o "$out/fuzz_http1" -lev $llhttp_libs
 
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 seeds=()
 [ -d tests/fuzz/corpus ] && seeds=(tests/fuzz/corpus)
 "$out/fuzz_http1" -max_total_time="${FUZZ_SECONDS:-60}" -artifact_prefix="$out/" \

@@ -42,7 +42,7 @@ passed=0
 failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
-    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev $llhttp_libs; then
+    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs; then
         failed+=("$name (build)")
         continue
     fi

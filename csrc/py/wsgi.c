@@ -132,33 +132,6 @@ static PyObject *latin1(const char *s, size_t n)
     return PyUnicode_DecodeLatin1(s, (Py_ssize_t)n, NULL);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* Percent-decodes src into dst (at least n bytes); returns the length. */
-static size_t percent_decode(const char *src, size_t n, char *dst)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int hi, lo;
-        if (src[i] == '%' && i + 2 < n && (hi = hexval(src[i + 1])) >= 0 &&
-            (lo = hexval(src[i + 2])) >= 0) {
-            dst[o++] = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            dst[o++] = src[i];
-        }
-    }
-    return o;
-}
-
 /* ---- environ ---- */
 
 static PyObject *port_str(int port)
@@ -323,35 +296,18 @@ static int set_item(PyObject *env, PyObject *key, PyObject *value)
  * and RAW_URI from the request target. Returns 0 or -1. */
 static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
 {
-    const char *s = target.base, *end = s + target.len;
-    const char *path = s;
-    if (target.len > 0 && *s != '/' && *s != '*') {
-        /* absolute-form: skip "scheme://authority" */
-        const char *sep = memchr(s, ':', target.len);
-        if (sep && end - sep > 2 && sep[1] == '/' && sep[2] == '/') {
-            path = memchr(sep + 3, '/', (size_t)(end - sep - 3));
-            if (path == NULL)
-                path = end;
-        }
-    }
-    const char *path_end = path;
-    while (path_end < end && *path_end != '?' && *path_end != '#')
-        path_end++;
-    const char *query = path_end, *query_end = path_end;
-    if (query < end && *query == '?') {
-        query++;
-        query_end = memchr(query, '#', (size_t)(end - query));
-        if (query_end == NULL)
-            query_end = end;
-    }
+    ps_slice_t path_s, query_s;
+    ps_http1_split_target(target, &path_s, &query_s);
+    const char *path = path_s.base, *query = query_s.base;
+    const char *path_end = path + path_s.len, *query_end = query + query_s.len;
     size_t plen = (size_t)(path_end - path);
     char stack[1024];
-    char *decoded = plen <= sizeof(stack) ? stack : PyMem_Malloc(plen);
+    char *decoded = plen < sizeof(stack) ? stack : PyMem_Malloc(plen + 1);
     if (decoded == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    size_t dlen = percent_decode(path, plen, decoded);
+    size_t dlen = ps_http1_percent_decode(path, plen, decoded);
     size_t skip = 0;
     size_t rl = ctx->root_path_len;
     if (rl && dlen >= rl && memcmp(decoded, ctx->root_path, rl) == 0 &&
