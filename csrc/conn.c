@@ -22,11 +22,27 @@
 #define KEEP_BUF (64 * 1024)
 #define LINGER_SECONDS 2.0
 #define SENDFILE_CHUNK (4 * 1024 * 1024)
+/* Input read ahead while an asynchronous application runs (pipelined
+ * requests, or nothing but the client's close). */
+#define READ_AHEAD (64 * 1024)
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void process(ps_conn_t *c);
+static void after_handler(ps_conn_t *c);
+static int parse(ps_conn_t *c);
+
+/* A write, end or abort called from outside a handler callback (an asyncio
+ * task of an asynchronous layer) moves the connection on by itself. */
+static void kick(ps_conn_t *c)
+{
+    if (c->in_handler || c->state != PS_CONN_APP)
+        return;
+    after_handler(c);
+    if (c->state == PS_CONN_IDLE)
+        process(c);
+}
 
 static const ps_slice_t server_line = PS_SLICE_LIT("Server: pyserver\r\n");
 static const ps_slice_t chunked_line = PS_SLICE_LIT("Transfer-Encoding: chunked\r\n");
@@ -357,20 +373,64 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
 void ps_conn_end(ps_conn_t *c)
 {
     c->resp_ended = 1;
-    if (c->failed)
-        return;
-    if (c->resp_chunked) {
-        struct iovec v = {"0\r\n\r\n", 5};
-        send_iov(c, &v, 1);
-    } else if (c->resp_left > 0) {
-        c->keep_alive = 0; /* shorter than announced: only a close can say so */
+    if (!c->failed) {
+        if (c->resp_chunked) {
+            struct iovec v = {"0\r\n\r\n", 5};
+            send_iov(c, &v, 1);
+        } else if (c->resp_left > 0) {
+            c->keep_alive = 0; /* shorter than announced: only a close can say so */
+        }
     }
+    kick(c);
+}
+
+int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
+{
+    if (!c->resp_chunked || c->failed) {
+        ps_conn_end(c);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!ps_http1_valid_field(h[i].name, h[i].value))
+            return -EINVAL;
+    ps_buf_t *b = &c->wbuf;
+    if (ps_buf_append(b, "0\r\n", 3) < 0)
+        goto oom;
+    for (size_t i = 0; i < n; i++)
+        if (ps_buf_append_slice(b, h[i].name) < 0 || ps_buf_append(b, ": ", 2) < 0 ||
+            ps_buf_append_slice(b, h[i].value) < 0 || ps_buf_append(b, "\r\n", 2) < 0)
+            goto oom;
+    if (ps_buf_append(b, "\r\n", 2) < 0)
+        goto oom;
+    c->resp_chunked = 0; /* the last chunk is queued: nothing more to frame */
+    send_iov(c, NULL, 0);
+    c->resp_ended = 1;
+    kick(c);
+    return 0;
+oom:
+    c->failed = 1;
+    ps_conn_abort(c);
+    return -ENOMEM;
 }
 
 void ps_conn_abort(ps_conn_t *c)
 {
     c->aborted = 1;
     c->keep_alive = 0;
+    kick(c);
+}
+
+int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n)
+{
+    ps_head_info_t info;
+    if (c->failed)
+        return -EPIPE;
+    if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
+        info.status < 102 || ps_conn_request(c)->http_minor == 0)
+        return -EINVAL;
+    if (ps_http1_write_head(&c->wbuf, status, h, n, NULL, 0) < 0)
+        return -ENOMEM;
+    return send_iov(c, NULL, 0);
 }
 
 void ps_conn_send_error(ps_conn_t *c, int status)
@@ -386,6 +446,7 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     c->keep_alive = 0;
     send_iov(c, &v, 1);
     c->resp_ended = 1;
+    kick(c);
 }
 
 /* ---- input ---- */
@@ -458,6 +519,90 @@ int ps_conn_body_wait(ps_conn_t *c)
     }
 }
 
+/* While an asynchronous application runs, the connection keeps reading:
+ * body bytes up to the high-water mark, then (once the body is complete)
+ * only enough to notice the client's close. */
+static void update_reading(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->w->async)
+        return;
+    int want = r->message_complete ? ps_buf_size(&c->rbuf) < READ_AHEAD
+                                   : ps_buf_size(&c->body) < BODY_HIGH;
+    if (want)
+        ev_io_start(c->w->loop, &c->rio);
+    else
+        ev_io_stop(c->w->loop, &c->rio);
+}
+
+/* A malformed or oversized body while an asynchronous application runs:
+ * the application hears a disconnect, the client gets the error. */
+static void body_failed(ps_conn_t *c)
+{
+    c->error_status = c->parser.error_status;
+    c->keep_alive = 0;
+    if (c->app_data)
+        c->w->handler->on_disconnect(c);
+    c->in_handler = 1;
+    ps_conn_send_error(c, c->error_status);
+    c->in_handler = 0;
+    after_handler(c);
+}
+
+int ps_conn_body_want(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    if (c->failed)
+        return -ECONNRESET;
+    if (c->error_status)
+        return -EPROTO;
+    if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->rbuf) > 0 &&
+        parse(c) == PS_HTTP1_ERROR) {
+        body_failed(c);
+        return -EPROTO;
+    }
+    if (ps_buf_size(&c->body) > 0 || r->message_complete)
+        return 1;
+    if (r->expect_continue && !c->continue_sent && !c->resp_started) {
+        struct iovec v = {(void *)ps_http1_continue.base, ps_http1_continue.len};
+        c->continue_sent = 1;
+        if (send_iov(c, &v, 1) < 0)
+            return -ECONNRESET;
+    }
+    c->body_wanted = 1;
+    update_reading(c);
+    arm_timer(c, c->w->cfg.timeout_request_header); /* a stalled upload ends */
+    return 0;
+}
+
+/* Input while an asynchronous application runs. May close c. */
+static void read_during_app(ps_conn_t *c, const char *data, size_t n)
+{
+    ps_request_t *r = ps_conn_request(c);
+    if (ps_buf_append(&c->rbuf, data, n) < 0) {
+        ps_conn_close(c);
+        return;
+    }
+    if (!r->message_complete && parse(c) == PS_HTTP1_ERROR) {
+        body_failed(c);
+        return;
+    }
+    if (c->body_wanted && (ps_buf_size(&c->body) > 0 || r->message_complete)) {
+        c->body_wanted = 0;
+        if (!ev_is_active(&c->wio))
+            ev_timer_stop(c->w->loop, &c->timer);
+        c->in_handler = 1;
+        c->w->handler->on_body(c);
+        c->in_handler = 0;
+        after_handler(c);
+        if (c->state == PS_CONN_IDLE) {
+            process(c);
+            return;
+        }
+    }
+    update_reading(c);
+}
+
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 {
     ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
@@ -473,6 +618,10 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     }
     if (c->state == PS_CONN_LINGER)
         return;
+    if (c->state == PS_CONN_APP || c->state == PS_CONN_FLUSH) {
+        read_during_app(c, w->scratch, (size_t)n);
+        return;
+    }
     if (ps_buf_append(&c->rbuf, w->scratch, (size_t)n) < 0) {
         ps_conn_close(c);
         return;
@@ -488,7 +637,7 @@ static void reset_for_next(ps_conn_t *c)
     ps_buf_reset(&c->body);
     c->state = PS_CONN_IDLE;
     c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
-    c->continue_sent = c->head_started = 0;
+    c->continue_sent = c->head_started = c->body_wanted = 0;
     c->resp_status = 0;
     c->resp_left = -1;
     c->resp_bytes = 0;
@@ -536,7 +685,10 @@ static void after_handler(ps_conn_t *c)
         }
         return;
     }
-    start_writing(c); /* on_writable asks the application for more */
+    if (c->w->async)
+        update_reading(c); /* the layer writes when its application sends */
+    else
+        start_writing(c); /* on_writable asks the application for more */
 }
 
 static void dispatch(ps_conn_t *c)
@@ -545,7 +697,9 @@ static void dispatch(ps_conn_t *c)
     c->state = PS_CONN_APP;
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;
-    ev_io_stop(c->w->loop, &c->rio);
+    c->body_wanted = 0;
+    if (!c->w->async)
+        ev_io_stop(c->w->loop, &c->rio);
     ev_timer_stop(c->w->loop, &c->timer);
     c->in_handler = 1;
     c->w->handler->on_request(c);
@@ -557,7 +711,9 @@ static void answer_error(ps_conn_t *c, int status)
 {
     c->state = PS_CONN_APP;
     ev_io_stop(c->w->loop, &c->rio);
+    c->in_handler = 1;
     ps_conn_send_error(c, status);
+    c->in_handler = 0;
     after_handler(c);
 }
 
@@ -581,8 +737,11 @@ static void process(ps_conn_t *c)
             c->state = PS_CONN_BODY;
             c->req_start = ev_now(w->loop);
         }
-        int body_ready =
-            r->message_complete || r->expect_continue || ps_buf_size(&c->body) >= BODY_HIGH;
+        /* A synchronous application reads its body with blocking calls, so
+         * it gets the body (or its first BODY_HIGH bytes) up front; an
+         * asynchronous one receives the body as it arrives. */
+        int body_ready = r->message_complete || r->expect_continue || w->async ||
+                         ps_buf_size(&c->body) >= BODY_HIGH;
         if (!body_ready) {
             arm_timer(c, w->cfg.timeout_request_header);
             return;

@@ -30,6 +30,9 @@ typedef struct {
     void (*on_disconnect)(ps_conn_t *c);
     /* The connection is being freed: drop conn_data and app_data. */
     void (*dispose)(ps_conn_t *c);
+    /* Asynchronous layers only: body bytes (or the body's end) arrived after
+     * ps_conn_body_want() returned 0. */
+    void (*on_body)(ps_conn_t *c);
 } ps_handler_t;
 
 enum ps_conn_state {
@@ -63,6 +66,7 @@ struct ps_conn {
     unsigned aborted : 1;      /* close as soon as the handler returns */
     unsigned head_started : 1; /* bytes of the next request have arrived */
     unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
+    unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
     int error_status;          /* a bad body seen by ps_conn_body_wait() */
     ev_io rio;
     ev_io wio;
@@ -109,6 +113,18 @@ static inline ps_request_t *ps_conn_request(ps_conn_t *c)
  * body (-EPROTO; the error status is then answered if nothing was sent). */
 int ps_conn_body_wait(ps_conn_t *c);
 
+/* Asynchronous layers: returns 1 when c->body holds bytes or the body is
+ * complete, 0 when it starts reading and will call on_body later, -errno when
+ * the client is gone or sent a bad body (the connection is then closing). */
+int ps_conn_body_want(ps_conn_t *c);
+
+/* Sends a 1xx head (103 Early Hints) before the response. Same returns as
+ * ps_conn_write; -EINVAL when the response already started or is invalid. */
+int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n);
+/* Ends a chunked response with trailer fields (ignored when not chunked).
+ * Returns 0 or -EINVAL for an invalid field. */
+int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n);
+
 /* Starts the response: validates status and headers, decides the framing
  * and sends the head together with the first body bytes in one write.
  * Returns PS_WRITE_DONE, PS_WRITE_PENDING, -EINVAL when the head is invalid
@@ -122,7 +138,9 @@ int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len);
 /* Sends count bytes of file fd from offset with sendfile(2). The fd must
  * stay open until on_writable is called or PS_WRITE_DONE returned. */
 int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count);
-/* The response is complete. */
+/* The response is complete. Called outside a handler callback (from an
+ * asyncio task), the connection moves on at once: it may start the next
+ * pipelined request or close, so detach per-request state first. */
 void ps_conn_end(ps_conn_t *c);
 /* The response cannot be completed: close once the handler returns. */
 void ps_conn_abort(ps_conn_t *c);

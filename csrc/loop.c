@@ -42,13 +42,10 @@ static void shed_one(ps_worker_t *w, int lfd)
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
+/* Accepts up to `max` connections from l. */
+static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
 {
-    ps_listener_t *l = ps_container_of(io, ps_listener_t, io);
-    ps_worker_t *w = l->w;
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
+    for (int i = 0; i < max; i++) {
         struct sockaddr_storage peer;
         socklen_t peer_len;
         int fd = ps_net_accept(l->fd, &peer, &peer_len);
@@ -73,6 +70,28 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
             set_accepting(w, 0);
             return;
         }
+    }
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_listener_t *l = ps_container_of(io, ps_listener_t, io);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    accept_some(l->w, l, ACCEPT_BATCH);
+}
+
+/* Graceful stop with --reuse-port: connections already queued on this
+ * worker's own socket are taken (they are served like any in flight), then
+ * shutdown() takes the socket out of the SO_REUSEPORT group. */
+static void release_own_listeners(ps_worker_t *w)
+{
+    for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (!l->own)
+            continue;
+        accept_some(w, l, INT32_MAX);
+        shutdown(l->fd, SHUT_RDWR);
     }
 }
 
@@ -134,16 +153,29 @@ static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
     stop_now(ps_container_of(t, ps_worker_t, stop_timer));
 }
 
-void ps_worker_stop(ps_worker_t *w)
+static void close_idle(ps_worker_t *w)
 {
-    if (w->stopping)
-        return;
-    w->stopping = 1;
-    set_accepting(w, 0);
     for (ps_conn_t *c = w->conns, *next; c; c = next) {
         next = c->next;
         ps_conn_stop_idle(c);
     }
+}
+
+void ps_worker_stop(ps_worker_t *w)
+{
+    if (w->stopping)
+        return;
+    release_own_listeners(w);
+    w->stopping = 1;
+    w->stop_started = ev_now(w->loop);
+    set_accepting(w, 0);
+    /* Under a master (rolling restarts, recycling), idle connections get a
+     * second before they are closed (by the heartbeat): a connection
+     * accepted just before the stop gets its first request served, and a
+     * busy keep-alive client gets its next response with "Connection:
+     * close" instead of racing a close with its next request. */
+    if (w->slot == NULL)
+        close_idle(w);
     if (w->nconns == 0) {
         ev_break(w->loop, EVBREAK_ALL);
         return;
@@ -159,10 +191,97 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     PS_UNUSED(loop);
     PS_UNUSED(revents);
     ps_worker_t *w = s->data;
-    if (s->signum == SIGQUIT || (s->signum == SIGINT && w->stopping))
+    if (s->signum == SIGUSR1) {
+        if (w->on_reopen_logs)
+            w->on_reopen_logs(w);
+        return;
+    }
+    /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
+     * master's own SIGINT reaches the workers of a terminal's process group. */
+    if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
         stop_now(w);
     else
         ps_worker_stop(w);
+}
+
+static void beat(ps_worker_t *w)
+{
+    w->slot->heartbeat = ps_master_now();
+}
+
+/* Once a second: tell the master the loop is alive; stop if it is gone. */
+static void on_heartbeat(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_worker_t *w = ps_container_of(t, ps_worker_t, heartbeat);
+    PS_UNUSED(revents);
+    beat(w);
+    if (getppid() != w->ppid)
+        ps_worker_stop(w);
+    if (w->stopping && ev_now(loop) - w->stop_started >= 1.0) {
+        close_idle(w);
+        if (w->nconns == 0)
+            ev_break(loop, EVBREAK_ALL);
+    }
+}
+
+/* The slot wrapper around the interface layer's handler: records the
+ * request (a bounded copy, for the watchdog's log line) and counts it. */
+static void copy_slice(char *dst, size_t cap, ps_slice_t s)
+{
+    size_t n = PS_MIN(s.len, cap - 1);
+    memcpy(dst, s.base, n);
+    dst[n] = '\0';
+}
+
+static void slot_on_request(ps_conn_t *c)
+{
+    ps_worker_t *w = c->w;
+    ps_slot_t *s = w->slot;
+    ps_request_t *r = ps_conn_request(c);
+    copy_slice(s->method, sizeof(s->method), r->method);
+    copy_slice(s->path, sizeof(s->path), r->target);
+    uint64_t n = s->requests + 1;
+    s->requests = n;
+    if (s->max_requests > 0 && n >= s->max_requests)
+        s->retire = 1;
+    w->inner_handler->on_request(c);
+}
+
+static void slot_on_writable(ps_conn_t *c)
+{
+    c->w->inner_handler->on_writable(c);
+}
+
+static void slot_on_disconnect(ps_conn_t *c)
+{
+    c->w->inner_handler->on_disconnect(c);
+}
+
+static void slot_dispose(ps_conn_t *c)
+{
+    c->w->inner_handler->dispose(c);
+}
+
+static void slot_on_body(ps_conn_t *c)
+{
+    c->w->inner_handler->on_body(c);
+}
+
+static const ps_handler_t slot_handler = {
+    .on_request = slot_on_request,
+    .on_writable = slot_on_writable,
+    .on_disconnect = slot_on_disconnect,
+    .dispose = slot_dispose,
+    .on_body = slot_on_body,
+};
+
+void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
+{
+    w->slot = slot;
+    w->ppid = getppid();
+    w->inner_handler = w->handler;
+    w->handler = &slot_handler;
+    ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
 }
 
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
@@ -185,7 +304,8 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     ev_signal_init(&w->sigint, on_signal, SIGINT);
     ev_signal_init(&w->sigterm, on_signal, SIGTERM);
     ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
-    w->sigint.data = w->sigterm.data = w->sigquit.data = w;
+    ev_signal_init(&w->sigusr1, on_signal, SIGUSR1);
+    w->sigint.data = w->sigterm.data = w->sigquit.data = w->sigusr1.data = w;
     return 0;
 }
 
@@ -206,24 +326,56 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->w = w;
     l->fd = fd;
     l->is_unix = is_unix;
+    l->own = 0;
     ev_io_init(&l->io, on_accept, fd, EV_READ);
     return 0;
 }
 
-void ps_worker_run(ps_worker_t *w)
+void ps_worker_start(ps_worker_t *w)
 {
     ev_signal_start(w->loop, &w->sigint);
     ev_signal_start(w->loop, &w->sigterm);
     ev_signal_start(w->loop, &w->sigquit);
+    if (w->on_reopen_logs)
+        ev_signal_start(w->loop, &w->sigusr1);
     set_accepting(w, 1);
-    ev_run(w->loop, 0);
+    if (w->slot) {
+        beat(w);
+        ev_timer_start(w->loop, &w->heartbeat);
+        ev_unref(w->loop); /* the heartbeat alone does not keep the loop alive */
+        w->slot->ready = 1;
+    }
+}
+
+void ps_worker_finish(ps_worker_t *w)
+{
+    if (w->slot && ev_is_active(&w->heartbeat)) {
+        ev_ref(w->loop);
+        ev_timer_stop(w->loop, &w->heartbeat);
+    }
     set_accepting(w, 0);
     close_all(w);
     free_dead(w);
     ev_signal_stop(w->loop, &w->sigint);
     ev_signal_stop(w->loop, &w->sigterm);
     ev_signal_stop(w->loop, &w->sigquit);
+    ev_signal_stop(w->loop, &w->sigusr1);
     ev_timer_stop(w->loop, &w->stop_timer);
+}
+
+int ps_worker_add_own_listener(ps_worker_t *w, int fd)
+{
+    int rc = ps_worker_add_listener(w, fd);
+    if (rc == 0)
+        w->listeners[w->nlisteners - 1].own = 1;
+    return rc;
+}
+
+void ps_worker_run(ps_worker_t *w)
+{
+    ps_worker_start(w);
+    ev_run(w->loop, 0);
+    ps_worker_finish(w);
 }
 
 void ps_worker_free(ps_worker_t *w)

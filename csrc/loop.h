@@ -3,11 +3,13 @@
 #define PS_LOOP_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <ev.h>
 
 #include "conn.h"
 #include "http1.h"
+#include "master.h"
 
 typedef struct {
     ps_http1_limits_t limits;
@@ -24,6 +26,7 @@ typedef struct {
     ps_worker_t *w;
     int fd;
     int is_unix;
+    int own; /* this worker's SO_REUSEPORT socket: drained and shut at stop */
 } ps_listener_t;
 
 struct ps_worker {
@@ -37,11 +40,21 @@ struct ps_worker {
     ps_conn_t *dead;  /* closed, freed before the loop sleeps */
     uint32_t nconns;
     unsigned stopping : 1;
+    unsigned async : 1; /* the interface layer answers from outside callbacks (ASGI) */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
     ev_prepare prepare;
-    ev_signal sigint, sigterm, sigquit;
+    ev_signal sigint, sigterm, sigquit, sigusr1;
     ev_timer stop_timer;
+    /* Under a master (ps_worker_attach_slot): the shared slot, the handler
+     * the slot wrapper forwards to, and the master's pid to watch. */
+    ps_slot_t *slot;
+    const ps_handler_t *inner_handler;
+    pid_t ppid;
+    ev_timer heartbeat;
+    ev_tstamp stop_started; /* graceful stop under a master: when it began */
+    /* SIGUSR1: reopen log files (optional). */
+    void (*on_reopen_logs)(ps_worker_t *w);
     char scratch[64 * 1024]; /* every read lands here first */
 };
 
@@ -49,11 +62,25 @@ struct ps_worker {
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
                    void *handler_data);
 int ps_worker_add_listener(ps_worker_t *w, int fd);
+/* A listener of this worker alone (--reuse-port): at a graceful stop its
+ * queue is accepted to the last connection and the socket shut down, so the
+ * kernel sends new connections to the other workers. */
+int ps_worker_add_own_listener(ps_worker_t *w, int fd);
 /* Runs until a stop signal and every connection is done. */
 void ps_worker_run(ps_worker_t *w);
+/* The two halves of ps_worker_run for a loop driven from elsewhere (the
+ * ASGI layer's selector): start accepting and watching signals; then, once
+ * stopped, close what is left. */
+void ps_worker_start(ps_worker_t *w);
+void ps_worker_finish(ps_worker_t *w);
 /* Stops accepting and finishes in-flight requests (graceful stop). */
 void ps_worker_stop(ps_worker_t *w);
 void ps_worker_free(ps_worker_t *w);
+/* Runs this worker under a master: heartbeat and readiness in `slot`, the
+ * request in progress recorded at dispatch, max-requests counted, SIGINT
+ * stops at once (like SIGQUIT), and the worker stops when the master dies.
+ * Call after ps_worker_init and before ps_worker_run. */
+void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot);
 
 /* Internal to the core: connection bookkeeping. */
 void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c);

@@ -11,7 +11,7 @@ import inspect
 import os
 import sys
 
-from pyserver import __version__, config, logconfig
+from pyserver import __version__, config, logconfig, workers_proc
 from pyserver.config import Config, StartupError
 from pyserver.importer import split_app_spec
 
@@ -19,7 +19,8 @@ ENV_PREFIX = "PYSERVER_"
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
-LIST_OPTIONS = ("bind",)  # whitespace-separated lists in the environment
+# Whitespace-separated lists in the environment.
+LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes")
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -190,6 +191,26 @@ def build_parser():
     )
     add(
         http,
+        "--limit-concurrency",
+        metavar="N",
+        type=_int("limit_concurrency"),
+        help="ASGI: answer 503 while N requests are in progress (default: no limit)",
+    )
+    add(
+        http,
+        "--limit-max-requests",
+        metavar="N",
+        type=_int("limit_max_requests"),
+        help="ASGI: stop the worker gracefully after N requests (default: never)",
+    )
+    add(
+        http,
+        "--lifespan",
+        type=_choice(config.LIFESPAN_MODES),
+        help="ASGI lifespan events: auto, on or off (default: auto)",
+    )
+    add(
+        http,
         "--limit-request-line",
         metavar="BYTES",
         type=_int("limit_request_line"),
@@ -268,6 +289,73 @@ def build_parser():
         type=_int("workers"),
         help="number of worker processes (default: $WEB_CONCURRENCY or 1)",
     )
+    add(
+        procs,
+        "--timeout",
+        metavar="SECONDS",
+        type=_float("timeout"),
+        help="kill and replace a worker stuck in one request for this long; 0 disables "
+        "(default: 30; giving it runs a master process even with one worker)",
+    )
+    add(
+        procs,
+        "--max-requests",
+        metavar="N",
+        type=_int("max_requests"),
+        help="replace a worker after it has handled this many requests (default: 0, never)",
+    )
+    add(
+        procs,
+        "--max-requests-jitter",
+        metavar="N",
+        type=_int("max_requests_jitter"),
+        help="add a random 0..N to --max-requests per worker (default: 0)",
+    )
+    add(
+        procs,
+        "--max-rss",
+        metavar="MIB",
+        type=_int("max_rss"),
+        help="replace a worker whose resident memory exceeds this many MiB (default: 0, never)",
+    )
+    add(
+        procs,
+        "--preload",
+        action="store_true",
+        help="import the application in the master before forking the workers",
+    )
+    add(
+        procs,
+        "--reuse-port",
+        action="store_true",
+        help="each worker also listens on its own SO_REUSEPORT socket (TCP): the kernel "
+        "spreads connections between the workers",
+    )
+    add(procs, "--pid", metavar="FILE", help="write the server's process id to this file")
+
+    dev = parser.add_argument_group("development")
+    add(
+        dev,
+        "--reload",
+        action="store_true",
+        help="restart the workers when a source file changes (uses watchfiles when installed)",
+    )
+    add(
+        dev,
+        "--reload-dir",
+        dest="reload_dirs",
+        action="append",
+        metavar="DIR",
+        help="watch this directory; repeatable (default: the --app-dir)",
+    )
+    add(
+        dev,
+        "--reload-include",
+        dest="reload_includes",
+        action="append",
+        metavar="PATTERN",
+        help="watch files whose name matches this glob; repeatable (default: *.py)",
+    )
 
     parser.add_argument(
         "--version",
@@ -345,11 +433,17 @@ def run(cfg):
         return 130
 
     logger = cfg.error_logger
-    logger.info("Started pyserver %s (pid %d)", __version__, os.getpid())
+    role = "master" if cfg.use_master else "server"
+    logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         logger.info("Listening on %s", config.socket_url(sock))
+    status = 0
     try:
-        _core.serve(cfg.loaded_app, cfg.sockets, cfg)
+        write_pid_file(cfg.pid)
+        if cfg.use_master:
+            status = workers_proc.run_master(cfg)
+        else:
+            status = _core.serve(cfg.loaded_app, cfg.sockets, cfg) or 0
     except OSError as exc:
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 1
@@ -357,8 +451,28 @@ def run(cfg):
         pass
     finally:
         cfg.close_sockets()
-    logger.info("Finished server process [%d]", os.getpid())
-    return 0
+        remove_pid_file(cfg.pid)
+    logger.info("Finished %s process [%d]", role, os.getpid())
+    return status
+
+
+def write_pid_file(path):
+    if path is not None:
+        with open(path, "w") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def remove_pid_file(path):
+    """Remove the pid file if it is still ours."""
+    if path is None:
+        return
+    try:
+        with open(path) as f:
+            if f.read().strip() != str(os.getpid()):
+                return
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def main(argv=None):

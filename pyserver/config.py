@@ -21,7 +21,20 @@ hold final values:
     error_logger              logging.Logger "pyserver.error"
     access_logger             logging.Logger "pyserver.access"
     app_spec                  str, "module:attr" for messages
-    workers                   int, the number of worker processes that run (1 for now)
+    workers                   int, the number of worker processes
+    use_master                bool: a master process forks and supervises the workers
+    timeout                   float seconds, the workers' watchdog (0 disables)
+    max_requests              int, retire a worker after this many requests (0: never)
+    max_requests_jitter       int, plus a random 0..jitter per worker
+    max_rss                   int MiB, retire a worker above this resident size (0: never)
+    reuse_port                bool: each worker also listens on its own SO_REUSEPORT socket
+    reload                    bool: restart the workers when a watched file changes
+    reload_dirs               list of directories to watch (default: app_dir)
+    reload_includes           list of file name patterns to watch (default: *.py)
+
+With one worker and no process-management option (--timeout, --max-requests,
+--max-rss, --preload, --reuse-port, --reload) the server runs in a single process, without
+a master.
 """
 
 import logging
@@ -33,6 +46,7 @@ import stat
 from pyserver import importer, logconfig
 
 INTERFACES = ("auto", "wsgi", "asgi")
+LIFESPAN_MODES = ("auto", "on", "off")
 
 # Inclusive bounds (None = unbounded) shared by Config and the CLI.
 INT_BOUNDS = {
@@ -44,13 +58,20 @@ INT_BOUNDS = {
     "limit_request_field_size": (1, 65536),
     "limit_request_body": (0, None),
     "limit_connections": (1, None),
-    "workers": (1, None),
+    "limit_concurrency": (0, None),
+    "limit_max_requests": (0, None),
+    "workers": (1, 128),
+    "max_requests": (0, None),
+    "max_requests_jitter": (0, None),
+    "max_rss": (0, None),
 }
 FLOAT_BOUNDS = {
     "timeout_keep_alive": (0.0, None),
     "timeout_request_header": (0.001, None),
     "graceful_timeout": (0.0, None),
+    "timeout": (0.0, None),
 }
+DEFAULT_TIMEOUT = 30.0
 
 
 class StartupError(Exception):
@@ -170,12 +191,25 @@ class Config:
         limit_request_field_size=8190,
         limit_request_body=0,
         limit_connections=10000,
+        limit_concurrency=0,
+        limit_max_requests=0,
+        lifespan="auto",
         server_header=True,
         date_header=True,
         log_level="info",
         log_config=None,
         access_log=True,
         workers=None,
+        timeout=None,
+        max_requests=0,
+        max_requests_jitter=0,
+        max_rss=0,
+        preload=False,
+        reuse_port=False,
+        pid=None,
+        reload=False,
+        reload_dirs=None,
+        reload_includes=None,
     ):
         self.app = app
         self.app_spec = app if isinstance(app, str) else _app_name(app)
@@ -204,6 +238,11 @@ class Config:
         )
         self.limit_request_body = check_int("limit_request_body", limit_request_body)
         self.limit_connections = check_int("limit_connections", limit_connections)
+        self.limit_concurrency = check_int("limit_concurrency", limit_concurrency or 0)
+        self.limit_max_requests = check_int("limit_max_requests", limit_max_requests or 0)
+        if lifespan not in LIFESPAN_MODES:
+            raise ValueError(f"lifespan must be one of {', '.join(LIFESPAN_MODES)}")
+        self.lifespan = lifespan
         self.server_header = bool(server_header)
         self.date_header = bool(date_header)
         if log_level not in logconfig.LOG_LEVELS:
@@ -214,6 +253,27 @@ class Config:
         if workers is None:
             workers = os.environ.get("WEB_CONCURRENCY", 1)
         self.workers = check_int("workers", workers)
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else check_float("timeout", timeout)
+        # uvicorn's --limit-max-requests is gunicorn's --max-requests: the
+        # master retires the worker once its replacement is ready.
+        self.max_requests = check_int("max_requests", max_requests or self.limit_max_requests)
+        self.max_requests_jitter = check_int("max_requests_jitter", max_requests_jitter)
+        self.max_rss = check_int("max_rss", max_rss)
+        self.preload = bool(preload)
+        self.reuse_port = bool(reuse_port)
+        self.pid = pid
+        self.reload = bool(reload)
+        self.reload_dirs = list(reload_dirs or ())
+        self.reload_includes = list(reload_includes or ("*.py",))
+        self.use_master = (
+            self.reload
+            or self.workers > 1
+            or timeout is not None
+            or self.max_requests > 0
+            or self.max_rss > 0
+            or self.preload
+            or self.reuse_port
+        )
         self.url_scheme = "http"
 
         self.error_logger = None
@@ -227,17 +287,19 @@ class Config:
         """Set up logging, import the app, bind the sockets. Raises StartupError."""
         assert not self.loaded, "Config.load() called twice"
         self.configure_logging()
-        if self.workers > 1:
-            self.error_logger.warning(
-                "%d workers requested: multiple workers arrive with the process manager; "
-                "running 1 worker",
-                self.workers,
-            )
-            self.workers = 1
-        self.loaded_app = self.load_app()
-        self.interface = self.resolve_interface(self.loaded_app)
+        # Under a master the workers import the app, unless --preload.
+        if not self.use_master or self.preload:
+            self.load_worker_app()
         self.sockets = self.bind_sockets()
         self.loaded = True
+
+    def load_worker_app(self):
+        """Import the app (once per process) and resolve the interface."""
+        if self.loaded_app is None:
+            app = self.load_app()
+            self.interface = self.resolve_interface(app)
+            self.loaded_app = importer.as_asgi3(app) if self.interface == "asgi" else app
+        return self.loaded_app
 
     def configure_logging(self):
         try:
@@ -268,8 +330,6 @@ class Config:
         interface = self.interface
         if interface == "auto":
             interface = importer.detect_interface(app)
-        if interface == "asgi":
-            raise StartupError(f"ASGI applications are not supported yet ({self.app_spec})", 3)
         return interface
 
     def bind_addresses(self):
@@ -286,8 +346,14 @@ class Config:
     def bind_sockets(self):
         """Return listening, non-blocking sockets. Raises StartupError (exit code 1)."""
         sockets = []
+        addresses = self.bind_addresses()
+        inherited = systemd_fds()
+        if inherited:
+            # Socket activation: the inherited sockets replace the default address.
+            explicit = self.bind or self.uds is not None or self.fd is not None
+            addresses = (addresses if explicit else []) + [("fd", fd) for fd in inherited]
         try:
-            for address in self.bind_addresses():
+            for address in addresses:
                 sockets.append(self._bind_one(address))
         except BaseException:
             self.sockets = sockets
@@ -324,6 +390,8 @@ class Config:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
         except BaseException:
             sock.close()
@@ -343,6 +411,32 @@ class Config:
             raise
         return sock
 
+    def bind_worker_sockets(self):
+        """--reuse-port: a worker's own listening sockets, one per TCP listener.
+
+        They join the SO_REUSEPORT group of the master's sockets, which the
+        workers keep serving too (the kernel gives that socket a share).
+        """
+        own = []
+        try:
+            for sock in self.sockets:
+                if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+                    continue  # inherited (--fd, socket activation): not ours to share
+                mine = socket.socket(sock.family, socket.SOCK_STREAM)
+                own.append(mine)
+                mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                mine.bind(sock.getsockname())
+                mine.listen(self.backlog)
+                mine.setblocking(False)
+        except OSError:
+            for mine in own:
+                mine.close()
+            raise
+        return own
+
     def close_sockets(self):
         """Close the listening sockets and remove the unix socket files bound here."""
         for sock in self.sockets:
@@ -354,6 +448,28 @@ class Config:
             except OSError:
                 pass
         self._unix_paths = []
+
+
+SD_LISTEN_FDS_START = 3
+
+
+def systemd_fds(environ=None):
+    """The listening fds passed by systemd socket activation ([] if none).
+
+    Reads LISTEN_FDS when LISTEN_PID is this process, then removes the
+    LISTEN_* variables so that child processes do not take them as theirs.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        count = int(environ.get("LISTEN_FDS", ""))
+        pid = int(environ.get("LISTEN_PID", ""))
+    except ValueError:
+        return []
+    for name in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+        environ.pop(name, None)
+    if pid != os.getpid() or count <= 0:
+        return []
+    return list(range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + count))
 
 
 def remove_stale_unix_socket(path):

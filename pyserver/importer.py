@@ -1,5 +1,6 @@
-"""Find the application: import "module:attr" and tell WSGI from ASGI."""
+"""Find the application: import "module:attr", tell WSGI from ASGI, wrap ASGI 2 into ASGI 3."""
 
+import asyncio
 import functools
 import importlib
 import inspect
@@ -106,10 +107,21 @@ def _unwrap(fn):
             return fn
 
 
+def _is_coroutine_function(fn):
+    """inspect.iscoroutinefunction, plus asgiref's marker on Python < 3.12.
+
+    Before 3.12, asgiref.sync.markcoroutinefunction (used by Django for
+    async-capable callables) sets a flag that only asyncio's variant sees.
+    """
+    if inspect.iscoroutinefunction(fn):
+        return True
+    return sys.version_info < (3, 12) and asyncio.iscoroutinefunction(fn)
+
+
 def _call_is_async(cls):
     """True if instances of cls have an async __call__."""
     call = inspect.getattr_static(cls, "__call__", None)
-    return inspect.iscoroutinefunction(_unwrap(call))
+    return _is_coroutine_function(_unwrap(call))
 
 
 def _takes_one_positional(fn):
@@ -145,8 +157,50 @@ def detect_interface(app):
     if inspect.isclass(target):
         if hasattr(target, "__await__") or _call_is_async(target):
             return "asgi"
-    elif inspect.iscoroutinefunction(target):
+    elif _is_coroutine_function(target):
         return "asgi"
     elif not inspect.isroutine(target) and _call_is_async(type(target)):
         return "asgi"
     return "asgi" if _takes_one_positional(target) else "wsgi"
+
+
+def is_asgi2(app):
+    """True if an ASGI application (detect_interface(app) == "asgi") is ASGI 2.
+
+    ASGI 2 ("double callable"): app(scope) returns an object (usually an
+    instance of app) that is then awaited as instance(receive, send). That is
+    a class without __await__ (instantiating it runs __init__(scope)), or a
+    plain callable taking the scope alone. ASGI 3 is a coroutine function or
+    an object with an async __call__(scope, receive, send); an awaitable class
+    (one with __await__) is ASGI 3 too, since cls(scope, receive, send) is
+    awaited directly. asgiref's explicit markers `_asgi_single` and
+    `_asgi_double` win over the inspection.
+    """
+    target = _unwrap(app)
+    if getattr(target, "_asgi_double", False):
+        return True
+    if getattr(target, "_asgi_single", False):
+        return False
+    if inspect.isclass(target):
+        return not hasattr(target, "__await__")
+    if _is_coroutine_function(target):
+        return False
+    if not inspect.isroutine(target) and _call_is_async(type(target)):
+        return False
+    return _takes_one_positional(target)
+
+
+def asgi2_to_asgi3(app):
+    """Wrap an ASGI 2 application into an ASGI 3 coroutine function."""
+
+    async def asgi3(scope, receive, send):
+        instance = app(scope)
+        await instance(receive, send)
+
+    asgi3.asgi2_app = app  # the wrapped application, for introspection and messages
+    return asgi3
+
+
+def as_asgi3(app):
+    """Return an ASGI application in ASGI 3 form: app itself, or app wrapped if ASGI 2."""
+    return asgi2_to_asgi3(app) if is_asgi2(app) else app

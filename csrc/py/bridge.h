@@ -25,10 +25,36 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config);
 void ps_wsgi_free(ps_wsgi_t *ctx);
 extern const ps_handler_t ps_wsgi_handler;
 
+/* The ASGI layer. */
+typedef struct ps_asgi ps_asgi_t;
+int ps_asgi_init_types(PyObject *module);
+/* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
+ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
+void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
+PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);
+void ps_asgi_free(ps_asgi_t *ctx);
+PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
+void ps_asgi_server_release(PyObject *server);
+extern const ps_handler_t ps_asgi_handler;
+
+/* The selector core over a libev loop (evselector.c). New reference. */
+PyObject *ps_evselector_new(struct ev_loop *loop);
+
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */
 void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
+
+/* The libev selector (evselector.c), continued. ps_evselector_new above
+ * builds an EvSelectorCore that borrows `loop` (the loop must already have
+ * the GIL release callbacks installed); its type comes from the static set
+ * here, so ps_evselector_init_type must have run first. */
+/* Adds pyserver._core.EvSelectorCore. Returns 0 or -1 with an exception. */
+int ps_evselector_init_type(PyObject *module);
+/* Stops every watcher of an EvSelectorCore and forgets its loop (idempotent,
+ * never raises). Call before destroying a borrowed loop, in case Python
+ * still holds the selector; a no-op while it polls. */
+void ps_evselector_close(PyObject *core);
 
 #endif

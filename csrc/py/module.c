@@ -1,7 +1,13 @@
-/* pyserver._core: module init and serve(). */
+/* pyserver._core: module init, serve() (one worker) and run_master(). */
 #include <signal.h>
 
+#include "../master.h"
 #include "bridge.h"
+
+/* This process's slot in the master's shared memory, set in a worker right
+ * after fork; NULL in a single-process server. A per-process fact, which is
+ * why it is not module state: serve() attaches it to its worker. */
+static ps_slot_t *worker_slot;
 
 typedef struct {
     PyThreadState *tstate;
@@ -82,7 +88,9 @@ static int read_config(PyObject *config, ps_config_t *cfg)
     return 0;
 }
 
-static int add_listeners(ps_worker_t *w, PyObject *sockets)
+/* Adds the sockets' fds as listeners (this worker's own ones when `own`).
+ * Returns the number added, or -1 with an exception. */
+static Py_ssize_t add_listeners(ps_worker_t *w, PyObject *sockets, int own)
 {
     PyObject *seq = PySequence_Fast(sockets, "sockets must be a sequence");
     if (seq == NULL)
@@ -96,7 +104,7 @@ static int add_listeners(ps_worker_t *w, PyObject *sockets)
         Py_DECREF(fileno);
         if (fd == -1 && PyErr_Occurred())
             goto error;
-        int rc = ps_worker_add_listener(w, (int)fd);
+        int rc = own ? ps_worker_add_own_listener(w, (int)fd) : ps_worker_add_listener(w, (int)fd);
         if (rc < 0) {
             errno = -rc;
             PyErr_SetFromErrno(PyExc_OSError);
@@ -104,68 +112,274 @@ static int add_listeners(ps_worker_t *w, PyObject *sockets)
         }
     }
     Py_DECREF(seq);
-    if (n == 0) {
-        PyErr_SetString(PyExc_ValueError, "pyserver: no listening socket");
-        return -1;
-    }
-    return 0;
+    return n;
 error:
     Py_DECREF(seq);
     return -1;
 }
 
-/* serve(app, sockets, config): runs one worker on the current thread until a
- * stop signal; returns None. */
+/* Calls pyserver.workers_proc.reopen_logs(); errors are printed, not raised. */
+static void call_reopen_logs(void)
+{
+    PyObject *mod = PyImport_ImportModule("pyserver.workers_proc");
+    PyObject *res = mod ? PyObject_CallMethod(mod, "reopen_logs", NULL) : NULL;
+    if (res == NULL)
+        PyErr_Print();
+    Py_XDECREF(res);
+    Py_XDECREF(mod);
+}
+
+/* SIGUSR1 in a worker (the loop holds the GIL in its callbacks). */
+static void reopen_logs(ps_worker_t *w)
+{
+    PS_UNUSED(w);
+    call_reopen_logs();
+}
+
+/* 1 when config.interface is "asgi", 0 when not, -1 with an exception. */
+static int is_asgi(PyObject *config)
+{
+    PyObject *iface = PyObject_GetAttrString(config, "interface");
+    if (iface == NULL)
+        return -1;
+    int rc = PyUnicode_Check(iface) && PyUnicode_CompareWithASCIIString(iface, "asgi") == 0;
+    Py_DECREF(iface);
+    return rc;
+}
+
+/* serve(app, sockets, config, own_sockets=()): runs one worker on the
+ * current thread until a stop signal; returns None. own_sockets are this
+ * worker's SO_REUSEPORT listeners (see ps_worker_add_own_listener). */
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "serve(app, sockets, config)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "serve(app, sockets, config, own_sockets=())");
         return NULL;
     }
     ps_module_state_t *st = PyModule_GetState(module);
     ps_config_t cfg;
     if (read_config(args[2], &cfg) < 0)
         return NULL;
-    ps_wsgi_t *ctx = ps_wsgi_new(st, args[0], args[2]);
-    if (ctx == NULL)
+    int asgi = is_asgi(args[2]);
+    if (asgi < 0)
+        return NULL;
+    ps_wsgi_t *ctx = NULL;
+    ps_asgi_t *actx = NULL;
+    if (asgi)
+        actx = ps_asgi_new(st, module, args[0], args[2]);
+    else
+        ctx = ps_wsgi_new(st, args[0], args[2]);
+    if (ctx == NULL && actx == NULL)
         return NULL;
     ps_worker_t *w = PyMem_RawMalloc(sizeof(*w));
     if (w == NULL) {
         ps_wsgi_free(ctx);
+        ps_asgi_free(actx);
         return PyErr_NoMemory();
     }
-    int rc = ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx);
+    int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx)
+                  : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx);
     if (rc < 0) {
         PyMem_RawFree(w);
         ps_wsgi_free(ctx);
+        ps_asgi_free(actx);
         errno = -rc;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     PyObject *result = NULL;
-    if (add_listeners(w, args[1]) < 0)
+    Py_ssize_t nshared = add_listeners(w, args[1], 0);
+    Py_ssize_t nown = nshared < 0 || nargs < 4 ? 0 : add_listeners(w, args[3], 1);
+    if (nshared < 0 || nown < 0)
         goto done;
+    if (nshared + nown == 0) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: no listening socket");
+        goto done;
+    }
+    if (worker_slot != NULL) {
+        ps_worker_attach_slot(w, worker_slot);
+        w->on_reopen_logs = reopen_logs;
+    }
 
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
     ev_set_loop_release_cb(w->loop, release_gil, acquire_gil);
-    struct sigaction saved[3];
-    const int sigs[3] = {SIGINT, SIGTERM, SIGQUIT};
-    for (int i = 0; i < 3; i++)
+    struct sigaction saved[4];
+    const int sigs[4] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1};
+    for (int i = 0; i < 4; i++)
         sigaction(sigs[i], NULL, &saved[i]);
-    ps_worker_run(w);
-    for (int i = 0; i < 3; i++)
+    if (asgi) {
+        ps_asgi_attach(actx, w);
+        result = ps_asgi_run(actx, args[2]);
+    } else {
+        ps_worker_run(w);
+        result = Py_NewRef(Py_None);
+    }
+    for (int i = 0; i < 4; i++)
         sigaction(sigs[i], &saved[i], NULL);
-    result = Py_NewRef(Py_None);
 done:
     ps_worker_free(w);
     PyMem_RawFree(w);
     ps_wsgi_free(ctx);
+    ps_asgi_free(actx);
     return result;
+}
+
+/* The master's side of the bridge: everything one run_master() call needs. */
+typedef struct {
+    gil_state_t gil;        /* first: the loop's userdata for release_gil/acquire_gil */
+    PyObject *spawn_worker; /* borrowed from run_master's arguments */
+    PyObject *logger;       /* owned */
+    PyObject *poll_reload;  /* borrowed; None without --reload */
+} master_ctx_t;
+
+static void m_before_fork(void *data)
+{
+    PS_UNUSED(data);
+    PyOS_BeforeFork();
+}
+
+static void m_after_fork_parent(void *data)
+{
+    PS_UNUSED(data);
+    PyOS_AfterFork_Parent();
+}
+
+/* In the new worker process: spawn_worker(number) imports the app and
+ * serves; it ends the process itself. Anything else exits with status 1. */
+static void m_run_worker(void *data, int index, ps_slot_t *slot)
+{
+    master_ctx_t *ctx = data;
+    PyOS_AfterFork_Child();
+    worker_slot = slot;
+    PyObject *res = PyObject_CallFunction(ctx->spawn_worker, "i", index + 1);
+    if (res == NULL)
+        PyErr_Print();
+    Py_XDECREF(res);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
+}
+
+static void m_log(void *data, ps_log_level_t level, const char *msg)
+{
+    master_ctx_t *ctx = data;
+    static const char *const methods[] = {"debug", "info", "warning", "error"};
+    PyObject *res = PyObject_CallMethod(ctx->logger, methods[level], "s", msg);
+    if (res == NULL) {
+        PyErr_Clear();
+        fprintf(stderr, "pyserver: %s\n", msg);
+    }
+    Py_XDECREF(res);
+}
+
+static void m_reopen_logs(void *data)
+{
+    PS_UNUSED(data);
+    call_reopen_logs();
+}
+
+/* Calls poll_reload(); a raising poller is logged and counts as "no change". */
+static int m_poll_reload(void *data)
+{
+    master_ctx_t *ctx = data;
+    PyObject *res = PyObject_CallNoArgs(ctx->poll_reload);
+    if (res == NULL) {
+        ps_log_exception(ctx->logger, "pyserver: the reloader failed");
+        return 0;
+    }
+    int changed = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    if (changed < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return changed;
+}
+
+static void m_prepare_loop(void *data, struct ev_loop *loop)
+{
+    master_ctx_t *ctx = data;
+    ev_set_userdata(loop, &ctx->gil);
+    ev_set_loop_release_cb(loop, release_gil, acquire_gil);
+}
+
+static const ps_master_ops_t master_ops = {
+    .before_fork = m_before_fork,
+    .after_fork_parent = m_after_fork_parent,
+    .run_worker = m_run_worker,
+    .log = m_log,
+    .reopen_logs = m_reopen_logs,
+    .poll_reload = m_poll_reload,
+    .prepare_loop = m_prepare_loop,
+};
+
+static int get_count(PyObject *config, const char *name, uint64_t max, uint64_t *out)
+{
+    double v;
+    if (get_optional_double(config, name, 0.0, &v) < 0)
+        return -1;
+    if (!(v >= 0)) {
+        PyErr_Format(PyExc_ValueError, "pyserver: %s must not be negative", name);
+        return -1;
+    }
+    *out = v > (double)max ? max : (uint64_t)v;
+    return 0;
+}
+
+static int read_master_config(PyObject *config, ps_master_config_t *mc)
+{
+    uint64_t workers, max_rss_mib;
+    memset(mc, 0, sizeof(*mc));
+    if (get_count(config, "workers", PS_MASTER_MAX_SLOTS / 2, &workers) < 0 ||
+        get_optional_double(config, "timeout", 30.0, &mc->timeout) < 0 ||
+        get_optional_double(config, "graceful_timeout", 30.0, &mc->graceful_timeout) < 0 ||
+        get_count(config, "max_requests", UINT64_MAX / 2, &mc->max_requests) < 0 ||
+        get_count(config, "max_requests_jitter", UINT64_MAX / 2, &mc->max_requests_jitter) < 0 ||
+        get_count(config, "max_rss", UINT64_MAX / 4096, &max_rss_mib) < 0)
+        return -1;
+    mc->workers = (uint32_t)PS_MAX(workers, 1);
+    mc->max_rss_kib = max_rss_mib * 1024;
+    return 0;
+}
+
+/* run_master(config, spawn_worker, poll_reload=None): forks config.workers
+ * workers, each calling spawn_worker(number) in the child, and supervises
+ * them until a stop signal. poll_reload(), called once a second when given,
+ * returns true to restart the workers. Returns the exit status (0, or 3 when
+ * a worker cannot boot and there is no reloader). */
+static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PS_UNUSED(module);
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "run_master(config, spawn_worker, poll_reload=None)");
+        return NULL;
+    }
+    ps_master_config_t mc;
+    if (read_master_config(args[0], &mc) < 0)
+        return NULL;
+    PyObject *poll = nargs == 3 ? args[2] : Py_None;
+    mc.reload = poll != Py_None;
+    master_ctx_t ctx = {{NULL}, args[1], NULL, poll};
+    ctx.logger = PyObject_GetAttrString(args[0], "error_logger");
+    if (ctx.logger == NULL)
+        return NULL;
+    int rc = ps_master_run(&mc, &master_ops, &ctx);
+    Py_DECREF(ctx.logger);
+    if (rc < 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(rc);
 }
 
 static PyMethodDef module_methods[] = {
     {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL,
-     "serve(app, sockets, config)\n--\n\nServe app on the listening sockets until stopped."},
+     "serve(app, sockets, config, own_sockets=())\n--\n\nServe app on the listening sockets "
+     "until stopped."},
+    {"run_master", (PyCFunction)(void (*)(void))run_master, METH_FASTCALL,
+     "run_master(config, spawn_worker, poll_reload=None)\n--\n\nFork and supervise the "
+     "workers until stopped; "
+     "return the exit status."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -173,6 +387,10 @@ static int module_exec(PyObject *module)
 {
     ps_module_state_t *st = PyModule_GetState(module);
     if (ps_wsgi_init_types(module, st) < 0)
+        return -1;
+    if (ps_asgi_init_types(module) < 0)
+        return -1;
+    if (ps_evselector_init_type(module) < 0)
         return -1;
     if (PyModule_AddStringConstant(
             module, "LLHTTP_VERSION",

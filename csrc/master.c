@@ -1,0 +1,537 @@
+#define _GNU_SOURCE
+#include "master.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* How long a worker gets between SIGABRT (watchdog) and SIGKILL, and a
+ * quick stop between SIGQUIT and SIGKILL. */
+#define ABORT_GRACE 1.0
+#define QUIT_GRACE 1.0
+/* Tick period while workers boot or retire (readiness is polled), else. */
+#define TICK_FAST 0.1
+#define TICK_SLOW 1.0
+
+enum { STOP_NONE, STOP_GRACEFUL, STOP_QUICK };
+
+typedef struct {
+    pid_t pid;             /* 0: the slot is free */
+    unsigned retiring : 1; /* to be stopped once enough others are ready */
+    unsigned termed : 1;   /* told to stop: its exit is expected */
+    unsigned aborted : 1;  /* the watchdog sent SIGABRT */
+    unsigned killed : 1;   /* ... and then SIGKILL */
+    double abort_at;
+} worker_t;
+
+typedef struct {
+    ps_master_config_t cfg;
+    const ps_master_ops_t *ops;
+    void *data;
+    struct ev_loop *loop;
+    ps_slot_t *slots; /* shared with the workers */
+    worker_t workers[PS_MASTER_MAX_SLOTS];
+    uint32_t target;
+    uint32_t boot_failures; /* workers in a row that died before ready */
+    double respawn_after;   /* no spawning before this time (backoff) */
+    double next_reload_poll;
+    int stopping;
+    int exit_code;
+    int sig_pipe[2];
+    sigset_t saved_mask;
+    ev_io sig_io;
+    ev_timer tick;
+    ev_timer stop_timer;
+} ps_master_t;
+
+static const int handled_signals[] = {SIGINT,  SIGTERM, SIGQUIT, SIGHUP,
+                                      SIGTTIN, SIGTTOU, SIGUSR1, SIGCHLD};
+
+/* The signal handler's only state: where to write the signal number. */
+static int sig_pipe_w = -1;
+
+double ps_master_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void logf_(ps_master_t *m, ps_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void logf_(ps_master_t *m, ps_log_level_t level, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    m->ops->log(m->data, level, msg);
+}
+
+static void on_os_signal(int signo)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)signo;
+    ssize_t rc = write(sig_pipe_w, &c, 1);
+    PS_UNUSED(rc); /* a full pipe already holds a wakeup */
+    errno = saved;
+}
+
+static uint32_t count_active(ps_master_t *m, int ready_only)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        worker_t *w = &m->workers[i];
+        if (w->pid && !w->retiring && !w->termed && (!ready_only || m->slots[i].ready))
+            n++;
+    }
+    return n;
+}
+
+static uint32_t count_live(ps_master_t *m)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        n += m->workers[i].pid != 0;
+    return n;
+}
+
+static void signal_worker(ps_master_t *m, int i, int signo)
+{
+    worker_t *w = &m->workers[i];
+    if (w->pid == 0)
+        return;
+    if (signo == SIGTERM || signo == SIGQUIT || signo == SIGKILL)
+        w->termed = 1;
+    kill(w->pid, signo);
+}
+
+/* In the child right after fork: drop the master's signal plumbing and
+ * loop, then become a worker. Never returns. */
+static void become_worker(ps_master_t *m, int index)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < PS_ARRAY_LEN(handled_signals); i++) {
+        int s = handled_signals[i];
+        sa.sa_handler = (s == SIGHUP || s == SIGTTIN || s == SIGTTOU) ? SIG_IGN : SIG_DFL;
+        sigaction(s, &sa, NULL);
+    }
+    close(m->sig_pipe[0]);
+    close(m->sig_pipe[1]);
+    sig_pipe_w = -1;
+    ev_loop_destroy(m->loop);
+    m->loop = NULL;
+    sigprocmask(SIG_SETMASK, &m->saved_mask, NULL);
+    m->ops->run_worker(m->data, index, &m->slots[index]);
+    _exit(1);
+}
+
+/* Forks a worker into free slot `index`. Returns 0 or -errno. */
+static int spawn(ps_master_t *m, int index)
+{
+    ps_slot_t *s = &m->slots[index];
+    memset((void *)s, 0, sizeof(*s));
+    s->heartbeat = ps_master_now();
+    if (m->cfg.max_requests > 0) {
+        uint64_t jitter = m->cfg.max_requests_jitter;
+        s->max_requests = m->cfg.max_requests + (jitter ? (uint64_t)random() % (jitter + 1) : 0);
+    }
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, NULL);
+    m->ops->before_fork(m->data);
+    pid_t pid = fork();
+    if (pid == 0)
+        become_worker(m, index);
+    int err = errno;
+    m->ops->after_fork_parent(m->data);
+    sigprocmask(SIG_SETMASK, &m->saved_mask, NULL);
+    if (pid < 0) {
+        logf_(m, PS_LOG_ERROR, "Cannot fork a worker: %s", strerror(err));
+        return -err;
+    }
+    memset(&m->workers[index], 0, sizeof(m->workers[index]));
+    m->workers[index].pid = pid;
+    logf_(m, PS_LOG_INFO, "Booting worker %d with pid %d", index + 1, (int)pid);
+    return 0;
+}
+
+static int free_slot(ps_master_t *m)
+{
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        if (m->workers[i].pid == 0)
+            return i;
+    return -1;
+}
+
+/* Brings the worker count to the target: spawns the missing ones, stops
+ * extra ones, and stops retiring workers only while enough others are
+ * ready to serve, so capacity never drops below the target. */
+static void manage(ps_master_t *m)
+{
+    if (m->stopping)
+        return;
+    uint32_t active = count_active(m, 0);
+    if (active < m->target && ps_master_now() < m->respawn_after)
+        active = m->target; /* backing off after boot failures: the tick retries */
+    for (; active < m->target; active++) {
+        int i = free_slot(m);
+        if (i < 0 || spawn(m, i) < 0)
+            break;
+    }
+    for (int i = PS_MASTER_MAX_SLOTS - 1; i >= 0 && active > m->target; i--) {
+        worker_t *w = &m->workers[i];
+        if (w->pid && !w->retiring && !w->termed) {
+            signal_worker(m, i, SIGTERM);
+            active--;
+        }
+    }
+    uint32_t serving = count_active(m, 1);
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        serving += m->workers[i].retiring && !m->workers[i].termed && m->slots[i].ready;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        worker_t *w = &m->workers[i];
+        if (!w->pid || !w->retiring || w->termed)
+            continue;
+        if (!m->slots[i].ready) {
+            signal_worker(m, i, SIGTERM);
+        } else if (serving > m->target) {
+            logf_(m, PS_LOG_INFO, "Stopping retired worker (pid %d)", (int)w->pid);
+            signal_worker(m, i, SIGTERM);
+            serving--;
+        }
+    }
+}
+
+static void begin_stop(ps_master_t *m, int how)
+{
+    if (m->stopping >= how)
+        return;
+    m->stopping = how;
+    int signo = how == STOP_QUICK ? SIGQUIT : SIGTERM;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        signal_worker(m, i, signo);
+    if (count_live(m) == 0) {
+        ev_break(m->loop, EVBREAK_ALL);
+        return;
+    }
+    double grace = how == STOP_QUICK ? QUIT_GRACE : m->cfg.graceful_timeout + QUIT_GRACE;
+    ev_timer_stop(m->loop, &m->stop_timer);
+    ev_timer_set(&m->stop_timer, grace, 0);
+    ev_timer_start(m->loop, &m->stop_timer);
+}
+
+static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_master_t *m = ps_container_of(t, ps_master_t, stop_timer);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        if (m->workers[i].pid) {
+            logf_(m, PS_LOG_WARNING, "Worker (pid %d) did not stop in time: killing it",
+                  (int)m->workers[i].pid);
+            signal_worker(m, i, SIGKILL);
+        }
+    }
+}
+
+static void log_exit(ps_master_t *m, worker_t *w, int status)
+{
+    int pid = (int)w->pid;
+    if (w->aborted) {
+        logf_(m, PS_LOG_ERROR, "Worker (pid %d) stopped after WORKER TIMEOUT", pid);
+        return;
+    }
+    if (WIFEXITED(status)) {
+        int code = WEXITSTATUS(status);
+        if (w->termed && code == 0)
+            logf_(m, PS_LOG_INFO, "Worker exiting (pid %d)", pid);
+        else
+            logf_(m, PS_LOG_ERROR, "Worker (pid %d) exited with code %d", pid, code);
+        return;
+    }
+    int sig = WTERMSIG(status);
+    if (sig == SIGKILL && !w->termed)
+        logf_(m, PS_LOG_ERROR, "Worker (pid %d) was sent SIGKILL! Perhaps out of memory?", pid);
+    else if (!(w->termed && (sig == SIGTERM || sig == SIGQUIT || sig == SIGKILL)))
+        logf_(m, PS_LOG_ERROR, "Worker (pid %d) was killed by signal %d (%s)", pid, sig,
+              strsignal(sig));
+    else
+        logf_(m, PS_LOG_INFO, "Worker (pid %d) stopped by signal %d", pid, sig);
+}
+
+/* Collects every exited worker, logs why it exited, and replaces it. */
+static void reap(ps_master_t *m)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int i;
+        for (i = 0; i < PS_MASTER_MAX_SLOTS && m->workers[i].pid != pid; i++)
+            ;
+        if (i == PS_MASTER_MAX_SLOTS)
+            continue;
+        worker_t *w = &m->workers[i];
+        log_exit(m, w, status);
+        int boot_failed =
+            WIFEXITED(status) && WEXITSTATUS(status) == 3 && !m->slots[i].ready && !w->termed;
+        if (!m->slots[i].ready && !w->termed) {
+            /* Died while booting: back off (0.2 s doubling up to 5 s) rather
+             * than fork in a tight loop. */
+            m->boot_failures++;
+            double delay = 0.1 * (double)(1u << PS_MIN(m->boot_failures, 6u));
+            m->respawn_after = ps_master_now() + PS_MIN(delay, 5.0);
+        }
+        memset(w, 0, sizeof(*w));
+        m->slots[i].ready = 0;
+        if (boot_failed && !m->cfg.reload) {
+            logf_(m, PS_LOG_ERROR, "Worker failed to boot: stopping");
+            m->exit_code = 3;
+            begin_stop(m, STOP_QUICK);
+        }
+    }
+    if (m->stopping && count_live(m) == 0)
+        ev_break(m->loop, EVBREAK_ALL);
+}
+
+static void retire_all(ps_master_t *m)
+{
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        if (m->workers[i].pid && !m->workers[i].termed)
+            m->workers[i].retiring = 1;
+}
+
+static void handle_signal(ps_master_t *m, int signo)
+{
+    switch (signo) {
+    case SIGCHLD:
+        reap(m);
+        break;
+    case SIGINT:
+        begin_stop(m, m->stopping ? STOP_QUICK : STOP_GRACEFUL);
+        break;
+    case SIGTERM:
+        begin_stop(m, STOP_GRACEFUL);
+        break;
+    case SIGQUIT:
+        begin_stop(m, STOP_QUICK);
+        break;
+    case SIGHUP:
+        if (!m->stopping) {
+            logf_(m, PS_LOG_INFO, "Handling signal: hup (rolling restart)");
+            retire_all(m);
+        }
+        break;
+    case SIGTTIN:
+        if (m->target < PS_MASTER_MAX_SLOTS / 2)
+            m->target++;
+        logf_(m, PS_LOG_INFO, "Handling signal: ttin (%u workers)", m->target);
+        break;
+    case SIGTTOU:
+        if (m->target > 1)
+            m->target--;
+        logf_(m, PS_LOG_INFO, "Handling signal: ttou (%u workers)", m->target);
+        break;
+    case SIGUSR1:
+        m->ops->reopen_logs(m->data);
+        for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+            if (m->workers[i].pid)
+                kill(m->workers[i].pid, SIGUSR1);
+        break;
+    }
+}
+
+static void on_sig_pipe(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_master_t *m = ps_container_of(io, ps_master_t, sig_io);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    unsigned char buf[64];
+    ssize_t n;
+    while ((n = read(m->sig_pipe[0], buf, sizeof(buf))) > 0)
+        for (ssize_t i = 0; i < n; i++)
+            handle_signal(m, buf[i]);
+    manage(m);
+}
+
+/* Resident memory of pid in KiB, or 0 when it cannot be read. */
+static uint64_t rss_kib(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    unsigned long size = 0, resident = 0;
+    int n = fscanf(f, "%lu %lu", &size, &resident);
+    fclose(f);
+    if (n != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)(sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void watch_worker(ps_master_t *m, int i, double now)
+{
+    worker_t *w = &m->workers[i];
+    ps_slot_t *s = &m->slots[i];
+    if (w->aborted) {
+        if (!w->killed && now - w->abort_at >= ABORT_GRACE) {
+            w->killed = 1;
+            signal_worker(m, i, SIGKILL);
+        }
+        return;
+    }
+    if (m->cfg.timeout > 0 && s->ready && now - s->heartbeat > m->cfg.timeout) {
+        char method[PS_SLOT_METHOD_LEN], path[PS_SLOT_PATH_LEN];
+        memcpy(method, s->method, sizeof(method));
+        memcpy(path, s->path, sizeof(path));
+        method[sizeof(method) - 1] = path[sizeof(path) - 1] = '\0';
+        if (s->requests > 0)
+            logf_(m, PS_LOG_ERROR, "WORKER TIMEOUT (pid %d) handling %s %s", (int)w->pid, method,
+                  path);
+        else
+            logf_(m, PS_LOG_ERROR, "WORKER TIMEOUT (pid %d)", (int)w->pid);
+        w->aborted = 1;
+        w->abort_at = now;
+        kill(w->pid, SIGABRT);
+        return;
+    }
+    if (w->retiring || w->termed || !s->ready)
+        return;
+    if (s->retire) {
+        logf_(m, PS_LOG_INFO, "Worker (pid %d) reached %llu requests: retiring", (int)w->pid,
+              (unsigned long long)s->requests);
+        w->retiring = 1;
+    } else if (m->cfg.max_rss_kib > 0) {
+        uint64_t rss = rss_kib(w->pid);
+        if (rss > m->cfg.max_rss_kib) {
+            logf_(m, PS_LOG_WARNING, "Worker (pid %d) uses %llu MiB (max-rss %llu MiB): retiring",
+                  (int)w->pid, (unsigned long long)(rss / 1024),
+                  (unsigned long long)(m->cfg.max_rss_kib / 1024));
+            w->retiring = 1;
+        }
+    }
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_master_t *m = ps_container_of(t, ps_master_t, tick);
+    PS_UNUSED(revents);
+    double now = ps_master_now();
+    int pending = 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        if (m->workers[i].pid == 0)
+            continue;
+        watch_worker(m, i, now);
+        if (m->slots[i].ready)
+            m->boot_failures = 0;
+        pending |= !m->slots[i].ready || m->workers[i].retiring || m->workers[i].aborted;
+    }
+    if (m->cfg.reload && !m->stopping && now >= m->next_reload_poll) {
+        m->next_reload_poll = now + 1.0;
+        if (m->ops->poll_reload(m->data)) {
+            logf_(m, PS_LOG_WARNING, "Changes detected: restarting the workers");
+            m->boot_failures = 0;
+            m->respawn_after = 0;
+            retire_all(m);
+        }
+    }
+    manage(m);
+    t->repeat = pending ? TICK_FAST : TICK_SLOW;
+    ev_timer_again(loop, t);
+}
+
+static int install_signals(ps_master_t *m, struct sigaction *saved)
+{
+    if (pipe2(m->sig_pipe, O_NONBLOCK | O_CLOEXEC) < 0)
+        return -errno;
+    sig_pipe_w = m->sig_pipe[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_os_signal;
+    sa.sa_flags = SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    for (size_t i = 0; i < PS_ARRAY_LEN(handled_signals); i++)
+        sigaction(handled_signals[i], &sa, &saved[i]);
+    return 0;
+}
+
+static void restore_signals(ps_master_t *m, const struct sigaction *saved)
+{
+    for (size_t i = 0; i < PS_ARRAY_LEN(handled_signals); i++)
+        sigaction(handled_signals[i], &saved[i], NULL);
+    close(m->sig_pipe[0]);
+    close(m->sig_pipe[1]);
+    sig_pipe_w = -1;
+}
+
+static int master_loop(ps_master_t *m)
+{
+    struct sigaction saved[PS_ARRAY_LEN(handled_signals)];
+    int rc = install_signals(m, saved);
+    if (rc < 0)
+        return rc;
+    ev_io_init(&m->sig_io, on_sig_pipe, m->sig_pipe[0], EV_READ);
+    ev_io_start(m->loop, &m->sig_io);
+    ev_init(&m->tick, on_tick);
+    m->tick.repeat = TICK_FAST;
+    ev_timer_again(m->loop, &m->tick);
+    ev_init(&m->stop_timer, on_stop_timeout);
+    manage(m);
+    ev_run(m->loop, 0);
+    /* Stopped: every worker has exited (or was never started). */
+    ev_io_stop(m->loop, &m->sig_io);
+    ev_timer_stop(m->loop, &m->tick);
+    ev_timer_stop(m->loop, &m->stop_timer);
+    reap(m);
+    restore_signals(m, saved);
+    return 0;
+}
+
+int ps_master_run(const ps_master_config_t *cfg, const ps_master_ops_t *ops, void *data)
+{
+    ps_master_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return -ENOMEM;
+    m->cfg = *cfg;
+    m->ops = ops;
+    m->data = data;
+    m->target = PS_MAX(1, PS_MIN(cfg->workers, PS_MASTER_MAX_SLOTS / 2));
+    m->sig_pipe[0] = m->sig_pipe[1] = -1;
+    srandom((unsigned)getpid() ^ (unsigned)time(NULL));
+    int rc = -ENOMEM;
+    m->slots = mmap(NULL, sizeof(ps_slot_t) * PS_MASTER_MAX_SLOTS, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m->slots == MAP_FAILED)
+        goto done;
+    m->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOENV);
+    if (m->loop == NULL)
+        goto done;
+    if (ops->prepare_loop)
+        ops->prepare_loop(data, m->loop);
+    sigprocmask(SIG_SETMASK, NULL, &m->saved_mask);
+    rc = master_loop(m);
+    if (rc == 0)
+        rc = m->exit_code;
+done:
+    if (m->loop)
+        ev_loop_destroy(m->loop);
+    if (m->slots != MAP_FAILED && m->slots != NULL)
+        munmap(m->slots, sizeof(ps_slot_t) * PS_MASTER_MAX_SLOTS);
+    free(m);
+    return rc;
+}

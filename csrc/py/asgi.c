@@ -1,0 +1,1529 @@
+/* The ASGI layer (HTTP, ASGI 3, spec 2.4): scope, receive() and send() as C
+ * awaitables, one asyncio task per request.
+ *
+ * receive() and send() finish without suspending whenever they can: body
+ * bytes already buffered, output the socket accepts. Only when they must
+ * wait do they hand the task a real asyncio Future, resolved from the
+ * connection's callbacks (on_body, on_writable, on_disconnect), so that
+ * cancellation and timeouts behave as asyncio code expects.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/un.h>
+
+#include "bridge.h"
+
+#define MAX_STACK_HEADERS 32
+#define NAME_SLOTS 128
+#define NAME_MAX_LEN 48
+
+enum {
+    S_TYPE,
+    S_ASGI,
+    S_HTTP_VERSION,
+    S_METHOD,
+    S_SCHEME,
+    S_PATH,
+    S_RAW_PATH,
+    S_QUERY_STRING,
+    S_ROOT_PATH,
+    S_HEADERS,
+    S_CLIENT,
+    S_SERVER,
+    S_STATE,
+    S_EXTENSIONS,
+    S_BODY,
+    S_MORE_BODY,
+    S_STATUS,
+    S_TRAILERS,
+    S_MORE_TRAILERS,
+    S_PATH_KEY,
+    S_LINKS,
+    S_HTTP,
+    S_HTTP_REQUEST,
+    S_HTTP_DISCONNECT,
+    S_RESPONSE_START,
+    S_RESPONSE_BODY,
+    S_RESPONSE_PATHSEND,
+    S_RESPONSE_TRAILERS,
+    S_RESPONSE_EARLY_HINT,
+    S_ADD_DONE_CALLBACK,
+    S_CANCELLED,
+    S_EXCEPTION,
+    S_DONE,
+    S_SET_RESULT,
+    S_SET_EXCEPTION,
+    S_LOOP,
+    S_COUNT
+};
+
+static const char *const str_names[S_COUNT] = {
+    "type",
+    "asgi",
+    "http_version",
+    "method",
+    "scheme",
+    "path",
+    "raw_path",
+    "query_string",
+    "root_path",
+    "headers",
+    "client",
+    "server",
+    "state",
+    "extensions",
+    "body",
+    "more_body",
+    "status",
+    "trailers",
+    "more_trailers",
+    "path",
+    "links",
+    "http",
+    "http.request",
+    "http.disconnect",
+    "http.response.start",
+    "http.response.body",
+    "http.response.pathsend",
+    "http.response.trailers",
+    "http.response.early_hint",
+    "add_done_callback",
+    "cancelled",
+    "exception",
+    "done",
+    "set_result",
+    "set_exception",
+    "loop",
+};
+
+typedef struct {
+    char name[NAME_MAX_LEN];
+    uint8_t len;
+    PyObject *bytes; /* the lower-case name */
+} name_slot_t;
+
+typedef struct {
+    PyObject *client; /* (host, port) or None */
+    PyObject *server; /* (host, port) or [path, None] */
+} asgi_conn_info_t;
+
+struct ps_asgi {
+    ps_module_state_t *st;
+    ps_worker_t *w;
+    PyObject *app;
+    PyObject *loop;
+    PyObject *create_task;
+    PyObject *create_future;
+    PyObject *task_type;    /* asyncio.Task */
+    PyObject *loop_kwnames; /* ("loop",) */
+    PyObject *loop_stop;
+    PyObject *state; /* lifespan state, copied into each scope */
+    PyObject *error_logger;
+    PyObject *access_info;
+    PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
+    PyObject *s[S_COUNT];
+    PyObject *versions[2]; /* "1.0", "1.1" */
+    PyObject *root_path;
+    PyObject *root_path_bytes;
+    PyObject *asgi_template;
+    PyObject *extensions_template;
+    PyObject *empty_bytes;
+    PyObject *methods[64];
+    name_slot_t names[NAME_SLOTS];
+    uint32_t limit_concurrency;
+    uint32_t active;
+    ev_check check;
+    unsigned stop_sent : 1;
+};
+
+typedef struct {
+    PyObject_HEAD ps_conn_t *conn; /* NULL once detached: response complete or client gone */
+    ps_asgi_t *ctx;
+    PyObject *receive_waiter; /* Future a receive() waits on */
+    PyObject *send_waiter;    /* Future a send() waits on */
+    PyObject *headers;        /* from http.response.start */
+    PyObject *task;
+    int status;
+    int sendfile_fd;
+    unsigned started : 1;       /* http.response.start received */
+    unsigned head_sent : 1;     /* the head went to the connection */
+    unsigned body_done : 1;     /* more_body=False was delivered to receive() */
+    unsigned complete : 1;      /* the response is complete */
+    unsigned disconnected : 1;  /* the client went away first */
+    unsigned want_trailers : 1; /* the app announced trailers */
+    unsigned te_trailers : 1;   /* the client accepts trailers */
+} CycleObject;
+
+typedef struct {
+    PyObject_HEAD PyObject *value;
+} ReadyObject;
+
+typedef struct {
+    PyObject_HEAD ps_asgi_t *ctx;
+} ServerObject;
+
+static PyTypeObject *cycle_type, *ready_type, *server_type;
+
+/* ---- small helpers ---- */
+
+/* An awaitable that is already done: awaiting it returns value without
+ * suspending the task. Steals value. */
+static PyObject *ready(PyObject *value)
+{
+    if (value == NULL)
+        return NULL;
+    ReadyObject *r = (ReadyObject *)ready_type->tp_alloc(ready_type, 0);
+    if (r == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    r->value = value;
+    return (PyObject *)r;
+}
+
+static PySendResult Ready_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    ReadyObject *self = (ReadyObject *)op;
+    PS_UNUSED(arg);
+    *result = Py_NewRef(self->value ? self->value : Py_None);
+    return PYGEN_RETURN;
+}
+
+static PyObject *Ready_iternext(PyObject *op)
+{
+    ReadyObject *self = (ReadyObject *)op;
+    PyObject *v = self->value ? self->value : Py_None;
+    if (v == Py_None) {
+        PyErr_SetNone(PyExc_StopIteration);
+    } else {
+        PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
+        if (exc) {
+            PyErr_SetObject(PyExc_StopIteration, exc);
+            Py_DECREF(exc);
+        }
+    }
+    return NULL;
+}
+
+static void Ready_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    Py_XDECREF(((ReadyObject *)op)->value);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Ready_slots[] = {
+    {Py_am_await, PyObject_SelfIter}, {Py_am_send, Ready_send},
+    {Py_tp_iter, PyObject_SelfIter},  {Py_tp_iternext, Ready_iternext},
+    {Py_tp_dealloc, Ready_dealloc},   {0, NULL},
+};
+
+static PyType_Spec Ready_spec = {
+    .name = "pyserver._core.Ready",
+    .basicsize = sizeof(ReadyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Ready_slots,
+};
+
+static PyObject *new_future(ps_asgi_t *ctx)
+{
+    return PyObject_CallNoArgs(ctx->create_future);
+}
+
+/* Resolves *slot (a Future) with value unless it is done; clears the slot.
+ * Never leaves an exception. Method names are interned: the type's method
+ * cache only hits for the same name object. */
+static void resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+{
+    PyObject *fut = *slot;
+    if (fut == NULL)
+        return;
+    *slot = NULL;
+    PyObject *done = PyObject_CallMethodNoArgs(fut, ctx->s[S_DONE]);
+    if (done != NULL && done == Py_False) {
+        PyObject *name = ctx->s[as_exception ? S_SET_EXCEPTION : S_SET_RESULT];
+        PyObject *r = PyObject_CallMethodOneArg(fut, name, value);
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(done);
+    PyErr_Clear();
+    Py_DECREF(fut);
+}
+
+static PyObject *message(ps_asgi_t *ctx, int type)
+{
+    PyObject *m = PyDict_New();
+    if (m && PyDict_SetItem(m, ctx->s[S_TYPE], ctx->s[type]) < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+/* ---- scope ---- */
+
+static PyObject *addr_tuple(const struct sockaddr_storage *ss)
+{
+    char text[INET6_ADDRSTRLEN];
+    int port;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+        port = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+        port = ntohs(a->sin6_port);
+    } else {
+        return Py_NewRef(Py_None);
+    }
+    return Py_BuildValue("(si)", text, port);
+}
+
+static void conn_info_free(asgi_conn_info_t *ci)
+{
+    Py_XDECREF(ci->client);
+    Py_XDECREF(ci->server);
+    PyMem_Free(ci);
+}
+
+static asgi_conn_info_t *conn_info(ps_conn_t *c)
+{
+    if (c->conn_data)
+        return c->conn_data;
+    asgi_conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
+    if (ci == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    memset(&local, 0, sizeof(local));
+    if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    if (c->is_unix) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&local;
+        ((char *)&local)[PS_MIN((size_t)len, sizeof(local) - 1)] = '\0';
+        PyObject *path = PyUnicode_DecodeFSDefault(len > sizeof(sa_family_t) ? un->sun_path : "");
+        ci->server = path ? Py_BuildValue("[NO]", path, Py_None) : NULL;
+        ci->client = Py_NewRef(Py_None);
+    } else {
+        ci->server = addr_tuple(&local);
+        ci->client = addr_tuple(&c->peer);
+    }
+    if (ci->server == NULL || ci->client == NULL)
+        goto error;
+    c->conn_data = ci;
+    return ci;
+error:
+    conn_info_free(ci);
+    return NULL;
+}
+
+/* The lower-case header name as bytes, from a bounded cache. New ref. */
+static PyObject *header_name(ps_asgi_t *ctx, ps_slice_t name)
+{
+    char buf[NAME_MAX_LEN];
+    if (name.len > NAME_MAX_LEN) {
+        PyObject *b = PyBytes_FromStringAndSize(name.base, (Py_ssize_t)name.len);
+        if (b == NULL)
+            return NULL;
+        char *p = PyBytes_AS_STRING(b);
+        for (size_t i = 0; i < name.len; i++)
+            if (p[i] >= 'A' && p[i] <= 'Z')
+                p[i] = (char)(p[i] + 32);
+        return b;
+    }
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        buf[i] = ch;
+        h = (h ^ (uint8_t)ch) * 16777619u;
+    }
+    name_slot_t *slot = &ctx->names[h % NAME_SLOTS];
+    if (slot->bytes && slot->len == name.len && memcmp(slot->name, buf, name.len) == 0)
+        return Py_NewRef(slot->bytes);
+    PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)name.len);
+    if (b == NULL)
+        return NULL;
+    Py_XSETREF(slot->bytes, Py_NewRef(b));
+    memcpy(slot->name, buf, name.len);
+    slot->len = (uint8_t)name.len;
+    return b;
+}
+
+static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_trailers)
+{
+    PyObject *list = PyList_New((Py_ssize_t)r->nheaders);
+    if (list == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < r->nheaders; i++) {
+        const ps_header_t *h = &r->headers[i];
+        PyObject *name = header_name(ctx, h->name);
+        PyObject *value =
+            name ? PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len) : NULL;
+        PyObject *pair = value ? PyTuple_Pack(2, name, value) : NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(value);
+        if (pair == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, pair);
+        if (h->name.len == 2 && PS_SLICE_IEQ(h->name, "te") &&
+            memmem(h->value.base, h->value.len, "trailers", 8) != NULL)
+            *te_trailers = 1;
+    }
+    return list;
+}
+
+static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
+{
+    if (r->method_id < PS_ARRAY_LEN(ctx->methods)) {
+        PyObject **slot = &ctx->methods[r->method_id];
+        if (*slot == NULL)
+            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+        return Py_XNewRef(*slot);
+    }
+    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+}
+
+static int set_new(PyObject *d, PyObject *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* path (decoded UTF-8) and raw_path (as sent) both include the root path:
+ * a request that arrives with it (a proxy that keeps the prefix) is taken
+ * as is, one that arrives without it (a proxy that strips the prefix) gets
+ * it put back, so root_path is always a prefix of path, as the spec says. */
+static int add_paths(ps_asgi_t *ctx, PyObject *scope, ps_slice_t path)
+{
+    char stack[1024];
+    char *decoded = path.len < sizeof(stack) ? stack : PyMem_Malloc(path.len + 1);
+    if (decoded == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t dlen = ps_http1_percent_decode(path.base, path.len, decoded);
+    const char *rp = PyBytes_AS_STRING(ctx->root_path_bytes);
+    size_t rl = (size_t)PyBytes_GET_SIZE(ctx->root_path_bytes);
+    int prefixed = rl == 0 || (dlen >= rl && memcmp(decoded, rp, rl) == 0 &&
+                               (dlen == rl || decoded[rl] == '/'));
+    PyObject *p = PyUnicode_DecodeUTF8(decoded, (Py_ssize_t)dlen, "replace");
+    if (decoded != stack)
+        PyMem_Free(decoded);
+    PyObject *raw = PyBytes_FromStringAndSize(path.base, (Py_ssize_t)path.len);
+    if (p && !prefixed) {
+        Py_SETREF(p, PyUnicode_Concat(ctx->root_path, p));
+        if (raw) {
+            PyObject *joined = PyBytes_FromObject(ctx->root_path_bytes);
+            PyBytes_ConcatAndDel(&joined, raw);
+            raw = joined;
+        }
+    }
+    if (p == NULL || raw == NULL) {
+        Py_XDECREF(p);
+        Py_XDECREF(raw);
+        return -1;
+    }
+    int rc = PyDict_SetItem(scope, ctx->s[S_PATH], p) < 0 ||
+                     PyDict_SetItem(scope, ctx->s[S_RAW_PATH], raw) < 0
+                 ? -1
+                 : 0;
+    Py_DECREF(p);
+    Py_DECREF(raw);
+    return rc;
+}
+
+static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
+{
+    ps_request_t *r = ps_conn_request(c);
+    asgi_conn_info_t *ci = conn_info(c);
+    if (ci == NULL)
+        return NULL;
+    PyObject *scope = PyDict_New();
+    if (scope == NULL)
+        return NULL;
+    ps_slice_t path, query;
+    ps_http1_split_target(r->target, &path, &query);
+    if (path.len == 0)
+        path = PS_SLICE_LIT("/");
+    int te = 0;
+    PyObject **s = ctx->s;
+    if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
+        set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
+        PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[r->http_minor & 1]) < 0 ||
+        set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
+        PyDict_SetItem(scope, s[S_SCHEME], s[S_HTTP]) < 0 || add_paths(ctx, scope, path) < 0 ||
+        set_new(scope, s[S_QUERY_STRING],
+                PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
+        PyDict_SetItem(scope, s[S_ROOT_PATH], ctx->root_path) < 0 ||
+        set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
+        PyDict_SetItem(scope, s[S_CLIENT], ci->client) < 0 ||
+        PyDict_SetItem(scope, s[S_SERVER], ci->server) < 0 ||
+        set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
+        (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
+        Py_DECREF(scope);
+        return NULL;
+    }
+    cycle->te_trailers = te;
+    return scope;
+}
+
+/* ---- the request cycle ---- */
+
+static void log_access(ps_asgi_t *ctx, ps_conn_t *c, int status)
+{
+    ps_request_t *r = ps_conn_request(c);
+    asgi_conn_info_t *ci = c->conn_data;
+    PyObject *method = method_str(ctx, r);
+    PyObject *target = PyUnicode_DecodeLatin1(r->target.base, PS_MIN(r->target.len, 4096), NULL);
+    PyObject *client = NULL, *msg = NULL, *res = NULL;
+    if (ci && ci->client != Py_None)
+        client = PyUnicode_FromFormat("%S:%S", PyTuple_GET_ITEM(ci->client, 0),
+                                      PyTuple_GET_ITEM(ci->client, 1));
+    else
+        client = PyUnicode_FromString("-");
+    if (method && target && client)
+        msg = PyUnicode_FromFormat("%U - \"%U %U HTTP/1.%d\" %d", client, method, target,
+                                   (int)r->http_minor, status);
+    if (msg)
+        res = PyObject_CallOneArg(ctx->access_info, msg);
+    if (res == NULL)
+        PyErr_Clear();
+    Py_XDECREF(res);
+    Py_XDECREF(msg);
+    Py_XDECREF(client);
+    Py_XDECREF(method);
+    Py_XDECREF(target);
+}
+
+/* Cuts the cycle from its connection and drops the connection's reference
+ * (which may free the cycle: callers touch it no more). */
+static void detach(CycleObject *cycle)
+{
+    ps_conn_t *c = cycle->conn;
+    if (c == NULL)
+        return;
+    cycle->conn = NULL;
+    c->app_data = NULL;
+    Py_DECREF(cycle);
+}
+
+/* The response is complete: log, detach, let the connection move on. A
+ * pending receive() learns the exchange is over. */
+static void complete(CycleObject *cycle)
+{
+    ps_conn_t *c = cycle->conn;
+    ps_asgi_t *ctx = cycle->ctx;
+    cycle->complete = 1;
+    if (ctx->access_info)
+        log_access(ctx, c, c->resp_status);
+    PyObject *m = message(ctx, S_HTTP_DISCONNECT);
+    if (m) {
+        resolve(ctx, &cycle->receive_waiter, m, 0);
+        Py_DECREF(m);
+    }
+    PyErr_Clear();
+    Py_INCREF(cycle);
+    detach(cycle);
+    ps_conn_end(c); /* may start the next pipelined request */
+    Py_DECREF(cycle);
+}
+
+/* The client went away, or the connection failed. */
+static void lose(CycleObject *cycle)
+{
+    ps_asgi_t *ctx = cycle->ctx;
+    cycle->disconnected = 1;
+    Py_INCREF(cycle);
+    detach(cycle);
+    PyObject *m = message(ctx, S_HTTP_DISCONNECT);
+    if (m) {
+        resolve(ctx, &cycle->receive_waiter, m, 0);
+        Py_DECREF(m);
+    }
+    PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
+    if (exc) {
+        resolve(ctx, &cycle->send_waiter, exc, 1);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+    if (cycle->sendfile_fd >= 0) {
+        close(cycle->sendfile_fd);
+        cycle->sendfile_fd = -1;
+    }
+    Py_DECREF(cycle);
+}
+
+/* The http.request message for what the body buffer holds now. */
+static PyObject *body_message(CycleObject *cycle, ps_conn_t *c)
+{
+    ps_asgi_t *ctx = cycle->ctx;
+    ps_buf_t *b = &c->body;
+    PyObject *m = message(ctx, S_HTTP_REQUEST);
+    if (m == NULL)
+        return NULL;
+    PyObject *body = PyBytes_FromStringAndSize(ps_buf_head(b), (Py_ssize_t)ps_buf_size(b));
+    if (body == NULL || PyDict_SetItem(m, ctx->s[S_BODY], body) < 0) {
+        Py_XDECREF(body);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(body);
+    ps_buf_consume(b, ps_buf_size(b));
+    int more = !ps_conn_request(c)->message_complete;
+    if (PyDict_SetItem(m, ctx->s[S_MORE_BODY], more ? Py_True : Py_False) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (!more)
+        cycle->body_done = 1;
+    return m;
+}
+
+static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
+{
+    CycleObject *self = (CycleObject *)op;
+    ps_asgi_t *ctx = self->ctx;
+    ps_conn_t *c = self->conn;
+    PS_UNUSED(unused);
+    if (c == NULL)
+        return ready(message(ctx, S_HTTP_DISCONNECT));
+    if (self->body_done) {
+        /* Nothing more will come but the end of the exchange. */
+        if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
+            return NULL;
+        return Py_NewRef(self->receive_waiter);
+    }
+    int rc = ps_conn_body_want(c);
+    if (rc > 0)
+        return ready(body_message(self, c));
+    if (rc < 0)
+        return ready(message(ctx, S_HTTP_DISCONNECT));
+    if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
+        return NULL;
+    return Py_NewRef(self->receive_waiter);
+}
+
+/* ---- send() ---- */
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 103:
+        return "Early Hints";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 303:
+        return "See Other";
+    case 304:
+        return "Not Modified";
+    case 307:
+        return "Temporary Redirect";
+    case 308:
+        return "Permanent Redirect";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "";
+    }
+}
+
+/* Views an ASGI header list as slices into its bytes objects. *hs is a
+ * stack array of room entries or a PyMem block the caller frees. Returns
+ * the count, or -1 with an exception. */
+static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra)
+{
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of pairs");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if ((size_t)n + extra > room) {
+        *hs = PyMem_Malloc(((size_t)n + extra) * sizeof(ps_header_t));
+        if (*hs == NULL) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *name, *value;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            name = PyTuple_GET_ITEM(pair, 0);
+            value = PyTuple_GET_ITEM(pair, 1);
+        } else if (PyList_Check(pair) && PyList_GET_SIZE(pair) == 2) {
+            name = PyList_GET_ITEM(pair, 0);
+            value = PyList_GET_ITEM(pair, 1);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "each header must be a [name, value] pair");
+            goto error;
+        }
+        if (!PyBytes_Check(name) || !PyBytes_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "header names and values must be bytes");
+            goto error;
+        }
+        (*hs)[i].name = (ps_slice_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name)};
+        (*hs)[i].value = (ps_slice_t){PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value)};
+    }
+    /* The slices point into objects the message (held by the caller) keeps
+     * alive; seq only adds a reference to a list or tuple we read. */
+    Py_DECREF(seq);
+    return n;
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
+/* Maps a core write result to what send() returns. */
+static PyObject *after_write(CycleObject *self, int rc)
+{
+    if (rc == PS_WRITE_PENDING) {
+        if (self->send_waiter == NULL && (self->send_waiter = new_future(self->ctx)) == NULL)
+            return NULL;
+        return Py_NewRef(self->send_waiter);
+    }
+    if (rc < 0) {
+        /* The socket broke: close it now; the cycle hears it as a disconnect. */
+        if (self->conn)
+            ps_conn_abort(self->conn);
+        PyErr_SetString(self->ctx->disconnected, "the client disconnected");
+        return NULL;
+    }
+    return ready(Py_NewRef(Py_None));
+}
+
+/* Sends the head held since http.response.start with the first body bytes.
+ * length >= 0 announces a body of that size when the app gave no length. */
+static int send_head(CycleObject *self, const char *body, size_t len, int64_t length)
+{
+    ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
+    char status_line[64], length_text[24];
+    Py_ssize_t n = view_headers(self->headers, &hs, MAX_STACK_HEADERS + 1, 1);
+    if (n < 0)
+        return -EINVAL;
+    int st = self->status;
+    int bodyless = st < 200 || st == 204 || st == 304;
+    if (length >= 0 && !bodyless) {
+        int has_length = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (PS_SLICE_IEQ(hs[i].name, "content-length"))
+                has_length = 1;
+        if (!has_length) {
+            int l = snprintf(length_text, sizeof(length_text), "%lld", (long long)length);
+            hs[n].name = PS_SLICE_LIT("content-length");
+            hs[n++].value = (ps_slice_t){length_text, (size_t)l};
+        }
+    }
+    const char *reason = reason_phrase(st);
+    int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
+    int rc = ps_conn_start_response(self->conn, (ps_slice_t){status_line, (size_t)sl}, hs,
+                                    (size_t)n, body, len);
+    if (hs != stack)
+        PyMem_Free(hs);
+    if (rc == -EINVAL)
+        PyErr_Format(PyExc_ValueError, "invalid status or header in http.response.start: %d %R", st,
+                     self->headers);
+    else
+        self->head_sent = 1;
+    return rc;
+}
+
+static PyObject *send_start(CycleObject *self, PyObject *msg)
+{
+    ps_asgi_t *ctx = self->ctx;
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.start sent twice");
+        return NULL;
+    }
+    PyObject *status = PyDict_GetItemWithError(msg, ctx->s[S_STATUS]); /* borrowed */
+    if (status == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "http.response.start needs a status");
+        return NULL;
+    }
+    long code = PyLong_AsLong(status);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    if (code < 100 || code > 999) {
+        PyErr_Format(PyExc_ValueError, "invalid status %ld", code);
+        return NULL;
+    }
+    PyObject *headers = PyDict_GetItemWithError(msg, ctx->s[S_HEADERS]);
+    if (headers == NULL && PyErr_Occurred())
+        return NULL;
+    PyObject *trailers = PyDict_GetItemWithError(msg, ctx->s[S_TRAILERS]);
+    if (trailers == NULL && PyErr_Occurred())
+        return NULL;
+    self->status = (int)code;
+    self->want_trailers = trailers != NULL && PyObject_IsTrue(trailers) == 1;
+    Py_XSETREF(self->headers, headers ? Py_NewRef(headers) : PyList_New(0));
+    if (self->headers == NULL)
+        return NULL;
+    self->started = 1;
+    return ready(Py_NewRef(Py_None));
+}
+
+static int get_flag(ps_asgi_t *ctx, PyObject *msg, int key)
+{
+    PyObject *v = PyDict_GetItemWithError(msg, ctx->s[key]);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return PyObject_IsTrue(v);
+}
+
+/* The body is complete; with trailers announced (and accepted) the
+ * response ends with the trailers message instead. */
+static void body_finished(CycleObject *self)
+{
+    if (!(self->want_trailers && self->te_trailers))
+        complete(self);
+}
+
+static PyObject *send_body(CycleObject *self, PyObject *msg)
+{
+    ps_asgi_t *ctx = self->ctx;
+    if (!self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.body before http.response.start");
+        return NULL;
+    }
+    PyObject *body = PyDict_GetItemWithError(msg, ctx->s[S_BODY]);
+    if (body == NULL && PyErr_Occurred())
+        return NULL;
+    if (body == NULL)
+        body = ctx->empty_bytes;
+    Py_buffer view;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int more = get_flag(ctx, msg, S_MORE_BODY);
+    if (more < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int rc;
+    if (!self->head_sent) {
+        /* A single body message: its size is the Content-Length. */
+        int64_t length = more || (self->want_trailers && self->te_trailers) ? -1 : view.len;
+        rc = send_head(self, view.buf, (size_t)view.len, length);
+    } else {
+        rc = ps_conn_write(self->conn, view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    if (rc == -EINVAL)
+        return NULL;
+    if (rc >= 0 && !more) {
+        body_finished(self);
+        rc = PS_WRITE_DONE; /* the rest is the connection's to flush */
+    }
+    return after_write(self, rc);
+}
+
+static PyObject *send_pathsend(CycleObject *self, PyObject *msg)
+{
+    ps_asgi_t *ctx = self->ctx;
+    if (!self->started || self->head_sent) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.pathsend must follow the start");
+        return NULL;
+    }
+    PyObject *path = PyDict_GetItemWithError(msg, ctx->s[S_PATH_KEY]);
+    PyObject *fspath = NULL;
+    if (path == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "http.response.pathsend needs a path");
+        return NULL;
+    }
+    if (!PyUnicode_FSConverter(path, &fspath))
+        return NULL;
+    int fd = open(PyBytes_AS_STRING(fspath), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        errno = errno ? errno : EINVAL;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+        Py_DECREF(fspath);
+        return NULL;
+    }
+    Py_DECREF(fspath);
+    int rc = send_head(self, NULL, 0, st.st_size);
+    if (rc >= 0)
+        rc = ps_conn_sendfile(self->conn, fd, 0, (uint64_t)st.st_size);
+    if (rc == PS_WRITE_PENDING) {
+        self->sendfile_fd = fd; /* closed, and the response completed, in on_writable */
+        return after_write(self, rc);
+    }
+    close(fd);
+    if (rc == -EINVAL)
+        return NULL;
+    if (rc >= 0)
+        complete(self);
+    return after_write(self, rc);
+}
+
+static PyObject *send_trailers(CycleObject *self, PyObject *msg)
+{
+    ps_asgi_t *ctx = self->ctx;
+    if (!self->want_trailers || !self->head_sent) {
+        PyErr_SetString(PyExc_RuntimeError, "http.response.trailers was not announced");
+        return NULL;
+    }
+    if (!self->te_trailers) /* the client did not ask for trailers: drop them */
+        return ready(Py_NewRef(Py_None));
+    PyObject *headers = PyDict_GetItemWithError(msg, ctx->s[S_HEADERS]);
+    if (headers == NULL && PyErr_Occurred())
+        return NULL;
+    int more = get_flag(ctx, msg, S_MORE_TRAILERS);
+    if (more < 0)
+        return NULL;
+    if (more) {
+        PyErr_SetString(PyExc_NotImplementedError, "more_trailers is not supported");
+        return NULL;
+    }
+    ps_header_t stack[MAX_STACK_HEADERS], *hs = stack;
+    Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0) : 0;
+    if (n < 0)
+        return NULL;
+    ps_conn_t *c = self->conn;
+    Py_INCREF(self);
+    self->complete = 1;
+    if (ctx->access_info)
+        log_access(ctx, c, c->resp_status);
+    detach(self);
+    int rc = ps_conn_end_with_trailers(c, hs, (size_t)n);
+    if (hs != stack)
+        PyMem_Free(hs);
+    Py_DECREF(self);
+    if (rc < 0) {
+        PyErr_SetString(PyExc_ValueError, "invalid trailer field");
+        return NULL;
+    }
+    return ready(Py_NewRef(Py_None));
+}
+
+static PyObject *send_early_hint(CycleObject *self, PyObject *msg)
+{
+    ps_asgi_t *ctx = self->ctx;
+    if (self->head_sent)
+        return ready(Py_NewRef(Py_None));
+    PyObject *links = PyDict_GetItemWithError(msg, ctx->s[S_LINKS]);
+    if (links == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return ready(Py_NewRef(Py_None));
+    }
+    PyObject *seq = PySequence_Fast(links, "links must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    ps_header_t stack[MAX_STACK_HEADERS], *hs = stack;
+    PyObject *rv = NULL;
+    if ((size_t)n > MAX_STACK_HEADERS && (hs = PyMem_Malloc((size_t)n * sizeof(*hs))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *link = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t len;
+        const char *s;
+        if (PyBytes_Check(link)) { /* the spec's type; str is accepted too */
+            s = PyBytes_AS_STRING(link);
+            len = PyBytes_GET_SIZE(link);
+        } else if ((s = PyUnicode_AsUTF8AndSize(link, &len)) == NULL) {
+            goto done;
+        }
+        hs[i].name = PS_SLICE_LIT("Link");
+        hs[i].value = (ps_slice_t){s, (size_t)len};
+    }
+    int rc = ps_conn_send_informational(self->conn, PS_SLICE_LIT("103 Early Hints"), hs, (size_t)n);
+    rv = after_write(self, rc == -EINVAL ? PS_WRITE_DONE : rc);
+done:
+    if (hs != stack)
+        PyMem_Free(hs);
+    Py_DECREF(seq);
+    return rv;
+}
+
+static PyObject *Cycle_send(PyObject *op, PyObject *msg)
+{
+    CycleObject *self = (CycleObject *)op;
+    ps_asgi_t *ctx = self->ctx;
+    if (!PyDict_Check(msg)) {
+        PyErr_SetString(PyExc_TypeError, "send() takes a message dict");
+        return NULL;
+    }
+    PyObject *type = PyDict_GetItemWithError(msg, ctx->s[S_TYPE]); /* borrowed */
+    if (type == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "the message has no type");
+        return NULL;
+    }
+    if (self->complete) {
+        /* Trailers the client never asked for were dropped with the body. */
+        if (self->want_trailers && !self->te_trailers &&
+            PyUnicode_Compare(type, ctx->s[S_RESPONSE_TRAILERS]) == 0)
+            return ready(Py_NewRef(Py_None));
+        PyErr_Format(PyExc_RuntimeError, "%R sent after the response completed", type);
+        return NULL;
+    }
+    if (self->conn == NULL) {
+        PyErr_SetString(ctx->disconnected, "the client disconnected");
+        return NULL;
+    }
+    PyObject **s = ctx->s;
+    if (PyUnicode_Compare(type, s[S_RESPONSE_BODY]) == 0)
+        return send_body(self, msg);
+    if (PyUnicode_Compare(type, s[S_RESPONSE_START]) == 0)
+        return send_start(self, msg);
+    if (PyUnicode_Compare(type, s[S_RESPONSE_PATHSEND]) == 0)
+        return send_pathsend(self, msg);
+    if (PyUnicode_Compare(type, s[S_RESPONSE_TRAILERS]) == 0)
+        return send_trailers(self, msg);
+    if (PyUnicode_Compare(type, s[S_RESPONSE_EARLY_HINT]) == 0)
+        return send_early_hint(self, msg);
+    if (PyErr_Occurred())
+        return NULL;
+    PyErr_Format(PyExc_RuntimeError, "unexpected ASGI message type %R", type);
+    return NULL;
+}
+
+/* The application's task finished: whatever it left undone is answered. */
+static PyObject *Cycle_done(PyObject *op, PyObject *task)
+{
+    CycleObject *self = (CycleObject *)op;
+    ps_asgi_t *ctx = self->ctx;
+    ps_conn_t *c = self->conn;
+    PyObject *exc = NULL;
+    if (ctx->active > 0)
+        ctx->active--;
+    PyObject *cancelled = PyObject_CallMethodNoArgs(task, ctx->s[S_CANCELLED]);
+    if (cancelled == NULL)
+        goto done;
+    if (cancelled == Py_False) {
+        exc = PyObject_CallMethodNoArgs(task, ctx->s[S_EXCEPTION]);
+        if (exc == NULL)
+            goto done;
+    }
+    if (exc != NULL && exc != Py_None) {
+        int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
+        if (!quiet) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            if (c) {
+                ps_request_t *r = ps_conn_request(c);
+                ps_log_exception(ctx->error_logger, "Exception in ASGI application (%.*s %.*s)",
+                                 (int)r->method.len, r->method.base,
+                                 (int)PS_MIN(r->target.len, 200), r->target.base);
+            } else {
+                ps_log_exception(ctx->error_logger, "Exception in ASGI application");
+            }
+        }
+    } else if (c && !self->complete) {
+        ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
+                     self->head_sent ? "completing" : "starting");
+    }
+    if (c != NULL && !self->complete) {
+        Py_INCREF(self);
+        detach(self);
+        if (self->head_sent)
+            ps_conn_abort(c);
+        else
+            ps_conn_send_error(c, 500);
+        Py_DECREF(self);
+    }
+done:
+    PyErr_Clear();
+    Py_XDECREF(cancelled);
+    Py_XDECREF(exc);
+    Py_CLEAR(self->task);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef receive_def = {"receive", Cycle_receive, METH_NOARGS, "ASGI receive()"};
+static PyMethodDef send_def = {"send", Cycle_send, METH_O, "ASGI send(message)"};
+static PyMethodDef done_def = {"_done", Cycle_done, METH_O, NULL};
+
+static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    CycleObject *self = (CycleObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->receive_waiter);
+    Py_VISIT(self->send_waiter);
+    Py_VISIT(self->headers);
+    Py_VISIT(self->task);
+    return 0;
+}
+
+static int Cycle_clear(PyObject *op)
+{
+    CycleObject *self = (CycleObject *)op;
+    Py_CLEAR(self->receive_waiter);
+    Py_CLEAR(self->send_waiter);
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->task);
+    return 0;
+}
+
+static void Cycle_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    CycleObject *self = (CycleObject *)op;
+    PyObject_GC_UnTrack(op);
+    if (self->sendfile_fd >= 0)
+        close(self->sendfile_fd);
+    Cycle_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Cycle_slots[] = {
+    {Py_tp_traverse, Cycle_traverse},
+    {Py_tp_clear, Cycle_clear},
+    {Py_tp_dealloc, Cycle_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec Cycle_spec = {
+    .name = "pyserver._core.HTTPCycle",
+    .basicsize = sizeof(CycleObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Cycle_slots,
+};
+
+/* ---- connection callbacks ---- */
+
+static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
+{
+    PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
+    PyObject *done = NULL, *res = NULL;
+    int rc = -1;
+    scope = build_scope(ctx, c, cycle);
+    if (scope == NULL)
+        goto error;
+    receive = PyCFunction_New(&receive_def, (PyObject *)cycle);
+    send = PyCFunction_New(&send_def, (PyObject *)cycle);
+    if (receive == NULL || send == NULL)
+        goto error;
+    PyObject *args[3] = {scope, receive, send};
+    coro = PyObject_Vectorcall(ctx->app, args, 3, NULL);
+    if (coro == NULL)
+        goto error;
+    /* asyncio.Task(coro, loop=loop) directly: loop.create_task adds only a
+     * Python frame around the same call. */
+    PyObject *targs[2] = {coro, ctx->loop};
+    task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->loop_kwnames);
+    if (task == NULL)
+        goto error;
+    done = PyCFunction_New(&done_def, (PyObject *)cycle);
+    if (done == NULL)
+        goto error;
+    res = PyObject_CallMethodOneArg(task, ctx->s[S_ADD_DONE_CALLBACK], done);
+    if (res == NULL)
+        goto error;
+    cycle->task = Py_NewRef(task);
+    ctx->active++;
+    rc = 0;
+error:
+    Py_XDECREF(scope);
+    Py_XDECREF(receive);
+    Py_XDECREF(send);
+    Py_XDECREF(coro);
+    Py_XDECREF(task);
+    Py_XDECREF(done);
+    Py_XDECREF(res);
+    return rc;
+}
+
+static void on_request(ps_conn_t *c)
+{
+    ps_asgi_t *ctx = c->w->handler_data;
+    if (ctx->limit_concurrency && ctx->active >= ctx->limit_concurrency) {
+        ps_conn_send_error(c, 503);
+        return;
+    }
+    CycleObject *cycle = (CycleObject *)cycle_type->tp_alloc(cycle_type, 0);
+    if (cycle == NULL) {
+        ps_log_exception(ctx->error_logger, "Cannot start a request");
+        ps_conn_send_error(c, 500);
+        return;
+    }
+    cycle->ctx = ctx;
+    cycle->conn = c;
+    cycle->sendfile_fd = -1;
+    c->app_data = cycle; /* the connection's reference */
+    if (start_task(ctx, c, cycle) < 0) {
+        ps_log_exception(ctx->error_logger, "Exception in ASGI application");
+        detach(cycle);
+        ps_conn_send_error(c, 500);
+    }
+}
+
+static void on_body(ps_conn_t *c)
+{
+    CycleObject *cycle = c->app_data;
+    if (cycle == NULL || cycle->receive_waiter == NULL)
+        return;
+    PyObject *m = body_message(cycle, c);
+    if (m == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    resolve(cycle->ctx, &cycle->receive_waiter, m, 0);
+    Py_DECREF(m);
+}
+
+static void on_writable(ps_conn_t *c)
+{
+    CycleObject *cycle = c->app_data;
+    if (cycle == NULL)
+        return;
+    Py_INCREF(cycle);
+    resolve(cycle->ctx, &cycle->send_waiter, Py_None, 0);
+    if (cycle->sendfile_fd >= 0) {
+        close(cycle->sendfile_fd);
+        cycle->sendfile_fd = -1;
+        complete(cycle);
+    }
+    Py_DECREF(cycle);
+}
+
+static void on_disconnect(ps_conn_t *c)
+{
+    if (c->app_data)
+        lose(c->app_data);
+}
+
+static void dispose(ps_conn_t *c)
+{
+    if (c->app_data)
+        lose(c->app_data);
+    if (c->conn_data)
+        conn_info_free(c->conn_data);
+    c->conn_data = NULL;
+}
+
+const ps_handler_t ps_asgi_handler = {
+    .on_request = on_request,
+    .on_writable = on_writable,
+    .on_disconnect = on_disconnect,
+    .dispose = dispose,
+    .on_body = on_body,
+};
+
+/* ---- the server object the runner drives ---- */
+
+/* After each loop iteration: once a graceful stop has finished the last
+ * connection, stop asyncio's loop so the runner can run lifespan shutdown. */
+static void on_check(struct ev_loop *loop, ev_check *w, int revents)
+{
+    ps_asgi_t *ctx = ps_container_of(w, ps_asgi_t, check);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    if (ctx->stop_sent || !ctx->w->stopping || ctx->w->nconns > 0 || ctx->loop_stop == NULL)
+        return;
+    ctx->stop_sent = 1;
+    PyObject *r = PyObject_CallNoArgs(ctx->loop_stop);
+    if (r == NULL)
+        PyErr_Clear();
+    Py_XDECREF(r);
+}
+
+static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    ps_asgi_t *ctx = ((ServerObject *)op)->ctx;
+    if (ctx == NULL || nargs != 2) {
+        PyErr_SetString(PyExc_RuntimeError, "start(loop, state) on a live server");
+        return NULL;
+    }
+    Py_XSETREF(ctx->loop, Py_NewRef(args[0]));
+    Py_XSETREF(ctx->create_task, PyObject_GetAttrString(args[0], "create_task"));
+    Py_XSETREF(ctx->create_future, PyObject_GetAttrString(args[0], "create_future"));
+    Py_XSETREF(ctx->loop_stop, PyObject_GetAttrString(args[0], "stop"));
+    if (!ctx->create_task || !ctx->create_future || !ctx->loop_stop)
+        return NULL;
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (asyncio == NULL)
+        return NULL;
+    Py_XSETREF(ctx->task_type, PyObject_GetAttrString(asyncio, "Task"));
+    Py_DECREF(asyncio);
+    Py_XSETREF(ctx->loop_kwnames, PyTuple_Pack(1, ctx->s[S_LOOP]));
+    if (ctx->task_type == NULL || ctx->loop_kwnames == NULL)
+        return NULL;
+    Py_XSETREF(ctx->state, args[1] == Py_None ? NULL : Py_NewRef(args[1]));
+    if (ctx->state && !PyDict_Check(ctx->state)) {
+        PyErr_SetString(PyExc_TypeError, "state must be a dict");
+        return NULL;
+    }
+    ev_check_start(ctx->w->loop, &ctx->check);
+    ev_unref(ctx->w->loop);
+    ps_worker_start(ctx->w);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Server_finish(PyObject *op, PyObject *unused)
+{
+    ps_asgi_t *ctx = ((ServerObject *)op)->ctx;
+    PS_UNUSED(unused);
+    if (ctx == NULL)
+        Py_RETURN_NONE;
+    ps_worker_finish(ctx->w);
+    if (ev_is_active(&ctx->check)) {
+        ev_ref(ctx->w->loop);
+        ev_check_stop(ctx->w->loop, &ctx->check);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Server_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))Server_start, METH_FASTCALL,
+     "start(loop, state): accept connections; requests run as tasks on loop."},
+    {"finish", Server_finish, METH_NOARGS, "Close what is left and stop accepting."},
+    {NULL, NULL, 0, NULL},
+};
+
+static void Server_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Server_slots[] = {
+    {Py_tp_methods, Server_methods},
+    {Py_tp_dealloc, Server_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec Server_spec = {
+    .name = "pyserver._core.AsgiServer",
+    .basicsize = sizeof(ServerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Server_slots,
+};
+
+int ps_asgi_init_types(PyObject *module)
+{
+    cycle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Cycle_spec, NULL);
+    ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Ready_spec, NULL);
+    server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Server_spec, NULL);
+    if (!cycle_type || !ready_type || !server_type)
+        return -1;
+    PyObject *exc = PyErr_NewExceptionWithDoc(
+        "pyserver._core.ClientDisconnected",
+        "send() after the client went away (an OSError the server does not log).", PyExc_OSError,
+        NULL);
+    if (exc == NULL || PyModule_AddObjectRef(module, "ClientDisconnected", exc) < 0) {
+        Py_XDECREF(exc);
+        return -1;
+    }
+    Py_DECREF(exc);
+    return 0;
+}
+
+/* ---- setup ---- */
+
+static int read_int_attr(PyObject *config, const char *name, long long *out)
+{
+    *out = 0;
+    PyObject *v = PyObject_GetAttrString(config, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v != Py_None)
+        *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+void ps_asgi_free(ps_asgi_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    Py_XDECREF(ctx->app);
+    Py_XDECREF(ctx->loop);
+    Py_XDECREF(ctx->create_task);
+    Py_XDECREF(ctx->create_future);
+    Py_XDECREF(ctx->task_type);
+    Py_XDECREF(ctx->loop_kwnames);
+    Py_XDECREF(ctx->loop_stop);
+    Py_XDECREF(ctx->state);
+    Py_XDECREF(ctx->error_logger);
+    Py_XDECREF(ctx->access_info);
+    Py_XDECREF(ctx->disconnected);
+    for (int i = 0; i < S_COUNT; i++)
+        Py_XDECREF(ctx->s[i]);
+    Py_XDECREF(ctx->versions[0]);
+    Py_XDECREF(ctx->versions[1]);
+    Py_XDECREF(ctx->root_path);
+    Py_XDECREF(ctx->root_path_bytes);
+    Py_XDECREF(ctx->asgi_template);
+    Py_XDECREF(ctx->extensions_template);
+    Py_XDECREF(ctx->empty_bytes);
+    for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
+        Py_XDECREF(ctx->methods[i]);
+    for (size_t i = 0; i < NAME_SLOTS; i++)
+        Py_XDECREF(ctx->names[i].bytes);
+    PyMem_Free(ctx);
+}
+
+static int read_logging(ps_asgi_t *ctx, PyObject *config)
+{
+    ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
+    PyObject *access_log = PyObject_GetAttrString(config, "access_log");
+    if (ctx->error_logger == NULL || access_log == NULL) {
+        Py_XDECREF(access_log);
+        return -1;
+    }
+    int on = PyObject_IsTrue(access_log);
+    Py_DECREF(access_log);
+    if (on <= 0)
+        return on;
+    PyObject *logger = PyObject_GetAttrString(config, "access_logger");
+    if (logger == NULL)
+        return -1;
+    ctx->access_info = PyObject_GetAttrString(logger, "info");
+    Py_DECREF(logger);
+    return ctx->access_info ? 0 : -1;
+}
+
+ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config)
+{
+    ps_asgi_t *ctx = PyMem_Calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return (ps_asgi_t *)PyErr_NoMemory();
+    ctx->st = st;
+    ctx->app = Py_NewRef(app);
+    for (int i = 0; i < S_COUNT; i++)
+        if ((ctx->s[i] = PyUnicode_InternFromString(str_names[i])) == NULL)
+            goto error;
+    ctx->versions[0] = PyUnicode_InternFromString("1.0");
+    ctx->versions[1] = PyUnicode_InternFromString("1.1");
+    ctx->empty_bytes = PyBytes_FromStringAndSize("", 0);
+    ctx->disconnected = PyObject_GetAttrString(module, "ClientDisconnected");
+    ctx->asgi_template = Py_BuildValue("{s:s,s:s}", "version", "3.0", "spec_version", "2.4");
+    ctx->extensions_template = Py_BuildValue("{s:{},s:{},s:{}}", "http.response.pathsend",
+                                             "http.response.trailers", "http.response.early_hint");
+    if (!ctx->versions[0] || !ctx->versions[1] || !ctx->empty_bytes || !ctx->disconnected ||
+        !ctx->asgi_template || !ctx->extensions_template || read_logging(ctx, config) < 0)
+        goto error;
+    PyObject *rp = PyObject_GetAttrString(config, "root_path");
+    if (rp == NULL)
+        goto error;
+    ctx->root_path = rp == Py_None ? PyUnicode_FromString("") : rp;
+    if (rp == Py_None)
+        Py_DECREF(rp);
+    if (ctx->root_path == NULL ||
+        (ctx->root_path_bytes = PyUnicode_AsUTF8String(ctx->root_path)) == NULL)
+        goto error;
+    long long lc;
+    if (read_int_attr(config, "limit_concurrency", &lc) < 0)
+        goto error;
+    ctx->limit_concurrency = lc > 0 ? (uint32_t)lc : 0;
+    ev_check_init(&ctx->check, on_check);
+    return ctx;
+error:
+    ps_asgi_free(ctx);
+    return NULL;
+}
+
+void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w)
+{
+    ctx->w = w;
+    w->async = 1;
+}
+
+PyObject *ps_asgi_server_new(ps_asgi_t *ctx)
+{
+    ServerObject *s = (ServerObject *)server_type->tp_alloc(server_type, 0);
+    if (s)
+        s->ctx = ctx;
+    return (PyObject *)s;
+}
+
+void ps_asgi_server_release(PyObject *server)
+{
+    ((ServerObject *)server)->ctx = NULL;
+}
+
+/* Serves the worker's connections with asyncio's loop on a selector over
+ * the same libev loop, through pyserver.asgi_runner. Returns the runner's
+ * exit code as an int object, or NULL with an exception. */
+PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config)
+{
+    PyObject *runner = NULL, *core = NULL, *server = NULL, *result = NULL;
+    runner = PyImport_ImportModule("pyserver.asgi_runner");
+    if (runner == NULL)
+        goto done;
+    core = ps_evselector_new(ctx->w->loop);
+    if (core == NULL)
+        goto done;
+    server = ps_asgi_server_new(ctx);
+    if (server == NULL)
+        goto done;
+    result = PyObject_CallMethod(runner, "run", "OOOO", ctx->app, core, config, server);
+    ps_asgi_server_release(server);
+    ps_evselector_close(core);
+done:
+    Py_XDECREF(runner);
+    Py_XDECREF(core);
+    Py_XDECREF(server);
+    return result;
+}

@@ -1,0 +1,145 @@
+"""A `selectors` selector whose poller is a libev loop (pyserver._core.EvSelectorCore).
+
+`asyncio.SelectorEventLoop(EvSelector(core))` runs asyncio on the worker's libev loop, so libev
+stays the only poller: one `select()` waits for asyncio's sockets and for the C core's HTTP
+connections alike (DESIGN.md, section 2). The core only knows file descriptors; this class keeps
+the file object -> SelectorKey map, as the standard selectors do.
+"""
+
+import selectors
+from collections.abc import Mapping
+from selectors import EVENT_READ, EVENT_WRITE, SelectorKey
+
+__all__ = ["EvSelector"]
+
+
+def _fileobj_to_fd(fileobj):
+    """The descriptor of an int or of an object with fileno(); ValueError when invalid."""
+    if isinstance(fileobj, int):
+        fd = fileobj
+    else:
+        try:
+            fd = int(fileobj.fileno())
+        except (AttributeError, TypeError, ValueError):
+            raise ValueError(f"Invalid file object: {fileobj!r}") from None
+    if fd < 0:
+        raise ValueError(f"Invalid file descriptor: {fd}")
+    return fd
+
+
+class _KeyMapping(Mapping):
+    """Read-only file object -> SelectorKey view of a selector's registrations."""
+
+    __slots__ = ("_selector",)
+
+    def __init__(self, selector):
+        self._selector = selector
+
+    def __len__(self):
+        return len(self._selector._fd_to_key)
+
+    def __getitem__(self, fileobj):
+        fd = self._selector._lookup_fd(fileobj)
+        try:
+            return self._selector._fd_to_key[fd]
+        except KeyError:
+            raise KeyError(f"{fileobj!r} is not registered") from None
+
+    def __iter__(self):
+        return iter(self._selector._fd_to_key)
+
+
+class EvSelector(selectors.BaseSelector):
+    """selectors.BaseSelector over an EvSelectorCore (which it closes with itself).
+
+    Without a core it makes one with a libev loop of its own; the server passes the core built
+    over its worker's loop.
+    """
+
+    def __init__(self, core=None):
+        if core is None:
+            from ._core import EvSelectorCore
+
+            core = EvSelectorCore()
+        self._core = core
+        self._fd_to_key = {}
+        self._map = _KeyMapping(self)
+
+    def _lookup_fd(self, fileobj):
+        """Like _fileobj_to_fd, but also finds a registered object whose fileno() now fails
+        (a closed socket can still be unregistered)."""
+        try:
+            return _fileobj_to_fd(fileobj)
+        except ValueError:
+            for key in self._fd_to_key.values():
+                if key.fileobj is fileobj:
+                    return key.fd
+            raise
+
+    def _check_open(self):
+        if self._map is None:
+            raise RuntimeError("Selector is closed")
+
+    def register(self, fileobj, events, data=None):
+        self._check_open()
+        if not events or events & ~(EVENT_READ | EVENT_WRITE):
+            raise ValueError(f"Invalid events: {events!r}")
+        key = SelectorKey(fileobj, self._lookup_fd(fileobj), events, data)
+        if key.fd in self._fd_to_key:
+            raise KeyError(f"{fileobj!r} (FD {key.fd}) is already registered")
+        self._core.register(key.fd, events)
+        self._fd_to_key[key.fd] = key
+        return key
+
+    def unregister(self, fileobj):
+        self._check_open()
+        fd = self._lookup_fd(fileobj)
+        try:
+            key = self._fd_to_key.pop(fd)
+        except KeyError:
+            raise KeyError(f"{fileobj!r} is not registered") from None
+        self._core.unregister(fd)
+        return key
+
+    def modify(self, fileobj, events, data=None):
+        self._check_open()
+        fd = self._lookup_fd(fileobj)
+        try:
+            key = self._fd_to_key[fd]
+        except KeyError:
+            raise KeyError(f"{fileobj!r} is not registered") from None
+        if events != key.events:
+            if not events or events & ~(EVENT_READ | EVENT_WRITE):
+                raise ValueError(f"Invalid events: {events!r}")
+            self._core.modify(fd, events)
+            key = key._replace(events=events, data=data)
+            self._fd_to_key[fd] = key
+        elif data != key.data:
+            key = key._replace(data=data)
+            self._fd_to_key[fd] = key
+        return key
+
+    def select(self, timeout=None):
+        """Waits like the standard selectors (None: block, <= 0: poll, else seconds); while it
+        waits, every other watcher of the libev loop runs too."""
+        fd_to_key = self._fd_to_key
+        ready = []
+        for fd, events in self._core.poll(timeout):
+            key = fd_to_key.get(fd)
+            if key is not None:
+                ready.append((key, events & key.events))
+        return ready
+
+    def close(self):
+        self._core.close()  # first: it refuses while another thread polls
+        self._fd_to_key.clear()
+        self._map = None
+
+    def get_key(self, fileobj):
+        mapping = self.get_map()
+        if mapping is None:
+            raise RuntimeError("Selector is closed")
+        return mapping[fileobj]
+
+    def get_map(self):
+        return self._map

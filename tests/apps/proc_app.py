@@ -1,0 +1,30 @@
+"""The application of the process-management tests (tests/test_process.py).
+
+/pid            the worker's pid, so tests see which worker answered
+/sleep/SECONDS  sleeps, then answers (a slow view, or one stuck past --timeout)
+/alloc/MIB      allocates MIB mebibytes and keeps them (for --max-rss)
+anything else   a short 200
+"""
+
+import os
+import time
+
+HOARD = []
+
+
+def app(environ, start_response):
+    parts = environ.get("PATH_INFO", "/").strip("/").split("/")
+    if parts[0] == "pid":
+        body = str(os.getpid()).encode()
+    elif parts[0] == "sleep":
+        time.sleep(float(parts[1]))
+        body = b"slept"
+    elif parts[0] == "alloc":
+        HOARD.append(bytearray(int(parts[1]) * 1024 * 1024))
+        for i in range(0, len(HOARD[-1]), 4096):
+            HOARD[-1][i] = 1  # touch every page so it is resident
+        body = b"allocated"
+    else:
+        body = b"ok"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]

@@ -1,0 +1,543 @@
+"""The master process: workers, signals, watchdog, recycling, rolling restart.
+
+Every test runs a real master with real workers and real signals. The load
+client sends requests from a few threads for a bounded time, half of them on
+keep-alive connections, half on new connections. A request counts as lost
+unless it gets a complete 2xx. A request written on a reused connection that
+the server had just closed as idle (the keep-alive race of RFC 9112 9.3.1) is
+retried once on a new connection, as HTTP clients do, but counted: a stopping
+worker answers busy keep-alive connections with "Connection: close" rather
+than closing them, so the zero-loss tests expect no retry either.
+run_server() checks that no process of the server's group outlives the
+master.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import HOST, free_port, run_cli, run_server, wait_for
+
+APP = "apps.proc_app:app"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def children(pid: int) -> set[int]:
+    """The pids whose parent is pid (the master's workers)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def wait_workers(pid: int, count: int, timeout: float = 10.0) -> set[int]:
+    assert wait_for(lambda: len(children(pid)) == count, timeout), (
+        f"expected {count} workers, have {children(pid)}"
+    )
+    return children(pid)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def get(port: int, path: str = "/", timeout: float = 10.0) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def wait_serving(port: int, workers: set[int] | None = None, timeout: float = 10.0) -> None:
+    """Wait until requests are answered (by one of `workers`, when given)."""
+
+    def answered():
+        try:
+            status, body = get(port, "/pid", timeout=2.0)
+        except OSError:
+            return False
+        return status == 200 and (workers is None or int(body) in workers)
+
+    assert wait_for(answered, timeout), "server does not answer"
+
+
+class Load:
+    """Requests from `threads` threads until stop(); counts what was lost."""
+
+    def __init__(self, port: int, threads: int = 3, path: str = "/pid"):
+        self.port, self.path = port, path
+        self.ok = 0
+        self.retried = 0
+        self.failures: list[str] = []
+        self.pids: set[int] = set()
+        self.lock = threading.Lock()
+        self.running = True
+        self.threads = [threading.Thread(target=self.worker, args=(i,)) for i in range(threads)]
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.running = False
+        for t in self.threads:
+            t.join(30)
+
+    def record(self, status: int | None, body: bytes, error: str | None) -> None:
+        with self.lock:
+            if error is None and status is not None and 200 <= status < 300:
+                self.ok += 1
+                self.pids.add(int(body))
+            else:
+                self.failures.append(error or f"status {status}")
+
+    def one(self, conn: http.client.HTTPConnection) -> None:
+        conn.request("GET", self.path)
+        resp = conn.getresponse()
+        body = resp.read()
+        self.record(resp.status, body, None)
+        if resp.will_close:
+            conn.close()
+
+    def worker(self, index: int) -> None:
+        keep_alive = index % 2 == 0
+        conn = None
+        while self.running:
+            fresh = conn is None or conn.sock is None
+            if conn is None or not keep_alive:
+                if conn is not None:
+                    conn.close()
+                conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+                fresh = True
+            try:
+                self.one(conn)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                conn.close()
+                conn = None
+                if fresh:
+                    self.record(None, b"", f"{type(exc).__name__} on a new connection")
+                    continue
+                with self.lock:
+                    self.retried += 1
+                conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+                try:
+                    self.one(conn)
+                except OSError as exc2:
+                    self.record(None, b"", f"retry failed: {exc2!r}")
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as exc:
+                self.record(None, b"", repr(exc))
+                conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def assert_nothing_lost(self, minimum: int = 50) -> None:
+        assert not self.failures, f"{len(self.failures)} lost: {self.failures[:5]} (ok {self.ok})"
+        assert self.retried == 0, f"{self.retried} keep-alive requests hit a closed connection"
+        assert self.ok >= minimum, f"only {self.ok} requests answered"
+
+
+def master(*args: str, workers: int = 2, **kwargs):
+    return run_server(APP, "-w", str(workers), "--graceful-timeout", "10", *args, **kwargs)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_one_worker_without_options_runs_in_a_single_process():
+    with run_server(APP) as srv:
+        wait_serving(srv.port)
+        assert children(srv.pid) == set()
+        assert int(get(srv.port, "/pid")[1]) == srv.pid
+
+
+def test_workers_option_forks_that_many_workers_with_titles():
+    with master(workers=3) as srv:
+        pids = wait_workers(srv.pid, 3)
+        wait_serving(srv.port)
+        assert "Booting worker 3" in srv.log()
+        try:
+            import setproctitle  # noqa: F401
+        except ImportError:
+            return
+        assert Path(f"/proc/{srv.pid}/cmdline").read_bytes().startswith(b"pyserver: master [")
+        titles = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in pids}
+        assert titles == {b"pyserver: worker 1", b"pyserver: worker 2", b"pyserver: worker 3"}
+
+
+def test_environment_sets_the_workers_and_recycling():
+    env = {"WEB_CONCURRENCY": "2", "PYSERVER_MAX_REQUESTS": "5", "PYSERVER_TIMEOUT": "20"}
+    with run_server(APP, env=env) as srv:
+        first = wait_workers(srv.pid, 2)
+        for _ in range(30):
+            assert get(srv.port, "/hello")[0] == 200
+        assert wait_for(lambda: not (children(srv.pid) & first), 10), srv.log_tail()
+        wait_workers(srv.pid, 2)
+
+
+def test_hup_rolling_restart_under_load_loses_no_request():
+    with master() as srv:
+        old = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        with Load(srv.port) as load:
+            time.sleep(0.7)
+            os.kill(srv.pid, signal.SIGHUP)
+            assert wait_for(lambda: not (children(srv.pid) & old), 10), srv.log_tail()
+            time.sleep(0.7)
+        new = wait_workers(srv.pid, 2)
+        load.assert_nothing_lost()
+        assert not (new & old)
+        assert load.pids & new, "the new workers served requests"
+        assert "rolling restart" in srv.log()
+
+
+def tcp_listeners(port: int) -> int:
+    """Listening IPv4 sockets on port (from /proc/net/tcp)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+def test_reuse_port_gives_each_worker_its_own_socket_and_hup_loses_nothing():
+    """A stopping worker accepts what is queued on its own socket, then shuts it down
+    (leaving the SO_REUSEPORT group) before finishing its requests."""
+    with master("--reuse-port") as srv:
+        old = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        assert tcp_listeners(srv.port) == 3  # the master's, shared, and one per worker
+        with Load(srv.port) as load:
+            time.sleep(0.7)
+            os.kill(srv.pid, signal.SIGHUP)
+            assert wait_for(lambda: not (children(srv.pid) & old), 10), srv.log_tail()
+            time.sleep(0.7)
+        load.assert_nothing_lost()
+        assert tcp_listeners(srv.port) == 3
+
+
+def test_max_requests_recycles_workers_under_load_without_losing_requests():
+    with master("--max-requests", "50", "--max-requests-jitter", "10") as srv:
+        old = wait_workers(srv.pid, 2)
+        with Load(srv.port) as load:
+            assert wait_for(lambda: not (children(srv.pid) & old), 15), srv.log_tail()
+            time.sleep(0.5)
+        load.assert_nothing_lost(minimum=100)
+        assert len(load.pids) > 2
+        assert "requests: retiring" in srv.log()
+
+
+def test_term_lets_requests_in_flight_finish_then_exits_zero():
+    with master() as srv:
+        workers = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        results = []
+
+        def slow():
+            try:
+                results.append(get(srv.port, "/sleep/1"))
+            except OSError as exc:
+                results.append(exc)
+
+        # One slow request per worker (a worker runs one WSGI call at a time;
+        # a connection still in the listen backlog at the stop is not in flight).
+        threads = [threading.Thread(target=slow) for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        os.kill(srv.pid, signal.SIGTERM)
+        for t in threads:
+            t.join(10)
+        assert results == [(200, b"slept")] * 2
+        assert srv.proc.wait(10) == 0
+        assert not any(alive(p) for p in workers)
+        with pytest.raises(OSError):
+            socket.create_connection((HOST, srv.port), timeout=1).close()
+
+
+def test_killed_worker_is_replaced_within_a_second():
+    with master() as srv:
+        before = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        assert wait_for(lambda: len(children(srv.pid) - {victim}) == 2, 5)
+        assert time.monotonic() - start < 1.5
+        assert srv.wait_for_log(f"Worker (pid {victim}) was sent SIGKILL! Perhaps out of memory?")
+        wait_serving(srv.port, children(srv.pid))
+
+
+def test_stuck_worker_is_killed_by_the_watchdog_and_the_log_names_the_request():
+    with master("--timeout", "2") as srv:
+        before = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        stuck = []
+        thread = threading.Thread(
+            target=lambda: stuck.append(_try_get(srv.port, "/sleep/10?why=stuck"))
+        )
+        thread.start()
+        time.sleep(0.5)
+        # The other worker keeps serving meanwhile.
+        assert get(srv.port, "/hello", timeout=5)[0] == 200
+        assert srv.wait_for_log("WORKER TIMEOUT (pid", 8), srv.log_tail()
+        assert "handling GET /sleep/10?why=stuck" in srv.log()
+        thread.join(10)
+        assert stuck and not isinstance(stuck[0], tuple), "the stuck request was cut"
+        after = wait_workers(srv.pid, 2)
+        assert len(after - before) == 1
+        assert get(srv.port, "/hello")[0] == 200
+
+
+def _try_get(port, path):
+    try:
+        return get(port, path, timeout=15)
+    except (OSError, http.client.HTTPException) as exc:
+        return exc
+
+
+def test_import_error_exits_3_without_a_respawn_loop():
+    start = time.monotonic()
+    proc = run_cli(
+        "apps.broken_import:app",
+        "-w",
+        "2",
+        "--port",
+        str(free_port()),
+        "--app-dir",
+        ".",
+        timeout=20,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert time.monotonic() - start < 10
+    assert proc.stderr.count("Booting worker") <= 3, proc.stderr
+    assert "Worker failed to boot" in proc.stderr
+
+
+def test_ttin_and_ttou_change_the_worker_count():
+    with master() as srv:
+        wait_workers(srv.pid, 2)
+        os.kill(srv.pid, signal.SIGTTIN)
+        wait_workers(srv.pid, 3)
+        os.kill(srv.pid, signal.SIGTTOU)
+        wait_workers(srv.pid, 2)
+        for _ in range(3):
+            os.kill(srv.pid, signal.SIGTTOU)
+            time.sleep(0.2)
+        wait_workers(srv.pid, 1)  # never below one
+        time.sleep(0.5)
+        assert len(children(srv.pid)) == 1
+        wait_serving(srv.port)
+
+
+def test_max_rss_recycles_a_worker_that_grows_past_it():
+    with master("--max-rss", "150", workers=1) as srv:
+        (old,) = wait_workers(srv.pid, 1)
+        wait_serving(srv.port)
+        assert get(srv.port, "/alloc/200") == (200, b"allocated")
+        assert wait_for(lambda: old not in children(srv.pid), 10), srv.log_tail()
+        new = wait_workers(srv.pid, 1)
+        assert "(max-rss 150 MiB): retiring" in srv.log()
+        wait_serving(srv.port, new)
+
+
+def test_socket_activation_serves_the_listen_fds_socket():
+    port = free_port()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, port))
+    listener.listen(64)
+    fd = listener.fileno()
+    # What systemd does: the socket at fd 3, LISTEN_PID naming the exec'd process.
+    wrapper = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.close(int(sys.argv[1]));"
+        "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1');"
+        "os.execv(sys.executable, [sys.executable, '-m', 'pyserver', *sys.argv[2:]])"
+    )
+    try:
+        with run_server(
+            APP,
+            "-w",
+            "2",
+            command=[sys.executable, "-c", wrapper, str(fd)],
+            listen=False,
+            port=port,
+            pass_fds=(fd,),
+        ) as srv:
+            listener.close()  # only the server holds it now
+            wait_workers(srv.pid, 2)
+            wait_serving(srv.port)
+            assert f"Listening on http://{HOST}:{port}" in srv.log()
+    finally:
+        listener.close()
+
+
+def test_workers_share_a_unix_socket_with_its_permissions(tmp_path):
+    path = str(tmp_path / "server.sock")
+    with run_server(APP, "-w", "2", "--uds-perms", "660", uds=path) as srv:
+        wait_workers(srv.pid, 2)
+        assert oct(os.stat(path).st_mode & 0o777) == "0o660"
+        pids = set()
+        for _ in range(20):
+            with srv.connect() as conn:
+                conn.send(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                pids.add(int(conn.read_response().body))
+        assert pids <= children(srv.pid)
+    assert not os.path.exists(path), "the master removes the socket file"
+
+
+def test_pid_file_is_written_and_removed(tmp_path):
+    pid_file = tmp_path / "server.pid"
+    with master("--pid", str(pid_file)) as srv:
+        assert wait_for(pid_file.exists)
+        assert pid_file.read_text().strip() == str(srv.pid)
+    assert not pid_file.exists()
+
+
+def test_workers_exit_when_the_master_is_killed():
+    with master() as srv:
+        workers = wait_workers(srv.pid, 2)
+        os.kill(srv.pid, signal.SIGKILL)
+        srv.proc.wait(5)
+        assert wait_for(lambda: not any(alive(p) for p in workers), 5)
+
+
+def test_second_int_stops_at_once():
+    with master() as srv:
+        workers = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        thread = threading.Thread(target=lambda: _try_get(srv.port, "/sleep/8"))
+        thread.start()
+        time.sleep(0.4)
+        start = time.monotonic()
+        os.kill(srv.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(srv.pid, signal.SIGINT)
+        assert srv.proc.wait(5) == 0
+        assert time.monotonic() - start < 4
+        thread.join(10)
+        assert not any(alive(p) for p in workers)
+
+
+def test_preload_imports_the_app_once_in_the_master():
+    with master("--preload", "--log-level", "debug") as srv:
+        wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+
+
+def test_usr1_is_forwarded_and_the_server_keeps_serving():
+    with master() as srv:
+        workers = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        os.kill(srv.pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        assert children(srv.pid) == workers
+        wait_serving(srv.port)
+
+
+def test_usr1_reopens_log_files_in_the_workers(tmp_path):
+    access_log = tmp_path / "access.log"
+    log_config = tmp_path / "logging.json"
+    log_config.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "disable_existing_loggers": False,
+                "handlers": {"file": {"class": "logging.FileHandler", "filename": str(access_log)}},
+                "loggers": {"pyserver.access": {"handlers": ["file"], "propagate": False}},
+            }
+        )
+    )
+    with master("--log-config", str(log_config)) as srv:
+        wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        assert wait_for(lambda: "GET /pid" in access_log.read_text())
+        access_log.rename(tmp_path / "access.log.1")
+        os.kill(srv.pid, signal.SIGUSR1)
+        assert wait_for(access_log.exists, 5), "the log file was not reopened"
+        # Both workers reopened theirs: every request now lands in the new file.
+        for _ in range(20):
+            assert get(srv.port, "/hello")[0] == 200
+        assert wait_for(lambda: access_log.read_text().count("GET /hello") == 20)
+
+
+def test_worker_sigint_is_an_immediate_stop_and_it_is_replaced():
+    with master() as srv:
+        before = wait_workers(srv.pid, 2)
+        victim = min(before)
+        os.kill(victim, signal.SIGINT)
+        assert wait_for(lambda: victim not in children(srv.pid) and len(children(srv.pid)) == 2)
+        wait_serving(srv.port)
+
+
+RELOAD_APP = """
+def app(environ, start_response):
+    body = b"VERSION"
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+"""
+
+
+def test_reload_restarts_the_workers_with_the_edited_file(tmp_path):
+    source = tmp_path / "proc_reload_app.py"
+    source.write_text(RELOAD_APP.replace("VERSION", "v1"))
+    with run_server("proc_reload_app:app", "--reload", "--app-dir", str(tmp_path)) as srv:
+        (old,) = wait_workers(srv.pid, 1)
+        assert wait_for(lambda: _try_get(srv.port, "/") == (200, b"v1"), 10)
+        source.write_text(RELOAD_APP.replace("VERSION", "v2"))
+        later = time.time() + 5  # a new mtime even on a coarse clock
+        os.utime(source, (later, later))
+        assert wait_for(lambda: _try_get(srv.port, "/") == (200, b"v2"), 10), srv.log_tail()
+        assert wait_for(lambda: old not in children(srv.pid), 10)
+        assert "Changes detected" in srv.log()
+
+
+def test_reload_survives_a_broken_edit_and_recovers(tmp_path):
+    source = tmp_path / "proc_reload_app.py"
+    source.write_text(RELOAD_APP.replace("VERSION", "v1"))
+    with run_server("proc_reload_app:app", "--reload", "--app-dir", str(tmp_path)) as srv:
+        wait_workers(srv.pid, 1)
+        assert wait_for(lambda: _try_get(srv.port, "/") == (200, b"v1"), 10)
+        source.write_text("raise RuntimeError('broken on purpose')\n")
+        later = time.time() + 5
+        os.utime(source, (later, later))
+        assert srv.wait_for_log("exited with code 3", 10), srv.log_tail()
+        assert srv.proc.poll() is None
+        assert _try_get(srv.port, "/") == (200, b"v1"), "the old worker still serves"
+        source.write_text(RELOAD_APP.replace("VERSION", "v3"))
+        later += 5
+        os.utime(source, (later, later))
+        assert wait_for(lambda: _try_get(srv.port, "/") == (200, b"v3"), 15), srv.log_tail()
