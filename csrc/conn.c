@@ -66,10 +66,20 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     ev_io_init(&c->rio, on_read, fd, EV_READ);
     ev_io_init(&c->wio, on_write, fd, EV_WRITE);
     ev_init(&c->timer, on_timer);
-    ev_io_start(w->loop, &c->rio);
     c->timer.repeat = w->cfg.timeout_keep_alive;
     ev_timer_again(w->loop, &c->timer);
     return c;
+}
+
+int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *len)
+{
+    if (c->local_len) {
+        memcpy(ss, c->local, c->local_len);
+        *len = c->local_len;
+        return 0;
+    }
+    *len = sizeof(*ss);
+    return getsockname(c->fd, (struct sockaddr *)ss, len) < 0 ? -errno : 0;
 }
 
 void ps_conn_free(ps_conn_t *c)
@@ -601,6 +611,19 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         }
     }
     update_reading(c);
+}
+
+void ps_conn_accepted(ps_conn_t *c)
+{
+    on_read(c->w->loop, &c->rio, EV_READ);
+    /* Whatever state the first bytes left it in, a connection that is not
+     * closed and not handed to a synchronous application keeps reading. */
+    if (c->state == PS_CONN_CLOSED || ev_is_active(&c->rio))
+        return;
+    if (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY || c->state == PS_CONN_LINGER)
+        ev_io_start(c->w->loop, &c->rio);
+    else
+        update_reading(c);
 }
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)

@@ -87,6 +87,8 @@ struct ps_conn {
     void *conn_data; /* the interface layer's per-connection state */
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    const struct sockaddr_storage *local; /* the listener's, when specific */
+    socklen_t local_len;
     ps_conn_t *prev, *next; /* the worker's live connections */
     ps_conn_t *next_dead;
 };
@@ -94,6 +96,13 @@ struct ps_conn {
 /* Called by the worker for a freshly accepted socket. Returns NULL on OOM. */
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix);
+/* A connection just accepted: reads what already arrived (the listener
+ * defers accept until data is there) before waiting on the loop. May close c. */
+void ps_conn_accepted(ps_conn_t *c);
+/* The connection's local address, without a syscall when the listener's
+ * address is specific. Returns 0 or -errno. */
+int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *len);
+
 /* Closes the socket now and frees the struct at the next safe point. */
 void ps_conn_close(ps_conn_t *c);
 /* Frees a closed connection (the worker calls this before sleeping). */

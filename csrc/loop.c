@@ -55,18 +55,23 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         }
         if (fd < 0)
             return;
-        if (!l->is_unix)
-            ps_net_set_nodelay(fd);
+        /* TCP_NODELAY is inherited from the listener (set once there). */
         ps_conn_t *c = ps_conn_new(w, fd, &peer, peer_len, l->is_unix);
         if (c == NULL) {
             close(fd);
             return;
         }
+        if (l->local_len) {
+            c->local = &l->local;
+            c->local_len = l->local_len;
+        }
         c->next = w->conns;
         if (w->conns)
             w->conns->prev = c;
         w->conns = c;
-        if (++w->nconns >= w->cfg.limit_connections) {
+        int full = ++w->nconns >= w->cfg.limit_connections;
+        ps_conn_accepted(c); /* may close c */
+        if (full) {
             set_accepting(w, 0);
             return;
         }
@@ -95,6 +100,14 @@ static void release_own_listeners(ps_worker_t *w)
     }
 }
 
+/* The worker has stopped: leave the loop (or tell whoever drives it). */
+static void drained(ps_worker_t *w)
+{
+    ev_break(w->loop, EVBREAK_ALL);
+    if (w->on_drained)
+        w->on_drained(w);
+}
+
 void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
 {
     if (c->prev)
@@ -109,7 +122,7 @@ void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
     w->nconns--;
     if (w->stopping) {
         if (w->nconns == 0)
-            ev_break(w->loop, EVBREAK_ALL);
+            drained(w);
     } else if (!w->accepting && w->nconns < w->cfg.limit_connections) {
         set_accepting(w, 1);
     }
@@ -143,7 +156,7 @@ static void stop_now(ps_worker_t *w)
     w->stopping = 1;
     set_accepting(w, 0);
     close_all(w);
-    ev_break(w->loop, EVBREAK_ALL);
+    drained(w);
 }
 
 static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
@@ -177,7 +190,7 @@ void ps_worker_stop(ps_worker_t *w)
     if (w->slot == NULL)
         close_idle(w);
     if (w->nconns == 0) {
-        ev_break(w->loop, EVBREAK_ALL);
+        drained(w);
         return;
     }
     if (w->cfg.graceful_timeout > 0) {
@@ -196,6 +209,8 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
             w->on_reopen_logs(w);
         return;
     }
+    if (w->on_stop_signal)
+        w->on_stop_signal(w, s->signum);
     /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
      * master's own SIGINT reaches the workers of a terminal's process group. */
     if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
@@ -327,6 +342,11 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->fd = fd;
     l->is_unix = is_unix;
     l->own = 0;
+    l->local_len = 0;
+    if (!is_unix) {
+        ps_net_tune_listener(fd);
+        l->local_len = ps_net_specific_address(fd, &l->local);
+    }
     ev_io_init(&l->io, on_accept, fd, EV_READ);
     return 0;
 }

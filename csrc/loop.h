@@ -27,6 +27,10 @@ typedef struct {
     int fd;
     int is_unix;
     int own; /* this worker's SO_REUSEPORT socket: drained and shut at stop */
+    /* The bound address when it is a specific one: then it is every accepted
+     * connection's local address too, and no getsockname is needed. */
+    struct sockaddr_storage local;
+    socklen_t local_len;
 } ps_listener_t;
 
 struct ps_worker {
@@ -55,6 +59,13 @@ struct ps_worker {
     ev_tstamp stop_started; /* graceful stop under a master: when it began */
     /* SIGUSR1: reopen log files (optional). */
     void (*on_reopen_logs)(ps_worker_t *w);
+    /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
+     * (optional: the gunicorn worker runs its worker_int hook here). */
+    void (*on_stop_signal)(ps_worker_t *w, int signum);
+    /* A stop finished its last connection (optional: the ASGI layer stops
+     * asyncio's loop, which may be waiting outside libev). */
+    void (*on_drained)(ps_worker_t *w);
+    void *stop_signal_data;
     char scratch[64 * 1024]; /* every read lands here first */
 };
 

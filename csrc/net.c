@@ -40,6 +40,25 @@ int ps_net_set_nonblocking(int fd)
     return 0;
 }
 
+void ps_net_tune_listener(int fd)
+{
+    int one = 1, defer = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer));
+}
+
+socklen_t ps_net_specific_address(int fd, struct sockaddr_storage *ss)
+{
+    socklen_t len = sizeof(*ss);
+    if (getsockname(fd, (struct sockaddr *)ss, &len) < 0)
+        return 0;
+    if (ss->ss_family == AF_INET)
+        return ((struct sockaddr_in *)ss)->sin_addr.s_addr != htonl(INADDR_ANY) ? len : 0;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)ss)->sin6_addr) ? 0 : len;
+    return 0;
+}
+
 int ps_net_set_nodelay(int fd)
 {
     int one = 1;

@@ -10,6 +10,13 @@ int ps_net_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peer_len);
 /* Returns 1 when fd is an AF_UNIX socket, 0 when not, -errno on error. */
 int ps_net_is_unix(int fd);
 int ps_net_set_nonblocking(int fd);
+/* TCP listener options every accepted connection inherits (TCP_NODELAY), and
+ * TCP_DEFER_ACCEPT so that accept returns once the request has arrived.
+ * Failures are ignored: both are optimisations. */
+void ps_net_tune_listener(int fd);
+/* The address fd is bound to, when it is a specific one (not a wildcard):
+ * returns its length, or 0. */
+socklen_t ps_net_specific_address(int fd, struct sockaddr_storage *ss);
 int ps_net_set_nodelay(int fd);
 
 #endif

@@ -122,8 +122,9 @@ struct ps_asgi {
     PyObject *loop;
     PyObject *create_task;
     PyObject *create_future;
-    PyObject *task_type;    /* asyncio.Task */
-    PyObject *loop_kwnames; /* ("loop",) */
+    PyObject *task_type;       /* asyncio.Task */
+    PyObject *cancelled_error; /* asyncio.CancelledError */
+    PyObject *loop_kwnames;    /* ("loop",) */
     PyObject *loop_stop;
     PyObject *state; /* lifespan state, copied into each scope */
     PyObject *error_logger;
@@ -140,7 +141,6 @@ struct ps_asgi {
     name_slot_t names[NAME_SLOTS];
     uint32_t limit_concurrency;
     uint32_t active;
-    ev_check check;
     unsigned stop_sent : 1;
 };
 
@@ -150,7 +150,6 @@ typedef struct {
     PyObject *receive_waiter; /* Future a receive() waits on */
     PyObject *send_waiter;    /* Future a send() waits on */
     PyObject *headers;        /* from http.response.start */
-    PyObject *task;
     int status;
     int sendfile_fd;
     unsigned started : 1;       /* http.response.start received */
@@ -306,7 +305,9 @@ static asgi_conn_info_t *conn_info(ps_conn_t *c)
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
     memset(&local, 0, sizeof(local));
-    if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0) {
+    int rc = ps_conn_local_address(c, &local, &len);
+    if (rc < 0) {
+        errno = -rc;
         PyErr_SetFromErrno(PyExc_OSError);
         goto error;
     }
@@ -1044,24 +1045,16 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
     return NULL;
 }
 
-/* The application's task finished: whatever it left undone is answered. */
-static PyObject *Cycle_done(PyObject *op, PyObject *task)
+/* The application's coroutine ended: exc is what it raised (NULL when it
+ * returned, or when it was cancelled). Whatever it left undone is answered:
+ * a 500 when nothing was sent, else the connection closes. */
+static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
 {
-    CycleObject *self = (CycleObject *)op;
     ps_asgi_t *ctx = self->ctx;
     ps_conn_t *c = self->conn;
-    PyObject *exc = NULL;
     if (ctx->active > 0)
         ctx->active--;
-    PyObject *cancelled = PyObject_CallMethodNoArgs(task, ctx->s[S_CANCELLED]);
-    if (cancelled == NULL)
-        goto done;
-    if (cancelled == Py_False) {
-        exc = PyObject_CallMethodNoArgs(task, ctx->s[S_EXCEPTION]);
-        if (exc == NULL)
-            goto done;
-    }
-    if (exc != NULL && exc != Py_None) {
+    if (exc != NULL) {
         int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -1074,7 +1067,7 @@ static PyObject *Cycle_done(PyObject *op, PyObject *task)
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application");
             }
         }
-    } else if (c && !self->complete) {
+    } else if (c && !self->complete && !cancelled) {
         ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
                      self->head_sent ? "completing" : "starting");
     }
@@ -1087,17 +1080,192 @@ static PyObject *Cycle_done(PyObject *op, PyObject *task)
             ps_conn_send_error(c, 500);
         Py_DECREF(self);
     }
-done:
     PyErr_Clear();
-    Py_XDECREF(cancelled);
-    Py_XDECREF(exc);
-    Py_CLEAR(self->task);
-    Py_RETURN_NONE;
 }
+
+/* ---- the coroutine the task runs ----
+ *
+ * The task steps an AppCall, which steps the application's coroutine and,
+ * when it ends, finishes the request in that same step: no done callback,
+ * so no second trip through call_soon per request. An exception the
+ * application raised is logged and answered here, so the task itself ends
+ * cleanly; cancellation is passed on so the task shows as cancelled. */
+typedef struct {
+    PyObject_HEAD PyObject *inner; /* the application's coroutine, NULL once it ended */
+    CycleObject *cycle;
+} AppCallObject;
+
+static PyTypeObject *appcall_type;
+
+/* Ends the application's run after a step that did not yield. */
+static PySendResult appcall_ended(AppCallObject *self, PySendResult r, PyObject **result)
+{
+    CycleObject *cycle = self->cycle;
+    Py_CLEAR(self->inner);
+    if (r == PYGEN_RETURN) {
+        app_finished(cycle, NULL, 0);
+        return r;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL)
+        PyException_SetTraceback(value, tb);
+    int cancelled = value && PyErr_GivenExceptionMatches(value, cycle->ctx->cancelled_error);
+    app_finished(cycle, cancelled ? NULL : value, cancelled);
+    if (cancelled) {
+        PyErr_Restore(type, value, tb);
+        return PYGEN_ERROR;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+static PySendResult AppCall_am_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    AppCallObject *self = (AppCallObject *)op;
+    if (self->inner == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return PYGEN_ERROR;
+    }
+    PySendResult r = PyIter_Send(self->inner, arg, result);
+    return r == PYGEN_NEXT ? r : appcall_ended(self, r, result);
+}
+
+/* The Python face of a send result: a yielded value, or StopIteration. */
+static PyObject *send_result(PySendResult r, PyObject *result)
+{
+    if (r == PYGEN_NEXT)
+        return result;
+    if (r == PYGEN_RETURN) {
+        if (result == Py_None) {
+            PyErr_SetNone(PyExc_StopIteration);
+        } else {
+            PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+            if (stop) {
+                PyErr_SetObject(PyExc_StopIteration, stop);
+                Py_DECREF(stop);
+            }
+        }
+        Py_DECREF(result);
+    }
+    return NULL;
+}
+
+static PyObject *AppCall_send(PyObject *op, PyObject *arg)
+{
+    PyObject *result = NULL;
+    PySendResult r = AppCall_am_send(op, arg, &result);
+    return send_result(r, result);
+}
+
+static PyObject *AppCall_iternext(PyObject *op)
+{
+    return AppCall_send(op, Py_None);
+}
+
+static PyObject *AppCall_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    AppCallObject *self = (AppCallObject *)op;
+    if (self->inner == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    PyObject *meth = PyObject_GetAttrString(self->inner, "throw");
+    if (meth == NULL)
+        return NULL;
+    PyObject *yielded = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
+    Py_DECREF(meth);
+    if (yielded != NULL)
+        return yielded;
+    PyObject *result = NULL;
+    PySendResult r = PYGEN_ERROR;
+    if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        result = value ? PyObject_GetAttrString(value, "value") : Py_NewRef(Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (result == NULL)
+            return NULL;
+        r = PYGEN_RETURN;
+    }
+    r = appcall_ended(self, r, &result);
+    return send_result(r, result);
+}
+
+static PyObject *AppCall_close(PyObject *op, PyObject *unused)
+{
+    AppCallObject *self = (AppCallObject *)op;
+    PS_UNUSED(unused);
+    if (self->inner == NULL)
+        Py_RETURN_NONE;
+    PyObject *res = PyObject_CallMethod(self->inner, "close", NULL);
+    Py_CLEAR(self->inner);
+    app_finished(self->cycle, NULL, 1);
+    return res;
+}
+
+static int AppCall_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    AppCallObject *self = (AppCallObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->inner);
+    Py_VISIT(self->cycle);
+    return 0;
+}
+
+static int AppCall_clear(PyObject *op)
+{
+    AppCallObject *self = (AppCallObject *)op;
+    Py_CLEAR(self->inner);
+    Py_CLEAR(self->cycle);
+    return 0;
+}
+
+static void AppCall_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    AppCall_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef AppCall_methods[] = {
+    {"send", AppCall_send, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))AppCall_throw, METH_FASTCALL, NULL},
+    {"close", AppCall_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot AppCall_slots[] = {
+    {Py_am_await, PyObject_SelfIter},
+    {Py_am_send, AppCall_am_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, AppCall_iternext},
+    {Py_tp_methods, AppCall_methods},
+    {Py_tp_traverse, AppCall_traverse},
+    {Py_tp_clear, AppCall_clear},
+    {Py_tp_dealloc, AppCall_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec AppCall_spec = {
+    .name = "pyserver._core.AppCall",
+    .basicsize = sizeof(AppCallObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+             Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = AppCall_slots,
+};
 
 static PyMethodDef receive_def = {"receive", Cycle_receive, METH_NOARGS, "ASGI receive()"};
 static PyMethodDef send_def = {"send", Cycle_send, METH_O, "ASGI send(message)"};
-static PyMethodDef done_def = {"_done", Cycle_done, METH_O, NULL};
 
 static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -1106,7 +1274,6 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->receive_waiter);
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
-    Py_VISIT(self->task);
     return 0;
 }
 
@@ -1116,7 +1283,6 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->receive_waiter);
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
-    Py_CLEAR(self->task);
     return 0;
 }
 
@@ -1152,7 +1318,7 @@ static PyType_Spec Cycle_spec = {
 static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
-    PyObject *done = NULL, *res = NULL;
+    AppCallObject *call = NULL;
     int rc = -1;
     scope = build_scope(ctx, c, cycle);
     if (scope == NULL)
@@ -1165,19 +1331,17 @@ static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
     coro = PyObject_Vectorcall(ctx->app, args, 3, NULL);
     if (coro == NULL)
         goto error;
-    /* asyncio.Task(coro, loop=loop) directly: loop.create_task adds only a
+    call = (AppCallObject *)appcall_type->tp_alloc(appcall_type, 0);
+    if (call == NULL)
+        goto error;
+    call->inner = Py_NewRef(coro);
+    call->cycle = (CycleObject *)Py_NewRef(cycle);
+    /* asyncio.Task(call, loop=loop) directly: loop.create_task adds only a
      * Python frame around the same call. */
-    PyObject *targs[2] = {coro, ctx->loop};
+    PyObject *targs[2] = {(PyObject *)call, ctx->loop};
     task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->loop_kwnames);
     if (task == NULL)
         goto error;
-    done = PyCFunction_New(&done_def, (PyObject *)cycle);
-    if (done == NULL)
-        goto error;
-    res = PyObject_CallMethodOneArg(task, ctx->s[S_ADD_DONE_CALLBACK], done);
-    if (res == NULL)
-        goto error;
-    cycle->task = Py_NewRef(task);
     ctx->active++;
     rc = 0;
 error:
@@ -1185,9 +1349,8 @@ error:
     Py_XDECREF(receive);
     Py_XDECREF(send);
     Py_XDECREF(coro);
+    Py_XDECREF(call);
     Py_XDECREF(task);
-    Py_XDECREF(done);
-    Py_XDECREF(res);
     return rc;
 }
 
@@ -1269,14 +1432,14 @@ const ps_handler_t ps_asgi_handler = {
 
 /* ---- the server object the runner drives ---- */
 
-/* After each loop iteration: once a graceful stop has finished the last
- * connection, stop asyncio's loop so the runner can run lifespan shutdown. */
-static void on_check(struct ev_loop *loop, ev_check *w, int revents)
+/* The worker's graceful stop finished its last connection: stop asyncio's
+ * loop so the runner can run lifespan shutdown. This may run inside a task
+ * step (the last response completing), so asyncio is told directly rather
+ * than through libev, which might otherwise block with nothing to wait for. */
+static void on_drained(ps_worker_t *w)
 {
-    ps_asgi_t *ctx = ps_container_of(w, ps_asgi_t, check);
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    if (ctx->stop_sent || !ctx->w->stopping || ctx->w->nconns > 0 || ctx->loop_stop == NULL)
+    ps_asgi_t *ctx = w->handler_data;
+    if (ctx->stop_sent || ctx->loop_stop == NULL)
         return;
     ctx->stop_sent = 1;
     PyObject *r = PyObject_CallNoArgs(ctx->loop_stop);
@@ -1302,7 +1465,10 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
     if (asyncio == NULL)
         return NULL;
     Py_XSETREF(ctx->task_type, PyObject_GetAttrString(asyncio, "Task"));
+    Py_XSETREF(ctx->cancelled_error, PyObject_GetAttrString(asyncio, "CancelledError"));
     Py_DECREF(asyncio);
+    if (ctx->cancelled_error == NULL)
+        return NULL;
     Py_XSETREF(ctx->loop_kwnames, PyTuple_Pack(1, ctx->s[S_LOOP]));
     if (ctx->task_type == NULL || ctx->loop_kwnames == NULL)
         return NULL;
@@ -1311,8 +1477,7 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "state must be a dict");
         return NULL;
     }
-    ev_check_start(ctx->w->loop, &ctx->check);
-    ev_unref(ctx->w->loop);
+    ctx->w->on_drained = on_drained;
     ps_worker_start(ctx->w);
     Py_RETURN_NONE;
 }
@@ -1324,10 +1489,6 @@ static PyObject *Server_finish(PyObject *op, PyObject *unused)
     if (ctx == NULL)
         Py_RETURN_NONE;
     ps_worker_finish(ctx->w);
-    if (ev_is_active(&ctx->check)) {
-        ev_ref(ctx->w->loop);
-        ev_check_stop(ctx->w->loop, &ctx->check);
-    }
     Py_RETURN_NONE;
 }
 
@@ -1363,7 +1524,8 @@ int ps_asgi_init_types(PyObject *module)
     cycle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Cycle_spec, NULL);
     ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Ready_spec, NULL);
     server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Server_spec, NULL);
-    if (!cycle_type || !ready_type || !server_type)
+    appcall_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &AppCall_spec, NULL);
+    if (!cycle_type || !ready_type || !server_type || !appcall_type)
         return -1;
     PyObject *exc = PyErr_NewExceptionWithDoc(
         "pyserver._core.ClientDisconnected",
@@ -1402,6 +1564,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->create_task);
     Py_XDECREF(ctx->create_future);
     Py_XDECREF(ctx->task_type);
+    Py_XDECREF(ctx->cancelled_error);
     Py_XDECREF(ctx->loop_kwnames);
     Py_XDECREF(ctx->loop_stop);
     Py_XDECREF(ctx->state);
@@ -1477,7 +1640,6 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, P
     if (read_int_attr(config, "limit_concurrency", &lc) < 0)
         goto error;
     ctx->limit_concurrency = lc > 0 ? (uint32_t)lc : 0;
-    ev_check_init(&ctx->check, on_check);
     return ctx;
 error:
     ps_asgi_free(ctx);

@@ -136,6 +136,130 @@ static void reopen_logs(ps_worker_t *w)
     call_reopen_logs();
 }
 
+/* Supervision by a foreign process manager (the gunicorn worker class):
+ * config.on_tick(retire) is called every config.tick_interval seconds from
+ * the worker's loop and stops the worker gracefully when it returns true;
+ * config.on_stop_signal(signum) runs before the worker acts on SIGINT,
+ * SIGTERM or SIGQUIT. Without pyserver's master, the worker gets a slot of
+ * its own so that the core counts requests against config.max_requests (no
+ * cost per request beyond the slot wrapper) and watches its parent. */
+typedef struct {
+    ev_timer timer;
+    ps_worker_t *w;
+    PyObject *on_tick;        /* owned; NULL when not supervised */
+    PyObject *on_stop_signal; /* owned; NULL when absent */
+    PyObject *logger;         /* owned */
+    ps_slot_t slot;           /* this process's own slot, when there is no master */
+} supervisor_t;
+
+/* Gets the optional callable attribute `name` of config (new reference in
+ * *out, NULL when absent or None). Returns 0 or -1 with an exception. */
+static int get_optional_callable(PyObject *config, const char *name, PyObject **out)
+{
+    *out = NULL;
+    if (!PyObject_HasAttrString(config, name))
+        return 0;
+    PyObject *v = PyObject_GetAttrString(config, name);
+    if (v == NULL)
+        return -1;
+    if (v == Py_None) {
+        Py_DECREF(v);
+        return 0;
+    }
+    if (!PyCallable_Check(v)) {
+        Py_DECREF(v);
+        PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be callable", name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    supervisor_t *sup = ps_container_of(t, supervisor_t, timer);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    /* Python-level signal handlers (gunicorn's SIGUSR1 and SIGABRT) run
+     * here when no request ran Python code since the signal arrived. */
+    if (PyErr_CheckSignals() < 0)
+        ps_log_exception(sup->logger, "pyserver: a signal handler failed");
+    PyObject *res = PyObject_CallOneArg(sup->on_tick, sup->slot.retire ? Py_True : Py_False);
+    if (res == NULL) {
+        ps_log_exception(sup->logger, "pyserver: config.on_tick failed");
+        return;
+    }
+    int stop = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    if (stop < 0)
+        ps_log_exception(sup->logger, "pyserver: config.on_tick returned no truth value");
+    else if (stop)
+        ps_worker_stop(sup->w);
+}
+
+static void on_stop_signal(ps_worker_t *w, int signum)
+{
+    supervisor_t *sup = w->stop_signal_data;
+    PyObject *res = PyObject_CallFunction(sup->on_stop_signal, "i", signum);
+    if (res == NULL)
+        ps_log_exception(sup->logger, "pyserver: config.on_stop_signal failed");
+    Py_XDECREF(res);
+}
+
+/* Reads the supervision attributes of config. Returns 0 or -1 with an
+ * exception; sup->on_tick stays NULL when config has none. */
+static int supervisor_init(supervisor_t *sup, PyObject *config)
+{
+    double interval, max_requests;
+    memset(sup, 0, sizeof(*sup));
+    if (get_optional_callable(config, "on_tick", &sup->on_tick) < 0 ||
+        get_optional_callable(config, "on_stop_signal", &sup->on_stop_signal) < 0)
+        return -1;
+    if (sup->on_tick == NULL && sup->on_stop_signal == NULL)
+        return 0;
+    if (get_optional_double(config, "tick_interval", 1.0, &interval) < 0 ||
+        get_optional_double(config, "max_requests", 0.0, &max_requests) < 0)
+        return -1;
+    if (!(interval > 0) || !(max_requests >= 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyserver: tick_interval must be positive, max_requests not negative");
+        return -1;
+    }
+    sup->logger = PyObject_GetAttrString(config, "error_logger");
+    if (sup->logger == NULL)
+        return -1;
+    sup->slot.max_requests = max_requests > 1e18 ? (uint64_t)1e18 : (uint64_t)max_requests;
+    ev_timer_init(&sup->timer, on_tick, interval, interval);
+    return 0;
+}
+
+/* Before the loop runs: the own slot when there is no master, the tick. */
+static void supervisor_start(supervisor_t *sup, ps_worker_t *w)
+{
+    sup->w = w;
+    if (sup->on_stop_signal) {
+        w->on_stop_signal = on_stop_signal;
+        w->stop_signal_data = sup;
+    }
+    if (sup->on_tick == NULL)
+        return;
+    if (worker_slot == NULL)
+        ps_worker_attach_slot(w, &sup->slot);
+    ev_timer_start(w->loop, &sup->timer);
+    ev_unref(w->loop); /* the tick alone does not keep the loop alive */
+}
+
+static void supervisor_free(supervisor_t *sup)
+{
+    if (sup->w && ev_is_active(&sup->timer)) {
+        ev_ref(sup->w->loop);
+        ev_timer_stop(sup->w->loop, &sup->timer);
+    }
+    Py_CLEAR(sup->on_tick);
+    Py_CLEAR(sup->on_stop_signal);
+    Py_CLEAR(sup->logger);
+}
+
 /* 1 when config.interface is "asgi", 0 when not, -1 with an exception. */
 static int is_asgi(PyObject *config)
 {
@@ -149,7 +273,9 @@ static int is_asgi(PyObject *config)
 
 /* serve(app, sockets, config, own_sockets=()): runs one worker on the
  * current thread until a stop signal; returns None. own_sockets are this
- * worker's SO_REUSEPORT listeners (see ps_worker_add_own_listener). */
+ * worker's SO_REUSEPORT listeners (see ps_worker_add_own_listener). The
+ * optional config.on_tick, tick_interval, on_stop_signal and max_requests
+ * put the worker under a foreign process manager (see supervisor_t). */
 static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3 && nargs != 4) {
@@ -165,28 +291,34 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     ps_wsgi_t *ctx = NULL;
     ps_asgi_t *actx = NULL;
+    ps_worker_t *w = NULL;
+    PyObject *result = NULL;
+    /* Heap-allocated like the worker: its timer must not move while the loop runs. */
+    supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
+    if (sup == NULL)
+        return PyErr_NoMemory();
+    if (supervisor_init(sup, args[2]) < 0)
+        goto done;
     if (asgi)
         actx = ps_asgi_new(st, module, args[0], args[2]);
     else
         ctx = ps_wsgi_new(st, args[0], args[2]);
     if (ctx == NULL && actx == NULL)
-        return NULL;
-    ps_worker_t *w = PyMem_RawMalloc(sizeof(*w));
+        goto done;
+    w = PyMem_RawMalloc(sizeof(*w));
     if (w == NULL) {
-        ps_wsgi_free(ctx);
-        ps_asgi_free(actx);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto done;
     }
     int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx)
                   : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx);
     if (rc < 0) {
         PyMem_RawFree(w);
-        ps_wsgi_free(ctx);
-        ps_asgi_free(actx);
+        w = NULL;
         errno = -rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
     }
-    PyObject *result = NULL;
     Py_ssize_t nshared = add_listeners(w, args[1], 0);
     Py_ssize_t nown = nshared < 0 || nargs < 4 ? 0 : add_listeners(w, args[3], 1);
     if (nshared < 0 || nown < 0)
@@ -199,6 +331,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_attach_slot(w, worker_slot);
         w->on_reopen_logs = reopen_logs;
     }
+    supervisor_start(sup, w);
 
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
@@ -217,8 +350,12 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     for (int i = 0; i < 4; i++)
         sigaction(sigs[i], &saved[i], NULL);
 done:
-    ps_worker_free(w);
-    PyMem_RawFree(w);
+    supervisor_free(sup); /* first: it stops its timer on the worker's loop */
+    PyMem_RawFree(sup);
+    if (w != NULL) {
+        ps_worker_free(w);
+        PyMem_RawFree(w);
+    }
     ps_wsgi_free(ctx);
     ps_asgi_free(actx);
     return result;

@@ -197,7 +197,9 @@ static conn_info_t *conn_info(ps_conn_t *c)
         if (!ci->server_name || !ci->server_port || !ci->remote_addr)
             goto error;
     } else {
-        if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0) {
+        int rc = ps_conn_local_address(c, &local, &len);
+        if (rc < 0) {
+            errno = -rc;
             PyErr_SetFromErrno(PyExc_OSError);
             goto error;
         }

@@ -1,0 +1,406 @@
+"""Gunicorn worker classes that serve through pyserver's C core.
+
+    gunicorn -k pyserver.workers.PyserverWorker myproject.asgi:application
+    gunicorn -k pyserver.workers.PyserverWSGIWorker myproject.wsgi:application
+    gunicorn -k pyserver.workers.PyserverASGIWorker myproject.asgi:application
+
+Gunicorn's arbiter binds the sockets, forks the workers and watches them; each worker runs one
+`_core.serve()` loop on the arbiter's sockets, with gunicorn's settings mapped onto a
+pyserver Config (see docs/gunicorn.md for the mapping and what has none). The arbiter's
+timeout works through a libev timer that calls `notify()` (config.on_tick), so a blocked loop
+shows up as WORKER TIMEOUT. Gunicorn is optional: only this module needs it.
+"""
+
+import datetime
+import os
+import signal
+import sys
+
+try:
+    from gunicorn.workers.base import Worker as _GunicornWorker
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pyserver.workers needs gunicorn, which is not installed: pip install 'pyserver[gunicorn]'"
+    ) from exc
+
+from pyserver import importer
+from pyserver.config import INT_BOUNDS, Config
+
+__all__ = ["PyserverWorker", "PyserverWSGIWorker", "PyserverASGIWorker"]
+
+# Gunicorn's 0 means "no limit" for these; the core's largest value stands in for it.
+_UNLIMITED = {
+    "limit_request_line": INT_BOUNDS["limit_request_line"][1],
+    "limit_request_fields": INT_BOUNDS["limit_request_fields"][1],
+    "limit_request_field_size": INT_BOUNDS["limit_request_field_size"][1],
+}
+
+
+def _limit(name, value):
+    lo, hi = INT_BOUNDS[name]
+    value = int(value)
+    if value <= 0:
+        return _UNLIMITED[name]
+    return max(lo, min(hi, value))
+
+
+def _is_default_hook(cfg, name):
+    """True when the server hook `name` is gunicorn's own default (then it is not called)."""
+    setting = cfg.settings[name]
+    default = getattr(type(setting), "default", None)
+    value = setting.get()
+    return getattr(value, "__code__", value) is getattr(default, "__code__", default)
+
+
+def _access_log_enabled(log, cfg):
+    """Whether gunicorn writes access log lines (Logger.access_log_enabled in gunicorn 23+)."""
+    enabled = getattr(log, "access_log_enabled", None)
+    if enabled is None:
+        enabled = (
+            cfg.accesslog
+            or cfg.logconfig
+            or getattr(cfg, "logconfig_dict", None)
+            or (cfg.syslog and not cfg.disable_redirect_access_to_syslog)
+        )
+    return bool(enabled)
+
+
+class PyserverWorker(_GunicornWorker):
+    """Serves a WSGI or an ASGI application (detected like `--interface auto`)."""
+
+    interface = "auto"
+    # Gunicorn's exit codes: the arbiter halts instead of respawning.
+    WORKER_BOOT_ERROR = 3
+    APP_LOAD_ERROR = 4
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._retiring = False
+
+    # ---- boot ----
+
+    def load_wsgi(self):
+        """Imports the application; any failure exits with APP_LOAD_ERROR (4)."""
+        try:
+            super().load_wsgi()
+        except SystemExit:
+            raise
+        except BaseException:
+            self.log.exception("Exception while loading the application")
+            sys.stderr.flush()
+            sys.exit(self.APP_LOAD_ERROR)
+
+    def handle_abort(self, sig, frame):
+        """The arbiter's timeout: run worker_abort, then leave at once.
+
+        gunicorn raises SystemExit here; inside an application called by the core that would be
+        caught as an application error (a 500), so the process ends with os._exit instead.
+        """
+        self.alive = False
+        try:
+            self.cfg.worker_abort(self)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - best effort at exit
+                    pass
+            os._exit(1)
+
+    # ---- serving ----
+
+    def run(self):
+        from pyserver import _core
+
+        try:
+            app, config = self._make_config()
+        except Exception:
+            self.log.exception("Cannot start the pyserver worker")
+            sys.exit(self.WORKER_BOOT_ERROR)
+        self.notify()
+        status = _core.serve(app, [s.sock for s in self.sockets], config)
+        if status:  # ASGI lifespan startup failed
+            sys.exit(self.WORKER_BOOT_ERROR)
+
+    def _make_config(self):
+        """Returns (app, config): the application as the core calls it and gunicorn's
+        settings mapped onto a pyserver Config."""
+        gcfg = self.cfg
+        if gcfg.is_ssl:
+            raise RuntimeError("the pyserver worker does not serve TLS (certfile/keyfile)")
+        app = self.wsgi
+        interface = self.interface
+        if interface == "auto":
+            interface = importer.detect_interface(app)
+        if interface == "asgi":
+            app = importer.as_asgi3(app)
+        connections = max(1, int(gcfg.worker_connections))
+        config = Config(
+            getattr(self.app, "app_uri", None) or "gunicorn",
+            interface=interface,
+            root_path=self._root_path(),
+            timeout_keep_alive=max(0.0, float(gcfg.keepalive)),
+            graceful_timeout=max(0.0, float(gcfg.graceful_timeout)),
+            limit_request_line=_limit("limit_request_line", gcfg.limit_request_line),
+            limit_request_fields=_limit("limit_request_fields", gcfg.limit_request_fields),
+            limit_request_field_size=_limit(
+                "limit_request_field_size", gcfg.limit_request_field_size
+            ),
+            limit_connections=connections,
+            limit_concurrency=connections if interface == "asgi" else 0,
+            access_log=False,  # gunicorn's access log is written by _AccessHooks below
+            workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
+        )
+        config.workers = gcfg.workers  # for wsgi.multiprocess
+        config.error_logger = self.log.error_log
+        config.access_logger = self.log.access_log
+        config.loaded_app = app
+        # Read by _core.serve: the heartbeat and the self-retiring after max_requests.
+        config.on_tick = self._tick
+        config.on_stop_signal = self._on_stop_signal
+        config.tick_interval = max(0.1, min(1.0, self.timeout / 4.0)) if self.timeout else 1.0
+        config.max_requests = self.max_requests if gcfg.max_requests > 0 else 0
+        app = self._wrap(app, interface)
+        return app, config
+
+    def _root_path(self):
+        root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")
+        return root if root.startswith("/") else ""
+
+    def _wrap(self, app, interface):
+        """Adds gunicorn's per-request work only when it is asked for: the access log
+        (accesslog or a logging config) and non-default pre_request/post_request hooks."""
+        access = _access_log_enabled(self.log, self.cfg)
+        pre = not _is_default_hook(self.cfg, "pre_request")
+        post = not _is_default_hook(self.cfg, "post_request")
+        if not (access or pre or post):
+            return app
+        hooks = _AccessHooks(self, access, pre, post)
+        if interface == "asgi":
+            return _ASGIHooks(app, hooks)
+        return _WSGIHooks(app, hooks)
+
+    def _tick(self, retire):
+        """Called by the core's loop every tick_interval seconds. Returns True to stop
+        gracefully: gunicorn's arbiter then starts the replacement worker."""
+        self.notify()
+        if self.ppid != os.getppid():
+            self.log.info("Parent changed, shutting down: %s", self)
+            self.alive = False
+        if retire and not self._retiring:
+            self._retiring = True
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        return not self.alive
+
+    def _on_stop_signal(self, signum):
+        """SIGINT/SIGQUIT: fast stop after gunicorn's worker_int hook; SIGTERM: graceful."""
+        self.alive = False
+        if signum in (signal.SIGINT, signal.SIGQUIT):
+            self.cfg.worker_int(self)
+
+
+class PyserverWSGIWorker(PyserverWorker):
+    """Serves the application as WSGI, whatever it looks like."""
+
+    interface = "wsgi"
+
+
+class PyserverASGIWorker(PyserverWorker):
+    """Serves the application as ASGI (an ASGI 2 application is wrapped into ASGI 3)."""
+
+    interface = "asgi"
+
+
+# ---- gunicorn's per-request hooks and access log ----
+
+
+class _Request:
+    """What gunicorn's pre_request/post_request hooks and access log read of a request."""
+
+    def __init__(self, environ):
+        self.method = environ.get("REQUEST_METHOD", "")
+        self.uri = environ.get("RAW_URI", "")
+        self.path = environ.get("PATH_INFO", "")
+        self.query = environ.get("QUERY_STRING", "")
+        self.fragment = ""
+        protocol = environ.get("SERVER_PROTOCOL", "HTTP/1.1")
+        self.version = (1, 0) if protocol == "HTTP/1.0" else (1, 1)
+        self.scheme = environ.get("wsgi.url_scheme", "http")
+        self.remote_addr = environ.get("REMOTE_ADDR", "")
+        self.headers = [
+            (key[5:].replace("_", "-"), value)
+            for key, value in environ.items()
+            if key.startswith("HTTP_")
+        ]
+        for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            if environ.get(key):
+                self.headers.append((key.replace("_", "-"), environ[key]))
+
+
+class _Response:
+    """What post_request hooks and the access log read of a response."""
+
+    def __init__(self):
+        self.status = None
+        self.status_code = None
+        self.headers = []
+        self.sent = 0
+        self.response_length = None
+
+    def start(self, status, headers):
+        self.status = status
+        try:
+            self.status_code = int(str(status).split(None, 1)[0])
+        except ValueError:
+            self.status_code = None
+        self.headers = headers
+
+
+class _AccessHooks:
+    def __init__(self, worker, access, pre, post):
+        self.worker = worker
+        self.access = access
+        self.pre = pre
+        self.post = post
+
+    def before(self, req):
+        if self.pre:
+            self.worker.cfg.pre_request(self.worker, req)
+
+    def after(self, req, environ, resp, started):
+        worker = self.worker
+        if resp.status is None:
+            resp.start("500 Internal Server Error", [])
+        try:
+            if self.access:
+                worker.log.access(resp, req, environ, datetime.datetime.now() - started)
+        finally:
+            if self.post:
+                worker.cfg.post_request(worker, req, environ, resp)
+
+
+class _WSGIHooks:
+    """WSGI middleware: pre_request, then the app, then post_request and the access log once
+    the body is sent (a list or tuple body is logged as soon as it is returned)."""
+
+    def __init__(self, app, hooks):
+        self.app = app
+        self.hooks = hooks
+
+    def __call__(self, environ, start_response):
+        started = datetime.datetime.now()
+        req = _Request(environ)
+        resp = _Response()
+        hooks = self.hooks
+        hooks.before(req)
+
+        def counting_start_response(status, headers, exc_info=None):
+            write = start_response(status, headers, exc_info)
+            resp.start(status, headers)
+
+            def counting_write(data):
+                write(data)
+                resp.sent += len(data)
+
+            return counting_write
+
+        try:
+            result = self.app(environ, counting_start_response)
+        except BaseException:
+            resp.start("500 Internal Server Error", [])
+            hooks.after(req, environ, resp, started)
+            raise
+        if isinstance(result, (list, tuple)):
+            resp.sent += sum(len(item) for item in result)
+            hooks.after(req, environ, resp, started)
+            return result
+        return _Body(result, lambda: hooks.after(req, environ, resp, started), resp)
+
+
+class _Body:
+    """A response iterable that counts what it yields and reports when closed."""
+
+    def __init__(self, result, done, resp):
+        self._result = result
+        self._done = done
+        self._resp = resp
+
+    def __iter__(self):
+        resp = self._resp
+        for item in self._result:
+            resp.sent += len(item)
+            yield item
+
+    def close(self):
+        try:
+            close = getattr(self._result, "close", None)
+            if close is not None:
+                close()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
+
+
+class _ASGIHooks:
+    """ASGI middleware for HTTP scopes: the same hooks, with a WSGI-like environ built from
+    the scope for the access log atoms."""
+
+    def __init__(self, app, hooks):
+        self.app = app
+        self.hooks = hooks
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = datetime.datetime.now()
+        environ = _scope_environ(scope)
+        req = _Request(environ)
+        resp = _Response()
+        hooks = self.hooks
+        hooks.before(req)
+
+        async def counting_send(message):
+            kind = message["type"]
+            if kind == "http.response.start":
+                headers = [
+                    (name.decode("latin-1"), value.decode("latin-1"))
+                    for name, value in message.get("headers", ())
+                ]
+                resp.start(str(message["status"]), headers)
+            elif kind == "http.response.body":
+                resp.sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            hooks.after(req, environ, resp, started)
+
+
+def _scope_environ(scope):
+    query = scope.get("query_string", b"").decode("latin-1")
+    raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8")
+    raw_uri = raw_path.decode("latin-1") + ("?" + query if query else "")
+    client = scope.get("client") or ("", 0)
+    environ = {
+        "REQUEST_METHOD": scope.get("method", ""),
+        "RAW_URI": raw_uri,
+        "PATH_INFO": scope.get("path", ""),
+        "QUERY_STRING": query,
+        "SERVER_PROTOCOL": "HTTP/" + scope.get("http_version", "1.1"),
+        "REMOTE_ADDR": client[0],
+        "REMOTE_PORT": str(client[1]),
+        "SCRIPT_NAME": scope.get("root_path", ""),
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+    }
+    for name, value in scope.get("headers", ()):
+        key = name.decode("latin-1").upper().replace("-", "_")
+        if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            environ[key] = value.decode("latin-1")
+        else:
+            key = "HTTP_" + key
+            value = value.decode("latin-1")
+            environ[key] = environ[key] + "," + value if key in environ else value
+    return environ

@@ -1,0 +1,450 @@
+"""pyserver's gunicorn worker classes under a real gunicorn arbiter (gunicorn from PyPI).
+
+Every test starts `python -m gunicorn -k pyserver.workers...` in its own process group on a
+loopback port and kills that whole group at the end, whatever happened.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import HOST, TESTS_DIR, free_port, server_env
+
+gunicorn_config = pytest.importorskip("gunicorn.config")
+
+WORKER = "pyserver.workers.PyserverWorker"
+BOOT_TIMEOUT = 20.0
+# gunicorn 24+ opens a control socket in ~/.gunicorn by default: not for parallel test servers.
+_SETTINGS = {setting.name for setting in gunicorn_config.KNOWN_SETTINGS}
+NO_CONTROL_SOCKET = ["--no-control-socket"] if "control_socket_disable" in _SETTINGS else []
+
+
+class Gunicorn:
+    def __init__(self, proc, port, log_path):
+        self.proc, self.port, self.log_path = proc, port, log_path
+
+    @property
+    def url(self):
+        return f"http://{HOST}:{self.port}"
+
+    def log(self):
+        return Path(self.log_path).read_text(errors="replace")
+
+    def get(self, path, **kwargs):
+        # A new connection per request: the closest to many independent clients.
+        kwargs.setdefault("timeout", 10)
+        return httpx.get(self.url + path, **kwargs)
+
+    def wait_log(self, text, count=1, timeout=BOOT_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while self.log().count(text) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} x{count} not in the log:\n{self.log()[-4000:]}")
+            time.sleep(0.05)
+
+
+def _kill_group(proc):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+@contextlib.contextmanager
+def gunicorn(app, *args, workers=2, worker=WORKER, env=None, wait_workers=True, binds=None):
+    """Runs gunicorn on a free loopback port; yields a Gunicorn once the workers booted."""
+    port = free_port()
+    log_file = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)
+    bind_args = ["-b", f"{HOST}:{port}"]
+    for extra in binds or ():
+        bind_args += ["-b", extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "-k",
+        worker,
+        "-w",
+        str(workers),
+        *bind_args,
+        *NO_CONTROL_SOCKET,
+        "--graceful-timeout",
+        "10",
+        *args,
+        app,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=TESTS_DIR,
+        env=server_env(env),
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log_file.close()
+    g = Gunicorn(proc, port, log_file.name)
+    try:
+        if wait_workers:
+            g.wait_log("Booting worker", workers)
+            _wait_answering(g)
+        yield g
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(15)
+        _kill_group(proc)
+        os.unlink(log_file.name)
+
+
+def _wait_answering(g):
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while True:
+        try:
+            with socket.create_connection((HOST, g.port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline or g.proc.poll() is not None:
+                raise AssertionError("gunicorn does not listen:\n" + g.log()[-4000:]) from None
+            time.sleep(0.05)
+
+
+def _pid(response):
+    assert response.status_code == 200, response.text
+    assert response.text.startswith("pid="), response.text
+    return int(response.text[4:])
+
+
+class Load:
+    """A few client threads sending requests until stopped; every outcome is kept."""
+
+    def __init__(self, g, path="/", threads=4, pause=0.005):
+        self.g, self.path, self.pause = g, path, pause
+        self.ok, self.failures, self.pids = 0, [], set()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                response = self.g.get(self.path)
+                pid = _pid(response)
+                with self._lock:
+                    self.ok += 1
+                    self.pids.add(pid)
+            except Exception as exc:  # noqa: BLE001 - every failure is reported
+                with self._lock:
+                    self.failures.append(repr(exc))
+            time.sleep(self.pause)
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+
+# ---- frameworks ----
+
+
+def test_django_wsgi_two_workers():
+    with gunicorn("apps.djangoproj.wsgi:application") as g:
+        response = g.get("/json/?a=1")
+        assert response.status_code == 200
+        assert response.json()["framework"] == "django"
+        assert response.json()["query"] == {"a": "1"}
+        assert g.get("/no/such/page/").status_code == 404
+        assert "Using worker: pyserver.workers.PyserverWorker" in g.log()
+
+
+def test_django_wsgi_root_path_from_raw_env():
+    with gunicorn("apps.djangoproj.wsgi:application", "-e", "SCRIPT_NAME=/prefix") as g:
+        response = g.get("/prefix/json/")
+        assert response.status_code == 200
+        assert response.json()["script_name"] == "/prefix"
+
+
+def test_django_asgi_two_workers():
+    with gunicorn("apps.asgi_djangoproj.asgi:application") as g:
+        response = g.get("/async/?a=1")
+        assert response.status_code == 200
+        body = response.json()
+        assert (body["framework"], body["kind"], body["query"]) == ("django", "async", {"a": "1"})
+        assert g.get("/sync/").status_code == 200
+
+
+def test_flask_app():
+    with gunicorn("apps.flask_app:app") as g:
+        assert g.get("/").text == "hello from flask"
+        assert g.get("/users/7").json() == {"id": 7, "name": "user-7"}
+
+
+def test_starlette_lifespan_startup_and_shutdown(tmp_path):
+    events = tmp_path / "events"
+    env = {"ASGI_TEST_EVENTS": str(events)}
+    with gunicorn("apps.asgi_starlette:app", env=env) as g:
+        response = g.get("/state")
+        assert response.status_code == 200
+        assert response.json()["db"]
+        assert events.read_text().splitlines().count("startup") == 2
+        g.proc.send_signal(signal.SIGTERM)
+        assert g.proc.wait(20) == 0
+    assert events.read_text().splitlines().count("shutdown") == 2
+
+
+def test_forced_asgi_worker_class():
+    worker = "pyserver.workers.PyserverASGIWorker"
+    with gunicorn("apps.asgi_starlette:app", worker=worker, workers=1) as g:
+        assert g.get("/state").status_code == 200
+
+
+def test_unix_socket_and_tcp_binds():
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "g.sock")
+        with gunicorn("apps.gunicorn_app:app", binds=[f"unix:{path}"], workers=1) as g:
+            assert _pid(g.get("/")) > 0
+            transport = httpx.HTTPTransport(uds=path)
+            with httpx.Client(transport=transport, timeout=10) as client:
+                assert _pid(client.get("http://localhost/")) > 0
+
+
+# ---- process management ----
+
+
+APPS = pytest.mark.parametrize("app", ["apps.gunicorn_app:app", "apps.gunicorn_app:asgi_app"])
+
+
+@APPS
+def test_hup_under_load_loses_no_request(app):
+    with gunicorn(app) as g:
+        before = {_pid(g.get("/")) for _ in range(10)}
+        with Load(g) as load:
+            time.sleep(0.5)
+            g.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + BOOT_TIMEOUT
+            while time.monotonic() < deadline and not (load.pids - before):
+                time.sleep(0.1)
+            time.sleep(1.5)  # the old workers finish and exit under load
+        assert load.failures == []
+        assert load.ok > 50
+        assert load.pids - before, "no request reached a new worker"
+        after = {_pid(g.get("/")) for _ in range(20)}
+        assert not (after & before), "old workers still answer after the HUP"
+
+
+@APPS
+def test_term_completes_in_flight_requests(app):
+    with gunicorn(app) as g:
+        results = []
+
+        def slow():
+            try:
+                results.append(g.get("/sleep?s=1.5", timeout=15).text)
+            except Exception as exc:  # noqa: BLE001
+                results.append(repr(exc))
+
+        threads = [threading.Thread(target=slow) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        g.proc.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(20)
+        assert results == ["slept", "slept"]
+        assert g.proc.wait(20) == 0
+
+
+@APPS
+def test_blocked_worker_is_killed_by_the_arbiter_timeout(tmp_path, app):
+    hooks = tmp_path / "hooks"
+    env = {"GUNICORN_HOOKS_FILE": str(hooks)}
+    args = ("--timeout", "2", "-c", "apps/gunicorn_hooks.py")
+    with gunicorn(app, *args, workers=1, env=env) as g:
+        first = _pid(g.get("/"))
+        started = time.monotonic()
+        with pytest.raises(httpx.HTTPError):
+            g.get("/sleep?s=30", timeout=20)
+        assert time.monotonic() - started < 15
+        g.wait_log("WORKER TIMEOUT")
+        assert f"WORKER TIMEOUT (pid:{first})" in g.log()
+        g.wait_log("Booting worker", 2)
+        assert _pid(g.get("/")) != first
+        assert "worker_abort" in hooks.read_text().splitlines()
+
+
+@APPS
+def test_max_requests_recycles_workers(app):
+    args = ("--max-requests", "15", "--max-requests-jitter", "5")
+    with gunicorn(app, *args) as g:
+        with Load(g, threads=2, pause=0.01) as load:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (len(load.pids) < 4 or load.ok < 100):
+                time.sleep(0.1)
+        assert load.failures == []
+        assert len(load.pids) >= 4, load.pids
+        assert "Autorestarting worker after current request." in g.log()
+
+
+# ---- logs, errors, hooks ----
+
+
+def test_access_log_format_wsgi():
+    fmt = "%(h)s %(r)s %(s)s %(b)s"
+    args = ("--access-logfile", "-", "--access-logformat", fmt)
+    with gunicorn("apps.flask_app:app", *args, workers=1) as g:
+        body = g.get("/users/3?x=1").content
+        g.wait_log(f"127.0.0.1 GET /users/3?x=1 HTTP/1.1 200 {len(body)}")
+        assert g.get("/missing").status_code == 404
+        g.wait_log("127.0.0.1 GET /missing HTTP/1.1 404 ")
+
+
+def test_access_log_format_asgi():
+    fmt = "%(h)s %(r)s %(s)s %(b)s %({x-pure-asgi}o)s"
+    args = ("--access-logfile", "-", "--access-logformat", fmt)
+    with gunicorn("apps.asgi_starlette:app", *args, workers=1) as g:
+        body = g.get("/state?y=2").content
+        g.wait_log(f"127.0.0.1 GET /state?y=2 HTTP/1.1 200 {len(body)} ")
+
+
+def test_import_error_exits_with_app_load_error():
+    with gunicorn("apps.broken_import:app", workers=1, wait_workers=False) as g:
+        assert g.proc.wait(30) == 4
+        assert "apps.broken_import fails on import on purpose" in g.log()
+
+
+def test_lifespan_startup_failure_stops_the_arbiter():
+    env = {"LIFESPAN_TEST_STARTUP": "fail"}
+    with gunicorn("apps.lifespan_apps:served", workers=1, env=env, wait_workers=False) as g:
+        assert g.proc.wait(30) == 3
+        assert "Application startup failed" in g.log()
+
+
+def test_server_hooks_fire(tmp_path):
+    hooks = tmp_path / "hooks"
+    env = {"GUNICORN_HOOKS_FILE": str(hooks)}
+    with gunicorn("apps.gunicorn_app:app", "-c", "apps/gunicorn_hooks.py", env=env) as g:
+        _pid(g.get("/?a=1"))
+        _wait_for(lambda: "post_request GET / 200" in hooks.read_text().splitlines())
+        lines = hooks.read_text().splitlines()
+        assert lines.count("post_fork") == 2
+        assert lines.count("post_worker_init") == 2
+        assert "pre_request GET /" in lines
+        g.proc.send_signal(signal.SIGINT)
+        assert g.proc.wait(20) == 0
+    lines = hooks.read_text().splitlines()
+    assert lines.count("worker_int") == 2
+    assert lines.count("worker_exit") == 2
+
+
+def test_server_hooks_fire_for_asgi(tmp_path):
+    hooks = tmp_path / "hooks"
+    env = {"GUNICORN_HOOKS_FILE": str(hooks)}
+    args = ("-c", "apps/gunicorn_hooks.py")
+    with gunicorn("apps.asgi_starlette:app", *args, workers=1, env=env) as g:
+        assert g.get("/state").status_code == 200
+        # post_request runs once the app returned, which may be after the client has it all.
+        _wait_for(lambda: "post_request GET /state 200" in hooks.read_text().splitlines())
+        assert "pre_request GET /state" in hooks.read_text().splitlines()
+
+
+def test_usr1_reopens_the_access_log(tmp_path):
+    access = tmp_path / "access.log"
+    args = ("--access-logfile", str(access), "--access-logformat", "%(r)s")
+    with gunicorn("apps.gunicorn_app:app", *args, workers=1) as g:
+        _pid(g.get("/first"))
+        _wait_for(lambda: "GET /first" in access.read_text())
+        access.rename(tmp_path / "access.log.1")
+        g.proc.send_signal(signal.SIGUSR1)  # the arbiter passes it on to its workers
+        _wait_for(access.exists)
+        _pid(g.get("/second"))
+        _wait_for(lambda: "GET /second" in access.read_text())
+        assert "GET /second" not in (tmp_path / "access.log.1").read_text()
+
+
+def test_workers_exit_when_the_arbiter_dies():
+    with gunicorn("apps.gunicorn_app:app") as g:
+        pids = {_pid(g.get("/")) for _ in range(20)}
+        os.kill(g.proc.pid, signal.SIGKILL)
+        g.proc.wait(5)
+        _wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10)
+
+
+def test_gunicorn_request_limits_are_mapped():
+    args = ("--limit-request-line", "100", "--limit-request-fields", "5")
+    with gunicorn("apps.gunicorn_app:app", *args, workers=1) as g:
+        assert g.get("/?" + "a" * 50).status_code == 200
+        assert g.get("/?" + "a" * 200).status_code == 414
+        headers = {f"x-h{i}": "1" for i in range(10)}
+        assert g.get("/", headers=headers).status_code == 431
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of the (dead) arbiter is reaped by init soon; /proc tells it apart.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    return False
+
+
+def _wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {predicate}")
+        time.sleep(0.05)
+
+
+# ---- in-process ----
+
+
+def test_default_request_hooks_are_not_called():
+    from pyserver.workers import _is_default_hook
+
+    cfg = gunicorn_config.Config()
+    assert _is_default_hook(cfg, "pre_request")
+    assert _is_default_hook(cfg, "post_request")
+    cfg.set("pre_request", lambda worker, req: None)
+    cfg.set("post_request", lambda worker, req: None)  # gunicorn wraps a 2-argument hook
+    assert not _is_default_hook(cfg, "pre_request")
+    assert not _is_default_hook(cfg, "post_request")
+
+
+def test_pyserver_does_not_need_gunicorn():
+    code = (
+        "import sys\n"
+        "sys.modules['gunicorn'] = None\n"
+        "import pyserver, pyserver.cli, pyserver.config, pyserver.workers_proc\n"
+        "try:\n"
+        "    import pyserver.workers\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=TESTS_DIR.parent,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'pyserver[gunicorn]'" in out.stdout
