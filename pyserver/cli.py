@@ -82,7 +82,7 @@ def build_parser():
     """Return (parser, options): options are the actions that map onto Config."""
     parser = argparse.ArgumentParser(
         prog="pyserver",
-        description="Serve a WSGI application with pyserver's C core (libev + llhttp).",
+        description="Serve a WSGI or ASGI application with pyserver's C core (libev + llhttp).",
         epilog="Every option can also be set as an environment variable PYSERVER_<OPTION> "
         "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false); the command line wins.",
     )
@@ -162,7 +162,7 @@ def build_parser():
         "--root-path",
         metavar="PATH",
         type=_converter("root_path", _root_path),
-        help="mount path of the application, given to it as SCRIPT_NAME (default: none)",
+        help="mount path of the application: WSGI SCRIPT_NAME, ASGI root_path (default: none)",
     )
 
     http = parser.add_argument_group("HTTP timeouts and limits")
@@ -201,7 +201,7 @@ def build_parser():
         "--limit-max-requests",
         metavar="N",
         type=_int("limit_max_requests"),
-        help="ASGI: stop the worker gracefully after N requests (default: never)",
+        help="the same as --max-requests (uvicorn's name for it)",
     )
     add(
         http,
