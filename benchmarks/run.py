@@ -42,8 +42,10 @@ VERSION_DISTS = {
         "hypercorn",
         "daphne",
         "bottle",
+        "uvicorn-worker",
+        "django",
     ],
-    "project": ["pyserver", "bottle"],
+    "project": ["pyserver", "bottle", "gunicorn", "django"],
 }
 
 
@@ -129,13 +131,50 @@ def _pick(value, known, what):
 # --- one measured run -------------------------------------------------------------------
 
 
-def server_env(spec):
+def server_env(spec, sc=None, extra=None):
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ROOT
     env["PYTHONUNBUFFERED"] = "1"
     env.update(spec.env)
+    if sc is not None:
+        env.update(sc.env)
+    env.update(extra or {})
     return env
+
+
+def scenario_setup(ctx, sc):
+    """Run the scenario's one-off setup step (the Django database); its extra environment."""
+    extra = {var: os.path.join(ctx.tmpdir, name) for var, name in sc.tmp_env.items()}
+    if sc.setup:
+        argv = [ctx.project_python, *sc.setup]
+        env = server_env(SERVERS["pyserver"], sc, extra)
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"setup {' '.join(sc.setup)} failed: {proc.stderr[-500:]}")
+        log(f"   setup: {proc.stdout.strip()}")
+    return extra
+
+
+def connections(sc, args):
+    return sc.connections or args.connections
+
+
+def measure_fixed_rate_and_wrk(sc, args, port, server):
+    """Django-style: open-loop latency at sc.rate req/s, then wrk max throughput (with CPU)."""
+    url = f"http://{HOST}:{port}{sc.path}"
+    loadgen.run_wrk(url, args.warmup, connections(sc, args), cpus=sc.client_cpus)
+    time.sleep(1)
+    fr = loadgen.run_fixed_rate(HOST, port, sc.paths, sc.rate, sc.rate_duration, sc.client_cpus)
+    if not server.alive():
+        raise procs.LaunchError("died during the fixed-rate run")
+    before = procs.tree_cpu(server.pid)
+    res = loadgen.run_wrk(url, args.duration, connections(sc, args), cpus=sc.client_cpus)
+    after = procs.tree_cpu(server.pid)
+    res["fixed_rate_command"] = fr.pop("load_command")
+    for key, value in fr.items():
+        res[f"fr_{key}"] = value
+    return res, before, after
 
 
 def load(sc, args, port, warmup):
@@ -152,7 +191,7 @@ def warmup_requests(args):
     return max(args.requests // 10, args.connections)
 
 
-def run_once(ctx, sc, spec, args, rnd):
+def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
     argv, files = spec.argv(ctx, sc, port)
@@ -164,19 +203,22 @@ def run_once(ctx, sc, spec, args, rnd):
     if not procs.wait_port_free(port):
         rec.update(status="failed", error=f"port {port} still busy before start")
         return rec
-    server = procs.Server(argv, ROOT, server_env(spec), log_path)
+    server = procs.Server(argv, ROOT, server_env(spec, sc, extra_env), log_path)
     try:
         if not os.path.exists(os.path.join(ROOT, exe)) and not shutil.which(exe):
             raise procs.LaunchError(f"{exe} not found")
         server.start()
         server.wait_ready(HOST, port, sc.path, sc.body)
-        load(sc, args, port, warmup=True)
-        if not server.alive():
-            raise procs.LaunchError(f"died during warm-up: {procs.tail(log_path, 8)}")
-        before = procs.tree_cpu(server.pid)
-        res = load(sc, args, port, warmup=False)
-        after = procs.tree_cpu(server.pid)
-        alive = server.alive()
+        if sc.check:
+            try:
+                sc.check(HOST, port)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise procs.LaunchError(f"wrong answer: {exc}") from exc
+        if sc.load == "fixed-rate+wrk":
+            res, before, after = measure_fixed_rate_and_wrk(sc, args, port, server)
+            alive = server.alive()
+        else:
+            res, before, after, alive = measure(sc, args, port, server, log_path)
     except (procs.LaunchError, OSError) as exc:
         rec.update(status="failed", error=str(exc), launch_failed=True)
         return rec
@@ -197,6 +239,17 @@ def run_once(ctx, sc, spec, args, rnd):
     return rec
 
 
+def measure(sc, args, port, server, log_path):
+    """Warm-up then the measured wrk/ab run: (result, cpu before, cpu after, alive)."""
+    load(sc, args, port, warmup=True)
+    if not server.alive():
+        raise procs.LaunchError(f"died during warm-up: {procs.tail(log_path, 8)}")
+    before = procs.tree_cpu(server.pid)
+    res = load(sc, args, port, warmup=False)
+    after = procs.tree_cpu(server.pid)
+    return res, before, after, server.alive()
+
+
 def progress_line(n, total, rec):
     head = f"  [{n:>2}/{total}] round {rec['round']} {rec['server']:<10}"
     if rec["status"] != "ok":
@@ -204,6 +257,11 @@ def progress_line(n, total, rec):
     p50 = f"{rec['p50_ms']:.2f}" if rec.get("p50_ms") is not None else "-"
     p99 = f"{rec['p99_ms']:.2f}" if rec.get("p99_ms") is not None else "-"
     cpu = f"{rec['req_per_cpu_s']:,.0f}" if rec.get("req_per_cpu_s") else "-"
+    if rec.get("fr_p50_ms") is not None:
+        head += (
+            f" {rec['fr_rate']:g} req/s: p50 {rec['fr_p50_ms']:.1f} p95 {rec['fr_p95_ms']:.1f}"
+            f" p99 {rec['fr_p99_ms']:.1f} ms, errors {rec['fr_errors']};  max:"
+        )
     return (
         f"{head} {rec['rps']:>10,.0f} req/s  p50 {p50} ms  p99 {p99} ms  "
         f"errors {rec['errors']:,}  {cpu} req/CPU-s  (load avg {rec['loadavg_before']:.1f})"
@@ -257,6 +315,12 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     commands = {}
     started = time.monotonic()
     versions = collect_versions(ctx.project_python)
+    try:
+        extra_env = scenario_setup(ctx, sc)
+    except (RuntimeError, OSError) as exc:
+        log(f"   setup failed: {exc}")
+        servers, extra_env = [], {}
+        skipped = {n: f"scenario setup failed: {exc}" for n in names}
     for rnd in range(1, args.rounds + 1):
         for name in servers:
             n += 1
@@ -269,7 +333,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
                     "error": "did not start in an earlier round; not retried",
                 }
             else:
-                rec = run_once(ctx, sc, spec, args, rnd)
+                rec = run_once(ctx, sc, spec, args, rnd, extra_env)
                 if rec.get("launch_failed"):
                     launch_failed.add(name)
             runs.append(rec)
@@ -280,6 +344,8 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
                 cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
             if rec.get("load_command"):
                 cmd.setdefault("load", rec["load_command"])
+            if rec.get("fixed_rate_command"):
+                cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
             log(progress_line(n, total, rec))
     summary = report.summarize(runs, servers)
     for name, why in skipped.items():
@@ -301,7 +367,10 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             "duration": args.duration,
             "warmup": args.warmup,
             "rounds": args.rounds,
-            "connections": args.connections,
+            "connections": connections(sc, args),
+            "rate": sc.rate,
+            "rate_duration": sc.rate_duration,
+            "paths": list(sc.paths),
             "requests": args.requests,
             "warmup_requests": warmup_requests(args),
             "workers": sc.workers,
@@ -346,9 +415,15 @@ def scenario_versions(sc, names, versions):
             wanted.append("greenlet")
         if name == "nginx":
             wanted.append("nginx")
+        if name == "uvicorn-worker":
+            wanted += ["gunicorn", "uvicorn", "uvloop", "httptools"]
+        if name == "pyserver" and sc.launcher == "gunicorn":
+            wanted.append("gunicorn (project .venv)")
+    if "django" in sc.modules:
+        wanted += ["django (project .venv)", "django"]
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
-    wanted.append(sc.load)
+    wanted += ["wrk"] if sc.load == "fixed-rate+wrk" else [sc.load]
     seen = []
     for key in wanted:
         if key not in seen:

@@ -28,6 +28,9 @@ PEER_PACKAGES = {
     "uvicorn": ("uvicorn[standard]", "uvicorn"),
     "hypercorn": ("hypercorn", "hypercorn"),
     "daphne": ("daphne", "daphne"),
+    "uvicorn-worker": ("uvicorn-worker", "uvicorn_worker"),
+    "django": ("django", "django"),
+    "starlette": ("starlette", "starlette"),
     "bottle": ("bottle", "bottle"),
     "matplotlib": ("matplotlib", "matplotlib"),
 }

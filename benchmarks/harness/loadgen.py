@@ -1,7 +1,10 @@
 """Load generators: wrk (keep-alive) and ab (a connection per request), and their parsers."""
 
+import json
+import os
 import re
 import subprocess
+import sys
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
 
@@ -119,3 +122,28 @@ def _run(argv, timeout):
             f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
         )
     return proc.stdout
+
+
+FIXEDRATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixedrate.py")
+
+
+def fixed_rate_command(host, port, paths, rate, duration, cpus=None, python=None):
+    argv = [python or sys.executable, FIXEDRATE, "--host", host, "--port", str(port)]
+    argv += ["--rate", f"{rate:g}", "--duration", f"{duration:g}", *paths]
+    return pinned(cpus, argv)
+
+
+def run_fixed_rate(host, port, paths, rate, duration, cpus=None):
+    """Open-loop load at RATE req/s over PATHS (fixedrate.py): latency percentiles, errors."""
+    argv = fixed_rate_command(host, port, paths, rate, duration, cpus)
+    out = _run(argv, timeout=duration + 60)
+    try:
+        res = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise LoadError(f"unreadable fixedrate output: {out[-300:]!r}") from exc
+    # Recorded relative to the repository root, like the servers' commands.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(FIXEDRATE)))
+    res["load_command"] = [
+        os.path.relpath(a, root) if a.startswith(root + os.sep) else a for a in argv
+    ]
+    return res

@@ -5,7 +5,8 @@ import os
 import shlex
 import statistics
 
-SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab"]
+SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi"]
+FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
 def _median(values):
@@ -33,6 +34,14 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
         for key in ("rps", "p50_ms", "p99_ms", "max_ms", "req_per_cpu_s", "cpu_s"):
             row[key] = _median([r.get(key) for r in good.values()])
         row["errors"] = sum(r.get("errors", 0) for r in good.values())
+        if any(r.get("fr_p50_ms") is not None for r in good.values()):
+            for key in FIXED_RATE_KEYS + ("fr_rate",):
+                row[key] = _median([r.get(key) for r in good.values()])
+            row["fr_errors"] = sum(r.get("fr_errors", 0) for r in good.values())
+            row["fr_requests"] = sum(r.get("fr_requests", 0) for r in good.values())
+            # pyserver's latency ÷ this server's (below 1: pyserver answers faster).
+            for key in ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms"):
+                row[f"vs_reference_{key}"] = _ratio_median(ok.get(reference, {}), good, key)
         row["vs_reference"] = _ratio_median(ok.get(reference, {}), good)
         row["vs_reference_cpu"] = _ratio_median(ok.get(reference, {}), good, "req_per_cpu_s")
         row["of_ceiling"] = _ratio_median(good, ok.get(ceiling, {}))
@@ -99,9 +108,49 @@ def table_rows(summary, reference="pyserver"):
     return rows
 
 
+FR_COLUMNS = ["server", "p50 ms", "p95 ms", "p99 ms", "errors", "p99 pyserver ÷ it"]
+FR_COLUMNS += ["max req/s", "wrk p99 ms", "wrk errors", "req/CPU-s", "pyserver ÷ it"]
+FR_COLUMNS += ["pyserver ÷ it (CPU)", "rounds"]
+
+
+def _fixed_rate(summary):
+    return any(s.get("fr_p50_ms") is not None for s in summary)
+
+
+def fr_table_rows(summary, reference="pyserver"):
+    """Rows for the fixed-rate + maximum-throughput scenarios (django-asgi)."""
+    rows = []
+    for s in summary:
+        rounds = f"{s['rounds_ok']}/{s['rounds']}"
+        if s["status"] != "ok":
+            rows.append(
+                [s["server"], s["status"].upper()] + [""] * (len(FR_COLUMNS) - 3) + [rounds]
+            )
+            continue
+        ref = s["server"] == reference
+        rows.append(
+            [s["server"]]
+            + [_num(s.get(k), "{:.1f}") for k in ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms")]
+            + [f"{s.get('fr_errors', 0):,}/{s.get('fr_requests', 0):,}"]
+            + ["1" if ref else _num(s.get("vs_reference_fr_p99_ms"), "{:.2f}×")]
+            + [_num(s["rps"]), _num(s["p99_ms"], "{:.1f}"), _num(s["errors"])]
+            + [_num(s["req_per_cpu_s"])]
+            + ["1" if ref else _num(s["vs_reference"], "{:.2f}×")]
+            + ["1" if ref else _num(s["vs_reference_cpu"], "{:.2f}×")]
+            + [rounds]
+        )
+    return rows
+
+
 def text_table(summary):
-    rows = [COLUMNS] + table_rows(summary)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    if _fixed_rate(summary):
+        return _text(FR_COLUMNS, fr_table_rows(summary))
+    return _text(COLUMNS, table_rows(summary))
+
+
+def _text(columns, body):
+    rows = [columns] + body
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     lines = []
     for n, r in enumerate(rows):
         rest = zip(r[1:], widths[1:], strict=True)
@@ -113,8 +162,13 @@ def text_table(summary):
 
 
 def markdown_table(summary):
-    lines = ["| " + " | ".join(COLUMNS) + " |", "| --- |" + " ---: |" * (len(COLUMNS) - 1)]
-    for r in table_rows(summary):
+    columns, body = (
+        (FR_COLUMNS, fr_table_rows(summary))
+        if _fixed_rate(summary)
+        else (COLUMNS, table_rows(summary))
+    )
+    lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
+    for r in body:
         name = f"**{r[0]}**" if r[0] == "pyserver" else r[0]
         lines.append("| " + " | ".join([name] + r[1:]) + " |")
     return "\n".join(lines)
@@ -174,7 +228,14 @@ def markdown(results, charts):
 
 def _scenario_markdown(data, chart):
     p, m = data["params"], data["machine"]
-    if p["load"] == "wrk":
+    if p["load"] == "fixed-rate+wrk":
+        load = (
+            f"(a) open-loop {p['rate']:g} req/s for {p['rate_duration']} s over "
+            + ", ".join(f"`{x}`" for x in p["paths"])
+            + f", then (b) wrk, {p['connections']} connections, keep-alive, on `{p['path']}`, "
+            f"{p['duration']} s measured (a {p['warmup']} s wrk warm-up precedes (a))"
+        )
+    elif p["load"] == "wrk":
         load = (
             f"wrk, {p['connections']} connections, keep-alive, "
             f"{p['warmup']} s warm-up + {p['duration']} s measured"
@@ -199,6 +260,17 @@ def _scenario_markdown(data, chart):
         markdown_table(data["summary"]),
         "",
     ]
+    if _fixed_rate(data["summary"]):
+        out += [
+            f"Columns: *p50/p95/p99 ms* latency at {p['rate']:g} req/s (open loop, from the "
+            "scheduled start of each request to the last byte, all URLs together, median "
+            "over rounds); *errors* failed, timed-out or non-2xx requests / requests sent "
+            "(all rounds); *p99 pyserver ÷ it* pyserver's p99 divided by this server's "
+            "(below 1: pyserver is faster); *max req/s*, *wrk p99 ms*, *wrk errors* the wrk "
+            "throughput run; *req/CPU-s* and the *pyserver ÷ it* ratios as above (median "
+            "of per-round ratios).",
+            "",
+        ]
     failed = [s for s in data["summary"] if s["status"] != "ok"]
     for s in failed:
         out.append(f"- **{s['server']}** {s['status']}: {s.get('error', '').strip()}")
@@ -220,6 +292,8 @@ def _scenario_markdown(data, chart):
     for name, info in data["commands"].items():
         out.append(f"# {name}: {info['summary']}")
         out.append(_cmd(info["server"]) if info.get("server") else "# (not started)")
+        if info.get("fixed_rate"):
+            out.append(_cmd(info["fixed_rate"]))
         out.append(_cmd(info["load"]) if info.get("load") else "# (not run)")
     out += ["```", ""]
     for name, info in data["commands"].items():

@@ -20,6 +20,9 @@ class Context:
     project_python: str  # .venv/bin/python of the project
     tmpdir: str  # scratch directory of this harness run
 
+    def project_bin(self, name):
+        return os.path.join(os.path.dirname(self.project_python_rel), name)
+
     def peer_bin(self, name):
         return os.path.relpath(os.path.join(self.peers_venv, "bin", name), self.root)
 
@@ -60,6 +63,10 @@ def _workers_flag(flag, scenario):
 
 
 def pyserver_argv(ctx, sc, port):
+    if sc.launcher == "gunicorn":
+        argv = [ctx.project_bin("gunicorn"), "-w", str(sc.workers)]
+        argv += ["-k", "pyserver.workers.PyserverWorker", "-b", f"{HOST}:{port}"]
+        return argv + ["--log-level", "warning", sc.app], {}
     argv = [ctx.project_python_rel, "-m", "pyserver", sc.app]
     argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
     return argv + _workers_flag("-w", sc), {}
@@ -109,6 +116,18 @@ def hypercorn_argv(ctx, sc, port):
     return argv, {}
 
 
+def uvicorn_worker_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "uvicorn_worker.UvicornWorker"]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning", sc.app]
+    return argv, {}
+
+
+def daphne_argv(ctx, sc, port):
+    # -v 0: no access log on stdout (the gunicorn-run servers log none either).
+    argv = [ctx.peer_bin("daphne"), "-b", HOST, "-p", str(port), "-v", "0", sc.app]
+    return argv, {}
+
+
 NGINX_CONF = """\
 worker_processes {workers};
 daemon off;
@@ -153,6 +172,15 @@ _SPECS = [
     ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
     ServerSpec("uvicorn", "peer", "uvicorn --loop uvloop --http httptools", uvicorn_argv),
     ServerSpec("hypercorn", "peer", "hypercorn (asyncio)", hypercorn_argv),
+    ServerSpec(
+        "uvicorn-worker",
+        "peer",
+        "gunicorn -k uvicorn_worker.UvicornWorker (uvicorn-worker; uvloop + httptools)",
+        uvicorn_worker_argv,
+        module="uvicorn_worker",
+        dist="uvicorn-worker",
+    ),
+    ServerSpec("daphne", "peer", "daphne (Twisted)", daphne_argv, max_workers=1),
     ServerSpec("nginx", "ceiling", 'nginx return 200 "Hello World!"', nginx_argv, binary="nginx"),
 ]
 SERVERS = {spec.name: spec for spec in _SPECS}

@@ -1,0 +1,30 @@
+"""Create the benchmark database: migrate, then 50 rows.  Run once before the runs.
+
+DJANGO_BENCH_DB=/tmp/x.sqlite3 python -m benchmarks.apps.django_bench.setup_db
+"""
+
+import os
+
+ROWS = 50
+
+
+def main():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.apps.django_bench.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from .models import Item
+
+    call_command("migrate", verbosity=0, interactive=False)
+    Item.objects.all().delete()
+    Item.objects.bulk_create(
+        Item(name=f"item {i}", description=f"the benchmark row number {i}", price=100 + i)
+        for i in range(1, ROWS + 1)
+    )
+    print(f"{Item.objects.count()} rows in {django.conf.settings.DATABASES['default']['NAME']}")
+
+
+if __name__ == "__main__":
+    main()
