@@ -62,6 +62,7 @@ struct ps_wsgi {
     PyObject *methods[64]; /* by llhttp method id */
     PyObject *protocols[2];
     PyObject *empty;
+    PyObject *close_name; /* "close", interned: the type's method cache hits */
     PyObject *comma;
     char *root_path; /* UTF-8, no trailing slash */
     size_t root_path_len;
@@ -414,7 +415,7 @@ static void request_done(RequestObject *req)
         return;
     PyObject *result = req->result;
     if (result && !PyList_CheckExact(result) && !PyTuple_CheckExact(result)) {
-        PyObject *close = PyObject_GetAttrString(result, "close");
+        PyObject *close = PyObject_GetAttr(result, ctx->close_name);
         if (close == NULL) {
             PyErr_Clear();
         } else {
@@ -1360,8 +1361,10 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
     ctx->protocols[0] = PyUnicode_InternFromString("HTTP/1.0");
     ctx->protocols[1] = PyUnicode_InternFromString("HTTP/1.1");
     ctx->empty = PyUnicode_FromString("");
+    ctx->close_name = PyUnicode_InternFromString("close");
     ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
-    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->error_logger)
+    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name ||
+        !ctx->error_logger)
         goto error;
     access_log = PyObject_GetAttrString(config, "access_log");
     if (access_log == NULL)
@@ -1413,6 +1416,7 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     Py_XDECREF(ctx->protocols[0]);
     Py_XDECREF(ctx->protocols[1]);
     Py_XDECREF(ctx->empty);
+    Py_XDECREF(ctx->close_name);
     PyMem_Free(ctx->root_path);
     PyMem_Free(ctx);
 }
