@@ -2,6 +2,7 @@
 #include "net.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -57,6 +58,25 @@ socklen_t ps_net_specific_address(int fd, struct sockaddr_storage *ss)
     if (ss->ss_family == AF_INET6)
         return IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)ss)->sin6_addr) ? 0 : len;
     return 0;
+}
+
+int ps_net_format_address(const struct sockaddr_storage *ss, char *text, int *port)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, text, INET6_ADDRSTRLEN);
+        *port = ntohs(a->sin_port);
+        return 0;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, text, INET6_ADDRSTRLEN);
+        *port = ntohs(a->sin6_port);
+        return 0;
+    }
+    text[0] = '\0';
+    *port = 0;
+    return -EAFNOSUPPORT;
 }
 
 int ps_net_set_nodelay(int fd)

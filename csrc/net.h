@@ -10,6 +10,10 @@ int ps_net_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peer_len);
 /* Returns 1 when fd is an AF_UNIX socket, 0 when not, -errno on error. */
 int ps_net_is_unix(int fd);
 int ps_net_set_nonblocking(int fd);
+/* Writes the IP address of an AF_INET/AF_INET6 address into text (room for
+ * INET6_ADDRSTRLEN) and its port into *port. Returns 0, or -EAFNOSUPPORT
+ * for other families (text is then ""). */
+int ps_net_format_address(const struct sockaddr_storage *ss, char *text, int *port);
 /* TCP listener options every accepted connection inherits (TCP_NODELAY), and
  * TCP_DEFER_ACCEPT so that accept returns once the request has arrived.
  * Failures are ignored: both are optimisations. */

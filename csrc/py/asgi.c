@@ -272,17 +272,8 @@ static PyObject *addr_tuple(const struct sockaddr_storage *ss)
 {
     char text[INET6_ADDRSTRLEN];
     int port;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
-        port = ntohs(a->sin_port);
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
-        port = ntohs(a->sin6_port);
-    } else {
+    if (ps_net_format_address(ss, text, &port) < 0)
         return Py_NewRef(Py_None);
-    }
     return Py_BuildValue("(si)", text, port);
 }
 
@@ -390,13 +381,7 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
 
 static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
 {
-    if (r->method_id < PS_ARRAY_LEN(ctx->methods)) {
-        PyObject **slot = &ctx->methods[r->method_id];
-        if (*slot == NULL)
-            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-        return Py_XNewRef(*slot);
-    }
-    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+    return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
 }
 
 static int set_new(PyObject *d, PyObject *key, PyObject *value)

@@ -7,6 +7,7 @@
 
 #include "../common.h"
 #include "../loop.h"
+#include "../net.h"
 
 typedef struct {
     PyTypeObject *request_type;
@@ -39,6 +40,19 @@ extern const ps_handler_t ps_asgi_handler;
 
 /* The selector core over a libev loop (evselector.c). New reference. */
 PyObject *ps_evselector_new(struct ev_loop *loop);
+
+/* The request method as str, cached per llhttp method id in cache[n].
+ * Returns a new reference, or NULL with an exception. */
+static inline PyObject *ps_py_method(PyObject **cache, size_t n, const ps_request_t *r)
+{
+    if (r->method_id < n) {
+        PyObject **slot = &cache[r->method_id];
+        if (*slot == NULL)
+            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+        return Py_XNewRef(*slot);
+    }
+    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+}
 
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */

@@ -144,18 +144,8 @@ static PyObject *port_str(int port)
 static int addr_pair(const struct sockaddr_storage *ss, PyObject **host, PyObject **port)
 {
     char text[INET6_ADDRSTRLEN];
-    int p = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
-        p = ntohs(a->sin_port);
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
-        p = ntohs(a->sin6_port);
-    } else {
-        text[0] = '\0';
-    }
+    int p;
+    ps_net_format_address(ss, text, &p);
     *host = PyUnicode_FromString(text);
     *port = *host ? port_str(p) : NULL;
     if (*port == NULL) {
@@ -336,13 +326,7 @@ static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
 
 static PyObject *method_str(ps_wsgi_t *ctx, const ps_request_t *r)
 {
-    if (r->method_id < PS_ARRAY_LEN(ctx->methods)) {
-        PyObject **slot = &ctx->methods[r->method_id];
-        if (*slot == NULL)
-            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-        return Py_XNewRef(*slot);
-    }
-    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+    return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
 }
 
 /* Returns a new environ dict, or NULL with an exception. */
