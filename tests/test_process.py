@@ -488,10 +488,16 @@ def test_usr1_reopens_log_files_in_the_workers(tmp_path):
         access_log.rename(tmp_path / "access.log.1")
         os.kill(srv.pid, signal.SIGUSR1)
         assert wait_for(access_log.exists, 5), "the log file was not reopened"
-        # Both workers reopened theirs: every request now lands in the new file.
-        for _ in range(20):
-            assert get(srv.port, "/hello")[0] == 200
-        assert wait_for(lambda: access_log.read_text().count("GET /hello") == 20)
+
+        # Both workers reopen theirs, each when it gets to the signal: soon every
+        # request lands in the new file.
+        def a_batch_lands_in_the_new_file():
+            before = access_log.read_text().count("GET /hello")
+            for _ in range(20):
+                assert get(srv.port, "/hello")[0] == 200
+            return wait_for(lambda: access_log.read_text().count("GET /hello") - before == 20, 2)
+
+        assert wait_for(a_batch_lands_in_the_new_file, 15)
 
 
 def test_worker_sigint_is_an_immediate_stop_and_it_is_replaced():
