@@ -691,11 +691,7 @@ static void after_handler(ps_conn_t *c)
 {
     if (c->state == PS_CONN_CLOSED)
         return;
-    if (c->aborted || (c->failed && !c->resp_ended)) {
-        ps_conn_close(c);
-        return;
-    }
-    if (c->failed) {
+    if (c->aborted || c->failed) {
         ps_conn_close(c);
         return;
     }

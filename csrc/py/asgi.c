@@ -511,6 +511,20 @@ static void detach(CycleObject *cycle)
     Py_DECREF(cycle);
 }
 
+/* A receive() still waiting learns the exchange is over. Nothing is built
+ * when none waits, which is the usual case. */
+static void wake_receiver(CycleObject *cycle)
+{
+    if (cycle->receive_waiter == NULL)
+        return;
+    PyObject *m = message(cycle->ctx, S_HTTP_DISCONNECT);
+    if (m) {
+        resolve(cycle->ctx, &cycle->receive_waiter, m, 0);
+        Py_DECREF(m);
+    }
+    PyErr_Clear();
+}
+
 /* The response is complete: log, detach, let the connection move on. A
  * pending receive() learns the exchange is over. */
 static void complete(CycleObject *cycle)
@@ -520,12 +534,7 @@ static void complete(CycleObject *cycle)
     cycle->complete = 1;
     if (ctx->access_info)
         log_access(ctx, c, c->resp_status);
-    PyObject *m = message(ctx, S_HTTP_DISCONNECT);
-    if (m) {
-        resolve(ctx, &cycle->receive_waiter, m, 0);
-        Py_DECREF(m);
-    }
-    PyErr_Clear();
+    wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
     ps_conn_end(c); /* may start the next pipelined request */
@@ -539,17 +548,15 @@ static void lose(CycleObject *cycle)
     cycle->disconnected = 1;
     Py_INCREF(cycle);
     detach(cycle);
-    PyObject *m = message(ctx, S_HTTP_DISCONNECT);
-    if (m) {
-        resolve(ctx, &cycle->receive_waiter, m, 0);
-        Py_DECREF(m);
+    wake_receiver(cycle);
+    if (cycle->send_waiter != NULL) {
+        PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
+        if (exc) {
+            resolve(ctx, &cycle->send_waiter, exc, 1);
+            Py_DECREF(exc);
+        }
+        PyErr_Clear();
     }
-    PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
-    if (exc) {
-        resolve(ctx, &cycle->send_waiter, exc, 1);
-        Py_DECREF(exc);
-    }
-    PyErr_Clear();
     if (cycle->sendfile_fd >= 0) {
         close(cycle->sendfile_fd);
         cycle->sendfile_fd = -1;
