@@ -127,7 +127,10 @@ static void become_worker(ps_master_t *m, int index)
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < PS_ARRAY_LEN(handled_signals); i++) {
         int s = handled_signals[i];
-        sa.sa_handler = (s == SIGHUP || s == SIGTTIN || s == SIGTTOU) ? SIG_IGN : SIG_DFL;
+        /* USR1 is ignored until the worker's loop installs its own handler:
+         * a log reopen sent while the worker boots must not kill it. */
+        int ignore = s == SIGHUP || s == SIGTTIN || s == SIGTTOU || s == SIGUSR1;
+        sa.sa_handler = ignore ? SIG_IGN : SIG_DFL;
         sigaction(s, &sa, NULL);
     }
     close(m->sig_pipe[0]);

@@ -468,6 +468,16 @@ def test_usr1_is_forwarded_and_the_server_keeps_serving():
         wait_serving(srv.port)
 
 
+def test_usr1_while_the_workers_boot_does_not_kill_them():
+    env = {"PROC_APP_IMPORT_SLEEP": "1.0"}
+    with master(env=env) as srv:
+        workers = wait_workers(srv.pid, 2)
+        os.kill(srv.pid, signal.SIGUSR1)
+        wait_serving(srv.port)
+        assert children(srv.pid) == workers
+        assert "killed by signal" not in srv.log()
+
+
 def test_usr1_reopens_log_files_in_the_workers(tmp_path):
     access_log = tmp_path / "access.log"
     log_config = tmp_path / "logging.json"

@@ -4,12 +4,17 @@
 /sleep/SECONDS  sleeps, then answers (a slow view, or one stuck past --timeout)
 /alloc/MIB      allocates MIB mebibytes and keeps them (for --max-rss)
 anything else   a short 200
+
+PROC_APP_IMPORT_SLEEP=SECONDS in the environment makes the import itself slow
+(a worker still booting, or one stuck at boot past --timeout).
 """
 
 import os
 import time
 
 HOARD = []
+
+time.sleep(float(os.environ.get("PROC_APP_IMPORT_SLEEP", "0")))
 
 
 def app(environ, start_response):
