@@ -2,10 +2,15 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -15,16 +20,97 @@
  * starve the connections already open. */
 #define ACCEPT_BATCH 64
 
+/* The accept gate.
+ *
+ * Workers that share one listening socket would all wake for every new
+ * connection if each watched it with a plain ev_io: libev registers fds
+ * without EPOLLEXCLUSIVE. So a shared listener is added to libev's epoll set
+ * by the worker itself, with EPOLLEXCLUSIVE (the kernel then wakes one
+ * worker that is waiting, and skips busy ones), and with the epoll data that
+ * libev registered gate_fd with: libev takes the wakeup for an event of
+ * gate_fd, an eventfd that nothing ever writes, and on_gate accepts.
+ *
+ * That data is read back from /proc/self/fdinfo rather than derived from
+ * libev's encoding. Should libev ever rebuild its epoll set (it does when it
+ * sees an event it cannot place), the listeners drop out of it; on_gate_check
+ * puts them back within a second, and the other workers accept meanwhile.
+ * Without epoll, /proc or EPOLLEXCLUSIVE (Linux < 4.5) the listeners are
+ * watched the plain way. */
+
+/* The data fd is registered with in the epoll set epfd. Returns 0, or -1
+ * when fd is not in the set or the set cannot be read. */
+static int epoll_entry(int epfd, int fd, uint64_t *data)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof(line), f)) {
+        int tfd;
+        unsigned events;
+        uint64_t d;
+        if (sscanf(line, "tfd: %d events: %x data: %" SCNx64, &tfd, &events, &d) == 3 &&
+            tfd == fd) {
+            *data = d;
+            found = 0;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* libev does not tell which fd its epoll set is: it is the one gate_fd is
+ * in. Sets gate_epfd and gate_data; returns 0, or -1 when none is found. */
+static int gate_find(ps_worker_t *w)
+{
+    if (w->gate_epfd >= 0 && epoll_entry(w->gate_epfd, w->gate_fd, &w->gate_data) == 0)
+        return 0;
+    w->gate_epfd = -1;
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL)
+        return -1;
+    struct dirent *e;
+    while (w->gate_epfd < 0 && (e = readdir(dir)) != NULL) {
+        char path[64], target[64];
+        int fd = atoi(e->d_name);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, target, sizeof(target) - 1);
+        if (n <= 0 || fd == dirfd(dir))
+            continue;
+        target[n] = '\0';
+        if (strcmp(target, "anon_inode:[eventpoll]") == 0 &&
+            epoll_entry(fd, w->gate_fd, &w->gate_data) == 0)
+            w->gate_epfd = fd;
+    }
+    closedir(dir);
+    return w->gate_epfd >= 0 ? 0 : -1;
+}
+
+static int gate_set(ps_worker_t *w, ps_listener_t *l, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = w->gate_data};
+    return epoll_ctl(w->gate_epfd, op, l->fd, &ev);
+}
+
 static void set_accepting(ps_worker_t *w, int on)
 {
     if (w->accepting == (unsigned)on)
         return;
     w->accepting = on != 0;
     for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (l->gated) {
+            if (gate_set(w, l, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL) == 0 || !on)
+                continue;
+            l->gated = 0; /* the kernel refuses: watch it the plain way */
+        }
         if (on)
-            ev_io_start(w->loop, &w->listeners[i].io);
+            ev_io_start(w->loop, &l->io);
         else
-            ev_io_stop(w->loop, &w->listeners[i].io);
+            ev_io_stop(w->loop, &l->io);
     }
 }
 
@@ -84,6 +170,81 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
     PS_UNUSED(loop);
     PS_UNUSED(revents);
     accept_some(l->w, l, ACCEPT_BATCH);
+}
+
+static void on_gate(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_worker_t *w = ps_container_of(io, ps_worker_t, gate);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    for (uint32_t i = 0; i < w->nlisteners && w->accepting; i++)
+        if (w->listeners[i].gated)
+            accept_some(w, &w->listeners[i], ACCEPT_BATCH);
+}
+
+/* Once a second: the gated listeners are still in libev's epoll set, under
+ * the data gate_fd has there now; if not, register them again. */
+static void on_gate_check(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_worker_t *w = ps_container_of(t, ps_worker_t, gate_check);
+    PS_UNUSED(revents);
+    if (!w->accepting)
+        return;
+    int epfd = w->gate_epfd;
+    uint64_t data = w->gate_data, seen;
+    if (gate_find(w) < 0)
+        return;
+    int stale = epfd != w->gate_epfd || data != w->gate_data;
+    for (uint32_t i = 0; i < w->nlisteners && !stale; i++)
+        if (w->listeners[i].gated)
+            stale =
+                epoll_entry(w->gate_epfd, w->listeners[i].fd, &seen) < 0 || seen != w->gate_data;
+    if (!stale)
+        return;
+    for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (!l->gated)
+            continue;
+        gate_set(w, l, EPOLL_CTL_DEL);
+        if (gate_set(w, l, EPOLL_CTL_ADD) < 0) {
+            l->gated = 0;
+            ev_io_start(loop, &l->io);
+        }
+    }
+}
+
+/* Called on a fresh loop: makes gate_fd and lets libev register it. */
+static void gate_open(ps_worker_t *w)
+{
+    w->gate_fd = w->gate_epfd = -1;
+    if (ev_backend(w->loop) != EVBACKEND_EPOLL)
+        return;
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0)
+        return;
+    ev_io_init(&w->gate, on_gate, fd, EV_READ);
+    ev_io_start(w->loop, &w->gate);
+    ev_unref(w->loop);
+    ev_run(w->loop, EVRUN_NOWAIT); /* libev hands fd to the kernel here */
+    w->gate_fd = fd;
+    if (gate_find(w) < 0) {
+        ev_ref(w->loop);
+        ev_io_stop(w->loop, &w->gate);
+        close(fd);
+        w->gate_fd = -1;
+        return;
+    }
+    ev_timer_init(&w->gate_check, on_gate_check, 1.0, 1.0);
+}
+
+static void gate_close(ps_worker_t *w)
+{
+    if (w->gate_fd < 0)
+        return;
+    ev_ref(w->loop);
+    ev_io_stop(w->loop, &w->gate);
+    close(w->gate_fd);
+    w->gate_fd = -1;
 }
 
 /* Graceful stop with --reuse-port: connections already queued on this
@@ -315,6 +476,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     ev_prepare_init(&w->prepare, on_prepare);
     ev_prepare_start(w->loop, &w->prepare);
     ev_unref(w->loop); /* the prepare watcher alone does not keep the loop alive */
+    gate_open(w);
     ev_init(&w->stop_timer, on_stop_timeout);
     ev_signal_init(&w->sigint, on_signal, SIGINT);
     ev_signal_init(&w->sigterm, on_signal, SIGTERM);
@@ -342,6 +504,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->fd = fd;
     l->is_unix = is_unix;
     l->own = 0;
+    l->gated = 0;
     l->local_len = 0;
     if (!is_unix) {
         ps_net_tune_listener(fd);
@@ -358,6 +521,14 @@ void ps_worker_start(ps_worker_t *w)
     ev_signal_start(w->loop, &w->sigquit);
     if (w->on_reopen_logs)
         ev_signal_start(w->loop, &w->sigusr1);
+    /* Own (SO_REUSEPORT) listeners are this worker's alone: no herd there. */
+    int gated = 0;
+    for (uint32_t i = 0; i < w->nlisteners; i++)
+        gated |= w->listeners[i].gated = w->gate_fd >= 0 && !w->listeners[i].own;
+    if (gated) {
+        ev_timer_start(w->loop, &w->gate_check);
+        ev_unref(w->loop);
+    }
     set_accepting(w, 1);
     if (w->slot) {
         beat(w);
@@ -372,6 +543,10 @@ void ps_worker_finish(ps_worker_t *w)
     if (w->slot && ev_is_active(&w->heartbeat)) {
         ev_ref(w->loop);
         ev_timer_stop(w->loop, &w->heartbeat);
+    }
+    if (ev_is_active(&w->gate_check)) {
+        ev_ref(w->loop);
+        ev_timer_stop(w->loop, &w->gate_check);
     }
     set_accepting(w, 0);
     close_all(w);
@@ -403,6 +578,7 @@ void ps_worker_free(ps_worker_t *w)
     close_all(w);
     free_dead(w);
     if (w->loop) {
+        gate_close(w);
         ev_ref(w->loop);
         ev_prepare_stop(w->loop, &w->prepare);
         ev_loop_destroy(w->loop);

@@ -26,7 +26,8 @@ typedef struct {
     ps_worker_t *w;
     int fd;
     int is_unix;
-    int own; /* this worker's SO_REUSEPORT socket: drained and shut at stop */
+    int own;   /* this worker's SO_REUSEPORT socket: drained and shut at stop */
+    int gated; /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;
@@ -47,6 +48,13 @@ struct ps_worker {
     unsigned async : 1; /* the interface layer answers from outside callbacks (ASGI) */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
+    /* The accept gate (see loop.c): shared listeners sit in libev's epoll set
+     * with EPOLLEXCLUSIVE, reported to libev as events of gate_fd. */
+    int gate_fd;        /* an eventfd never written; -1 when there is no gate */
+    int gate_epfd;      /* libev's epoll set */
+    uint64_t gate_data; /* the epoll data libev registered gate_fd with */
+    ev_io gate;
+    ev_timer gate_check;
     ev_prepare prepare;
     ev_signal sigint, sigterm, sigquit, sigusr1;
     ev_timer stop_timer;

@@ -1,7 +1,8 @@
 """The application of the process-management tests (tests/test_process.py).
 
 /pid            the worker's pid, so tests see which worker answered
-/sleep/SECONDS  sleeps, then answers (a slow view, or one stuck past --timeout)
+/sleep/SECONDS  sleeps, then answers (a slow view, or one stuck past --timeout);
+                /sleep/SECONDS/pid answers with the worker's pid
 /alloc/MIB      allocates MIB mebibytes and keeps them (for --max-rss)
 anything else   a short 200
 
@@ -23,7 +24,7 @@ def app(environ, start_response):
         body = str(os.getpid()).encode()
     elif parts[0] == "sleep":
         time.sleep(float(parts[1]))
-        body = b"slept"
+        body = str(os.getpid()).encode() if parts[2:] == ["pid"] else b"slept"
     elif parts[0] == "alloc":
         HOARD.append(bytearray(int(parts[1]) * 1024 * 1024))
         for i in range(0, len(HOARD[-1]), 4096):

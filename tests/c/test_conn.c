@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -508,10 +509,26 @@ static void test_slow_request_head_gets_408(void)
     close(fd);
 }
 
+/* The listener is in the worker's epoll set through the accept gate; when
+ * it drops out of the set (as when libev rebuilds it), the worker puts it
+ * back within a second and the next connection is served. */
+static void test_listener_dropped_from_epoll_is_registered_again(void)
+{
+    CHECK(server.w.listeners[0].gated);
+    CHECK_EQ(epoll_ctl(server.w.gate_epfd, EPOLL_CTL_DEL, server.listen_fd, NULL), 0);
+    int fd = client_connect();
+    send_str(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    char got[512];
+    size_t n = recv_upto(fd, got, 12);
+    CHECK(n == 12 && memcmp(got, "HTTP/1.1 200", 12) == 0);
+    close(fd);
+}
+
 static void *client_main(void *arg)
 {
     PS_UNUSED(arg);
     test_get_is_answered_and_kept_alive();
+    test_listener_dropped_from_epoll_is_registered_again();
     test_pipelined_requests_are_answered_in_order();
     test_request_sent_byte_by_byte_is_answered();
     test_chunked_response_is_framed();
