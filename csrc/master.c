@@ -398,6 +398,15 @@ static void watch_worker(ps_master_t *m, int i, double now)
         }
         return;
     }
+    if (m->cfg.timeout > 0 && !s->ready && !w->termed && now - s->heartbeat > m->cfg.timeout) {
+        /* Still booting (importing the app, lifespan startup) after the
+         * timeout: the heartbeat is the spawn time until the loop runs. */
+        logf_(m, PS_LOG_ERROR, "WORKER TIMEOUT (pid %d) while booting", (int)w->pid);
+        w->aborted = 1;
+        w->abort_at = now;
+        kill(w->pid, SIGABRT);
+        return;
+    }
     if (m->cfg.timeout > 0 && s->ready && now - s->heartbeat > m->cfg.timeout) {
         char method[PS_SLOT_METHOD_LEN], path[PS_SLOT_PATH_LEN];
         memcpy(method, s->method, sizeof(method));

@@ -352,6 +352,18 @@ def test_killed_worker_is_replaced_within_a_second():
         wait_serving(srv.port, children(srv.pid))
 
 
+def test_worker_stuck_while_booting_is_killed_by_the_watchdog():
+    env = {"PROC_APP_IMPORT_SLEEP": "60"}
+    with master("--timeout", "1", workers=1, env=env) as srv:
+        first = wait_workers(srv.pid, 1)
+        assert srv.wait_for_log(f"WORKER TIMEOUT (pid {min(first)}) while booting", 10), (
+            srv.log_tail()
+        )
+        # The worker shows where it was stuck, then a new one boots.
+        assert srv.wait_for_log("proc_app.py", 5), srv.log_tail()
+        assert wait_for(lambda: children(srv.pid) and not (children(srv.pid) & first), 10)
+
+
 def test_stuck_worker_is_killed_by_the_watchdog_and_the_log_names_the_request():
     with master("--timeout", "2") as srv:
         before = wait_workers(srv.pid, 2)
@@ -529,7 +541,8 @@ def test_usr1_while_the_workers_boot_does_not_kill_them():
         assert "killed by signal" not in srv.log()
 
 
-def test_usr1_reopens_log_files_in_the_workers(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2], ids=["single-process", "master"])
+def test_usr1_reopens_log_files(tmp_path, workers):
     access_log = tmp_path / "access.log"
     log_config = tmp_path / "logging.json"
     log_config.write_text(
@@ -542,8 +555,9 @@ def test_usr1_reopens_log_files_in_the_workers(tmp_path):
             }
         )
     )
-    with master("--log-config", str(log_config)) as srv:
-        wait_workers(srv.pid, 2)
+    args = ("--log-config", str(log_config))
+    with master(*args) if workers > 1 else run_server(APP, *args) as srv:
+        wait_workers(srv.pid, workers if workers > 1 else 0)
         wait_serving(srv.port)
         assert wait_for(lambda: "GET /pid" in access_log.read_text())
         access_log.rename(tmp_path / "access.log.1")

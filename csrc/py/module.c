@@ -327,10 +327,12 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_ValueError, "pyserver: no listening socket");
         goto done;
     }
-    if (worker_slot != NULL) {
+    if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
+    /* USR1 reopens the log files, except under gunicorn: its own handler
+     * does that there. */
+    if (sup->on_tick == NULL)
         w->on_reopen_logs = reopen_logs;
-    }
     supervisor_start(sup, w);
 
     gil_state_t gil = {NULL};
