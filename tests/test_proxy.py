@@ -68,7 +68,13 @@ def test_forwarded_proto_alone_keeps_the_peer_as_client(default_server):
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("http", "http"), ("https", "https"), ("wss", "https"), ("ws", "http"), ("http, https", "https")],
+    [
+        ("http", "http"),
+        ("https", "https"),
+        ("wss", "https"),
+        ("ws", "http"),
+        ("http, https", "https"),
+    ],
 )
 def test_forwarded_proto_values(default_server, value, expected):
     (scheme, _, _), _ = seen_once(default_server, [("X-Forwarded-Proto", value)])
@@ -297,4 +303,3 @@ def test_server_still_serves_after_bad_proxy_input(spec):
 def assert_serving_echo(srv):
     (scheme, host, port), local_port = seen_once(srv)
     assert (scheme, host, port) == ("http", "127.0.0.1", local_port)
-
