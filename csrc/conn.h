@@ -16,6 +16,7 @@
 
 #include "buf.h"
 #include "http1.h"
+#include "proxy.h"
 
 typedef struct ps_worker ps_worker_t;
 typedef struct ps_conn ps_conn_t;
@@ -62,12 +63,13 @@ struct ps_conn {
     unsigned resp_chunked : 1;
     unsigned resp_no_body : 1;
     unsigned continue_sent : 1;
-    unsigned failed : 1;       /* the socket is broken: no more output */
-    unsigned aborted : 1;      /* close as soon as the handler returns */
-    unsigned head_started : 1; /* bytes of the next request have arrived */
-    unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
-    unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
-    int error_status;          /* a bad body seen by ps_conn_body_wait() */
+    unsigned failed : 1;        /* the socket is broken: no more output */
+    unsigned aborted : 1;       /* close as soon as the handler returns */
+    unsigned head_started : 1;  /* bytes of the next request have arrived */
+    unsigned sf_trailer : 1;    /* a chunk's CRLF follows the sendfile */
+    unsigned body_wanted : 1;   /* on_body is owed once body bytes arrive */
+    unsigned proxy_trusted : 1; /* the peer is a trusted proxy (decided at accept) */
+    int error_status;           /* a bad body seen by ps_conn_body_wait() */
     ev_io rio;
     ev_io wio;
     ev_timer timer;
@@ -93,7 +95,15 @@ struct ps_conn {
     ps_conn_t *next_dead;
 };
 
-/* Called by the worker for a freshly accepted socket. Returns NULL on OOM. */
+/* The proxy-header settings that new connections are judged by (NULL: proxy
+ * headers off, no connection is trusted). A process runs one worker at a
+ * time, so this is per process; p must outlive the connections. */
+void ps_conn_set_proxy(const ps_proxy_t *p);
+/* The settings set by ps_conn_set_proxy, for reading a trusted peer's request. */
+const ps_proxy_t *ps_conn_proxy(void);
+
+/* Called by the worker for a freshly accepted socket; decides whether the
+ * peer is a trusted proxy. Returns NULL on OOM. */
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix);
 /* A connection just accepted: reads what already arrived (the listener

@@ -259,6 +259,24 @@ def build_parser():
         help="send a Date header (default: on)",
     )
 
+    proxy = parser.add_argument_group("proxy headers")
+    add(
+        proxy,
+        "--proxy-headers",
+        action=argparse.BooleanOptionalAction,
+        help="take the client address from X-Forwarded-For and the scheme from "
+        "X-Forwarded-Proto when the peer is a trusted proxy (default: on)",
+    )
+    add(
+        proxy,
+        "--forwarded-allow-ips",
+        metavar="LIST",
+        type=_converter("forwarded_allow_ips", config.check_forwarded_allow_ips),
+        help="trusted proxies: comma-separated IP addresses and CIDR networks, or * for "
+        "all (default: $FORWARDED_ALLOW_IPS or 127.0.0.1,::1; unix-socket peers are "
+        "always trusted)",
+    )
+
     logs = parser.add_argument_group("logging")
     add(
         logs,

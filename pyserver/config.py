@@ -18,6 +18,10 @@ hold final values:
     server_header             bool
     date_header               bool
     url_scheme                "http"
+    proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
+    forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
+    secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
+                              {header: value meaning https}
     error_logger              logging.Logger "pyserver.error"
     access_logger             logging.Logger "pyserver.access"
     app_spec                  str, "module:attr" for messages
@@ -72,6 +76,7 @@ FLOAT_BOUNDS = {
     "timeout": (0.0, None),
 }
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 
 
 class StartupError(Exception):
@@ -114,6 +119,22 @@ def check_float(name, value):
     if not number >= lo or (hi is not None and number > hi):
         raise ValueError(f"must be {_range_text(lo, hi)}, got {value}")
     return number
+
+
+def check_forwarded_allow_ips(value):
+    """Return a trust list as the core reads it: "ADDR,NET/PREFIX,..." or "*".
+
+    value is that string or a sequence of items (gunicorn's form). Raises ValueError
+    naming the first item that is not an IP address, a CIDR network or "*".
+    """
+    if not isinstance(value, str):
+        value = ",".join(str(item) for item in value)
+    try:
+        from pyserver import _core
+    except ImportError:  # reported when the server starts
+        return value
+    _core.check_forwarded_allow_ips(value)
+    return value
 
 
 def parse_bind(value):
@@ -196,6 +217,8 @@ class Config:
         lifespan="auto",
         server_header=True,
         date_header=True,
+        proxy_headers=True,
+        forwarded_allow_ips=None,
         log_level="info",
         log_config=None,
         access_log=True,
@@ -245,6 +268,20 @@ class Config:
         self.lifespan = lifespan
         self.server_header = bool(server_header)
         self.date_header = bool(date_header)
+        self.proxy_headers = bool(proxy_headers)
+        source = "forwarded_allow_ips"
+        if forwarded_allow_ips is None:
+            forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS")
+            source = "environment variable FORWARDED_ALLOW_IPS"
+            if forwarded_allow_ips is None:
+                forwarded_allow_ips = DEFAULT_FORWARDED_ALLOW_IPS
+        try:
+            self.forwarded_allow_ips = check_forwarded_allow_ips(forwarded_allow_ips)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+        # gunicorn's secure_scheme_headers (set by the gunicorn worker); None reads
+        # X-Forwarded-Proto instead.
+        self.secure_scheme_headers = None
         if log_level not in logconfig.LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
         self.log_level = log_level

@@ -150,7 +150,13 @@ class PyserverWorker(_GunicornWorker):
             limit_concurrency=connections if interface == "asgi" else 0,
             access_log=False,  # gunicorn's access log is written by _AccessHooks below
             workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
+            # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
+            proxy_headers=True,
+            forwarded_allow_ips=list(gcfg.forwarded_allow_ips or ()),
         )
+        # gunicorn's scheme rule: each secure_scheme_headers header present says https
+        # when it has the table's value, http otherwise; headers that disagree are a 400.
+        config.secure_scheme_headers = dict(gcfg.secure_scheme_headers or {})
         config.workers = gcfg.workers  # for wsgi.multiprocess
         config.error_logger = self.log.error_log
         config.access_logger = self.log.access_log

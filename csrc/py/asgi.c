@@ -62,6 +62,7 @@ enum {
     S_SET_RESULT,
     S_SET_EXCEPTION,
     S_LOOP,
+    S_HTTPS,
     S_COUNT
 };
 
@@ -102,6 +103,7 @@ static const char *const str_names[S_COUNT] = {
     "set_result",
     "set_exception",
     "loop",
+    "https",
 };
 
 typedef struct {
@@ -150,6 +152,7 @@ typedef struct {
     PyObject *receive_waiter; /* Future a receive() waits on */
     PyObject *send_waiter;    /* Future a send() waits on */
     PyObject *headers;        /* from http.response.start */
+    PyObject *client;         /* the forwarded (host, 0), NULL when the client is the peer */
     int status;
     int sendfile_fd;
     unsigned started : 1;       /* http.response.start received */
@@ -436,12 +439,26 @@ static int add_paths(ps_asgi_t *ctx, PyObject *scope, ps_slice_t path)
     return rc;
 }
 
-static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
+/* fwd: what a trusted proxy said (the scheme, the client: then kept by the
+ * cycle for the access log). */
+static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+                             const ps_proxy_result_t *fwd)
 {
     ps_request_t *r = ps_conn_request(c);
     asgi_conn_info_t *ci = conn_info(c);
     if (ci == NULL)
         return NULL;
+    PyObject **s = ctx->s;
+    PyObject *scheme = fwd->scheme == PS_SCHEME_HTTPS ? s[S_HTTPS] : s[S_HTTP];
+    PyObject *client = ci->client; /* borrowed */
+    if (ps_unlikely(fwd->client.base != NULL)) {
+        PyObject *host =
+            PyUnicode_DecodeLatin1(fwd->client.base, (Py_ssize_t)fwd->client.len, NULL);
+        cycle->client = host ? Py_BuildValue("(Ni)", host, 0) : NULL;
+        if (cycle->client == NULL)
+            return NULL;
+        client = cycle->client;
+    }
     PyObject *scope = PyDict_New();
     if (scope == NULL)
         return NULL;
@@ -450,17 +467,16 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
     if (path.len == 0)
         path = PS_SLICE_LIT("/");
     int te = 0;
-    PyObject **s = ctx->s;
     if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
         set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
         PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[r->http_minor & 1]) < 0 ||
         set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
-        PyDict_SetItem(scope, s[S_SCHEME], s[S_HTTP]) < 0 || add_paths(ctx, scope, path) < 0 ||
+        PyDict_SetItem(scope, s[S_SCHEME], scheme) < 0 || add_paths(ctx, scope, path) < 0 ||
         set_new(scope, s[S_QUERY_STRING],
                 PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
         PyDict_SetItem(scope, s[S_ROOT_PATH], ctx->root_path) < 0 ||
         set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
-        PyDict_SetItem(scope, s[S_CLIENT], ci->client) < 0 ||
+        PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
         PyDict_SetItem(scope, s[S_SERVER], ci->server) < 0 ||
         set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
         (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
@@ -473,16 +489,18 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
 
 /* ---- the request cycle ---- */
 
-static void log_access(ps_asgi_t *ctx, ps_conn_t *c, int status)
+/* One access-log line; the client is the forwarded one when a trusted
+ * proxy named it. */
+static void log_access(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle, int status)
 {
     ps_request_t *r = ps_conn_request(c);
     asgi_conn_info_t *ci = c->conn_data;
     PyObject *method = method_str(ctx, r);
     PyObject *target = PyUnicode_DecodeLatin1(r->target.base, PS_MIN(r->target.len, 4096), NULL);
     PyObject *client = NULL, *msg = NULL, *res = NULL;
-    if (ci && ci->client != Py_None)
-        client = PyUnicode_FromFormat("%S:%S", PyTuple_GET_ITEM(ci->client, 0),
-                                      PyTuple_GET_ITEM(ci->client, 1));
+    PyObject *who = cycle->client ? cycle->client : ci ? ci->client : Py_None; /* borrowed */
+    if (who != Py_None)
+        client = PyUnicode_FromFormat("%S:%S", PyTuple_GET_ITEM(who, 0), PyTuple_GET_ITEM(who, 1));
     else
         client = PyUnicode_FromString("-");
     if (method && target && client)
@@ -533,7 +551,7 @@ static void complete(CycleObject *cycle)
     ps_asgi_t *ctx = cycle->ctx;
     cycle->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, c->resp_status);
+        log_access(ctx, c, cycle, c->resp_status);
     wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
@@ -938,7 +956,7 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     Py_INCREF(self);
     self->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, c->resp_status);
+        log_access(ctx, c, self, c->resp_status);
     detach(self);
     int rc = ps_conn_end_with_trailers(c, hs, (size_t)n);
     if (hs != stack)
@@ -1266,6 +1284,7 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->receive_waiter);
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
+    Py_VISIT(self->client);
     return 0;
 }
 
@@ -1275,6 +1294,7 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->receive_waiter);
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
+    Py_CLEAR(self->client);
     return 0;
 }
 
@@ -1307,12 +1327,13 @@ static PyType_Spec Cycle_spec = {
 
 /* ---- connection callbacks ---- */
 
-static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle)
+static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+                      const ps_proxy_result_t *fwd)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
     AppCallObject *call = NULL;
     int rc = -1;
-    scope = build_scope(ctx, c, cycle);
+    scope = build_scope(ctx, c, cycle, fwd);
     if (scope == NULL)
         goto error;
     receive = PyCFunction_New(&receive_def, (PyObject *)cycle);
@@ -1349,6 +1370,11 @@ error:
 static void on_request(ps_conn_t *c)
 {
     ps_asgi_t *ctx = c->w->handler_data;
+    ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
+    if (c->proxy_trusted && ps_proxy_apply(ps_conn_proxy(), ps_conn_request(c), &fwd) < 0) {
+        ps_conn_send_error(c, 400); /* secure scheme headers that disagree */
+        return;
+    }
     if (ctx->limit_concurrency && ctx->active >= ctx->limit_concurrency) {
         ps_conn_send_error(c, 503);
         return;
@@ -1363,7 +1389,7 @@ static void on_request(ps_conn_t *c)
     cycle->conn = c;
     cycle->sendfile_fd = -1;
     c->app_data = cycle; /* the connection's reference */
-    if (start_task(ctx, c, cycle) < 0) {
+    if (start_task(ctx, c, cycle, &fwd) < 0) {
         ps_log_exception(ctx->error_logger, "Exception in ASGI application");
         detach(cycle);
         ps_conn_send_error(c, 500);

@@ -1,4 +1,5 @@
 /* pyserver._core: module init, serve() (one worker) and run_master(). */
+#include <errno.h>
 #include <signal.h>
 
 #include "../master.h"
@@ -86,6 +87,121 @@ static int read_config(PyObject *config, ps_config_t *cfg)
     cfg->server_header = server_header != 0;
     cfg->date_header = date_header != 0;
     return 0;
+}
+
+/* Parses a forwarded_allow_ips string into p. Returns 0, or -1 with a
+ * ValueError naming the bad item (or MemoryError). */
+static int parse_trust_list(PyObject *value, ps_proxy_t *p)
+{
+    Py_ssize_t n;
+    const char *text = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &n) : NULL;
+    if (text == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "forwarded_allow_ips must be str, not %.100s",
+                         Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    size_t off = 0, len = 0;
+    int rc = ps_proxy_init(p, text, (size_t)n, &off, &len);
+    if (rc == -ENOMEM) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (rc < 0) {
+        PyObject *item = PyUnicode_DecodeUTF8(text + off, (Py_ssize_t)len, "replace");
+        if (item)
+            PyErr_Format(PyExc_ValueError,
+                         "invalid IP address or network %R (expected IP addresses or CIDR "
+                         "networks separated by commas, or *)",
+                         item);
+        Py_XDECREF(item);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds config.secure_scheme_headers (a mapping of header name to the value
+ * meaning https) to p. Returns 0 or -1 with an exception. */
+static int read_scheme_headers(PyObject *mapping, ps_proxy_t *p)
+{
+    PyObject *items = PyMapping_Items(mapping);
+    if (items == NULL)
+        return -1;
+    p->secure_headers = 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *pair = PyList_GET_ITEM(items, i); /* borrowed */
+        Py_ssize_t nlen, vlen;
+        const char *name = NULL, *value = NULL;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+            PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) &&
+            PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen);
+            value = name ? PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 1), &vlen) : NULL;
+        } else {
+            PyErr_SetString(PyExc_TypeError, "secure_scheme_headers must map str to str");
+        }
+        int rc =
+            value ? ps_proxy_add_scheme_header(p, name, (size_t)nlen, value, (size_t)vlen) : -1;
+        if (rc == -ENOMEM)
+            PyErr_NoMemory();
+        else if (rc == -EINVAL)
+            PyErr_SetString(PyExc_ValueError, "secure_scheme_headers: empty header name");
+        if (rc < 0) {
+            Py_DECREF(items);
+            return -1;
+        }
+    }
+    Py_DECREF(items);
+    return 0;
+}
+
+/* Reads config.proxy_headers, forwarded_allow_ips and secure_scheme_headers
+ * (all optional: absent means off). *on is set when proxy headers are read;
+ * p is then initialised and the caller frees it. Returns 0 or -1 with an
+ * exception (p freed). */
+static int read_proxy(PyObject *config, ps_proxy_t *p, int *on)
+{
+    PyObject *ips = NULL, *table = NULL;
+    *on = 0;
+    if (PyObject_HasAttrString(config, "proxy_headers") &&
+        get_bool(config, "proxy_headers", on) < 0)
+        return -1;
+    if (!*on)
+        return 0;
+    ips = PyObject_HasAttrString(config, "forwarded_allow_ips")
+              ? PyObject_GetAttrString(config, "forwarded_allow_ips")
+              : PyUnicode_FromString("127.0.0.1,::1");
+    if (ips == NULL || parse_trust_list(ips, p) < 0)
+        goto error;
+    if (PyObject_HasAttrString(config, "secure_scheme_headers")) {
+        table = PyObject_GetAttrString(config, "secure_scheme_headers");
+        if (table == NULL)
+            goto error_free;
+        if (table != Py_None && read_scheme_headers(table, p) < 0)
+            goto error_free;
+    }
+    Py_DECREF(ips);
+    Py_XDECREF(table);
+    return 0;
+error_free:
+    ps_proxy_free(p);
+error:
+    *on = 0;
+    Py_XDECREF(ips);
+    Py_XDECREF(table);
+    return -1;
+}
+
+/* check_forwarded_allow_ips(value): raises ValueError naming the first
+ * invalid item of a trust list; returns None when it is valid. */
+static PyObject *check_forwarded_allow_ips(PyObject *module, PyObject *value)
+{
+    PS_UNUSED(module);
+    ps_proxy_t p;
+    if (parse_trust_list(value, &p) < 0)
+        return NULL;
+    ps_proxy_free(&p);
+    Py_RETURN_NONE;
 }
 
 /* Adds the sockets' fds as listeners (this worker's own ones when `own`).
@@ -289,14 +405,20 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     int asgi = is_asgi(args[2]);
     if (asgi < 0)
         return NULL;
+    ps_proxy_t proxy;
+    int proxy_on;
+    if (read_proxy(args[2], &proxy, &proxy_on) < 0)
+        return NULL;
     ps_wsgi_t *ctx = NULL;
     ps_asgi_t *actx = NULL;
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
     /* Heap-allocated like the worker: its timer must not move while the loop runs. */
     supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
-    if (sup == NULL)
-        return PyErr_NoMemory();
+    if (sup == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if (supervisor_init(sup, args[2]) < 0)
         goto done;
     if (asgi)
@@ -334,6 +456,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (sup->on_tick == NULL)
         w->on_reopen_logs = reopen_logs;
     supervisor_start(sup, w);
+    ps_conn_set_proxy(proxy_on ? &proxy : NULL);
 
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
@@ -352,12 +475,17 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     for (int i = 0; i < 4; i++)
         sigaction(sigs[i], &saved[i], NULL);
 done:
-    supervisor_free(sup); /* first: it stops its timer on the worker's loop */
-    PyMem_RawFree(sup);
+    if (sup != NULL) {
+        supervisor_free(sup); /* first: it stops its timer on the worker's loop */
+        PyMem_RawFree(sup);
+    }
     if (w != NULL) {
         ps_worker_free(w);
         PyMem_RawFree(w);
     }
+    ps_conn_set_proxy(NULL); /* after the last connection is gone */
+    if (proxy_on)
+        ps_proxy_free(&proxy);
     ps_wsgi_free(ctx);
     ps_asgi_free(actx);
     return result;
@@ -515,6 +643,9 @@ static PyMethodDef module_methods[] = {
     {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL,
      "serve(app, sockets, config, own_sockets=())\n--\n\nServe app on the listening sockets "
      "until stopped."},
+    {"check_forwarded_allow_ips", check_forwarded_allow_ips, METH_O,
+     "check_forwarded_allow_ips(value)\n--\n\nRaise ValueError if the trust list is "
+     "invalid."},
     {"run_master", (PyCFunction)(void (*)(void))run_master, METH_FASTCALL,
      "run_master(config, spawn_worker, poll_reload=None)\n--\n\nFork and supervise the "
      "workers until stopped; "

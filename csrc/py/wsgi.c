@@ -37,13 +37,14 @@ enum {
     K_REMOTE_PORT,
     K_RAW_URI,
     K_WSGI_INPUT,
+    K_URL_SCHEME,
     K_COUNT
 };
 
 static const char *const key_names[K_COUNT] = {
     "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",   "QUERY_STRING",    "CONTENT_TYPE",
     "CONTENT_LENGTH", "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "REMOTE_ADDR",
-    "REMOTE_PORT",    "RAW_URI",     "wsgi.input",
+    "REMOTE_PORT",    "RAW_URI",     "wsgi.input",  "wsgi.url_scheme",
 };
 
 typedef struct {
@@ -64,7 +65,9 @@ struct ps_wsgi {
     PyObject *empty;
     PyObject *close_name; /* "close", interned: the type's method cache hits */
     PyObject *comma;
-    char *root_path; /* UTF-8, no trailing slash */
+    PyObject *zero;       /* "0": REMOTE_PORT of a forwarded client */
+    PyObject *schemes[3]; /* by PS_SCHEME_*: NULL, "http", "https" */
+    char *root_path;      /* UTF-8, no trailing slash */
     size_t root_path_len;
     header_key_t header_keys[HEADER_KEY_SLOTS];
 };
@@ -83,12 +86,13 @@ typedef struct {
     ps_wsgi_t *ctx;
     PyObject *status;
     PyObject *headers;
-    PyObject *result;     /* what the application returned: close() is called on it */
-    PyObject *iter;       /* iterator over result, NULL for lists and tuples */
-    Py_ssize_t index;     /* next item when result is a list or tuple */
-    PyObject *input;      /* the wsgi.input object */
-    int64_t known_length; /* body length known up front, or -1 */
-    int sendfile_fd;      /* >= 0 while a file_wrapper is being sent */
+    PyObject *result;      /* what the application returned: close() is called on it */
+    PyObject *iter;        /* iterator over result, NULL for lists and tuples */
+    Py_ssize_t index;      /* next item when result is a list or tuple */
+    PyObject *input;       /* the wsgi.input object */
+    PyObject *remote_addr; /* the forwarded client (str), NULL when it is the peer */
+    int64_t known_length;  /* body length known up front, or -1 */
+    int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
     unsigned done : 1;
 } RequestObject;
@@ -329,8 +333,27 @@ static PyObject *method_str(ps_wsgi_t *ctx, const ps_request_t *r)
     return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
 }
 
+/* What a trusted proxy said: the scheme, and the client, whose address
+ * req keeps for the access log. Returns 0 or -1 with an exception. */
+static int add_forwarded(ps_wsgi_t *ctx, PyObject *env, RequestObject *req,
+                         const ps_proxy_result_t *fwd)
+{
+    PyObject **k = ctx->keys;
+    if (fwd->scheme != PS_SCHEME_NONE &&
+        PyDict_SetItem(env, k[K_URL_SCHEME], ctx->schemes[fwd->scheme]) < 0)
+        return -1;
+    if (fwd->client.base == NULL)
+        return 0;
+    req->remote_addr = latin1(fwd->client.base, fwd->client.len);
+    if (req->remote_addr == NULL || PyDict_SetItem(env, k[K_REMOTE_ADDR], req->remote_addr) < 0 ||
+        PyDict_SetItem(env, k[K_REMOTE_PORT], ctx->zero) < 0)
+        return -1;
+    return 0;
+}
+
 /* Returns a new environ dict, or NULL with an exception. */
-static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
+static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
+                               const ps_proxy_result_t *fwd)
 {
     ps_request_t *r = ps_conn_request(c);
     conn_info_t *ci = conn_info(c);
@@ -350,6 +373,9 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
                          : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||
         PyDict_SetItem(env, k[K_WSGI_INPUT], req->input) < 0)
         goto error;
+    if ((fwd->scheme != PS_SCHEME_NONE || fwd->client.base) &&
+        add_forwarded(ctx, env, req, fwd) < 0)
+        goto error;
     for (uint32_t i = 0; i < r->nheaders; i++)
         if (add_header(ctx, env, &r->headers[i]) < 0)
             goto error;
@@ -366,18 +392,22 @@ enum {
     SEND_GONE = -2,  /* the client went away */
 };
 
-static void log_access(ps_wsgi_t *ctx, ps_conn_t *c)
+/* One access-log line; the client is the forwarded one when a trusted
+ * proxy named it (then with port 0). */
+static void log_access(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
 {
     ps_request_t *r = ps_conn_request(c);
     conn_info_t *ci = c->conn_data;
     PyObject *method = method_str(ctx, r);
     PyObject *target = latin1(r->target.base, PS_MIN(r->target.len, 4096));
     PyObject *msg = NULL, *res = NULL;
-    if (method && target && ci)
-        msg = PyUnicode_FromFormat("%U%s%U - \"%U %U HTTP/1.%d\" %d", ci->remote_addr,
-                                   ci->remote_port ? ":" : "",
-                                   ci->remote_port ? ci->remote_port : ctx->empty, method, target,
-                                   (int)r->http_minor, c->resp_status);
+    if (method && target && ci) {
+        PyObject *addr = req->remote_addr ? req->remote_addr : ci->remote_addr;
+        PyObject *port = req->remote_addr ? ctx->zero : ci->remote_port;
+        msg = PyUnicode_FromFormat("%U%s%U - \"%U %U HTTP/1.%d\" %d", addr, port ? ":" : "",
+                                   port ? port : ctx->empty, method, target, (int)r->http_minor,
+                                   c->resp_status);
+    }
     if (msg)
         res = PyObject_CallOneArg(ctx->access_info, msg);
     if (res == NULL)
@@ -411,7 +441,7 @@ static void request_done(RequestObject *req)
         }
     }
     if (ctx->access_info && c->resp_status)
-        log_access(ctx, c);
+        log_access(ctx, c, req);
     ((InputObject *)req->input)->conn = NULL;
     req->conn = NULL;
     c->app_data = NULL;
@@ -645,6 +675,11 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c);
 static void on_request(ps_conn_t *c)
 {
     ps_wsgi_t *ctx = c->w->handler_data;
+    ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
+    if (c->proxy_trusted && ps_proxy_apply(ps_conn_proxy(), ps_conn_request(c), &fwd) < 0) {
+        ps_conn_send_error(c, 400); /* secure scheme headers that disagree */
+        return;
+    }
     RequestObject *req = request_new(ctx, c);
     if (req == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
@@ -652,7 +687,7 @@ static void on_request(ps_conn_t *c)
         return;
     }
     c->app_data = req; /* owns the reference until request_done() */
-    PyObject *environ = build_environ(ctx, c, req);
+    PyObject *environ = build_environ(ctx, c, req, &fwd);
     if (environ == NULL) {
         fail(req);
         return;
@@ -815,6 +850,7 @@ static int Request_clear(PyObject *op)
     Py_CLEAR(self->result);
     Py_CLEAR(self->iter);
     Py_CLEAR(self->input);
+    Py_CLEAR(self->remote_addr);
     return 0;
 }
 
@@ -1346,9 +1382,12 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
     ctx->protocols[1] = PyUnicode_InternFromString("HTTP/1.1");
     ctx->empty = PyUnicode_FromString("");
     ctx->close_name = PyUnicode_InternFromString("close");
+    ctx->zero = PyUnicode_InternFromString("0");
+    ctx->schemes[PS_SCHEME_HTTP] = PyUnicode_InternFromString("http");
+    ctx->schemes[PS_SCHEME_HTTPS] = PyUnicode_InternFromString("https");
     ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
-    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name ||
-        !ctx->error_logger)
+    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
+        !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
     access_log = PyObject_GetAttrString(config, "access_log");
     if (access_log == NULL)
@@ -1401,6 +1440,9 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     Py_XDECREF(ctx->protocols[1]);
     Py_XDECREF(ctx->empty);
     Py_XDECREF(ctx->close_name);
+    Py_XDECREF(ctx->zero);
+    Py_XDECREF(ctx->schemes[PS_SCHEME_HTTP]);
+    Py_XDECREF(ctx->schemes[PS_SCHEME_HTTPS]);
     PyMem_Free(ctx->root_path);
     PyMem_Free(ctx);
 }
