@@ -56,6 +56,17 @@ def wait_workers(pid: int, count: int, timeout: float = 10.0) -> set[int]:
     return children(pid)
 
 
+def sleeping_in_a_view(pid: int) -> int:
+    """How many of the master's workers are inside a view's time.sleep()."""
+    count = 0
+    for child in children(pid):
+        try:
+            count += "nanosleep" in Path(f"/proc/{child}/wchan").read_text()
+        except OSError:
+            pass
+    return count
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -244,14 +255,11 @@ def test_a_busy_worker_leaves_new_connections_to_an_idle_one():
         def slow():
             results.append(get(srv.port, "/sleep/1/pid"))
 
-        def sleeping():
-            return any(
-                "nanosleep" in Path(f"/proc/{p}/wchan").read_text() for p in children(srv.pid)
-            )
-
         first = threading.Thread(target=slow)
         first.start()
-        assert wait_for(sleeping, 5), "the slow request never started"
+        assert wait_for(lambda: sleeping_in_a_view(srv.pid) == 1, 5), (
+            "the slow request never started"
+        )
         status, pid = get(srv.port, "/pid")
         first.join(10)
         assert status == 200 and len(results) == 1 and results[0][0] == 200
@@ -290,14 +298,16 @@ def test_reuse_port_gives_each_worker_its_own_socket_and_hup_loses_nothing():
     with master("--reuse-port") as srv:
         old = wait_workers(srv.pid, 2)
         wait_serving(srv.port)
-        assert tcp_listeners(srv.port) == 3  # the master's, shared, and one per worker
+        # The master's, shared, and one per worker (each binds its own as it boots).
+        assert wait_for(lambda: tcp_listeners(srv.port) == 3, 10), tcp_listeners(srv.port)
         with Load(srv.port) as load:
             time.sleep(0.7)
             os.kill(srv.pid, signal.SIGHUP)
             assert wait_for(lambda: not (children(srv.pid) & old), 10), srv.log_tail()
             time.sleep(0.7)
         load.assert_nothing_lost()
-        assert tcp_listeners(srv.port) == 3
+        wait_workers(srv.pid, 2)
+        assert wait_for(lambda: tcp_listeners(srv.port) == 3, 10), tcp_listeners(srv.port)
 
 
 def test_max_requests_recycles_workers_under_load_without_losing_requests():
@@ -326,9 +336,9 @@ def test_term_lets_requests_in_flight_finish_then_exits_zero():
         # One slow request per worker (a worker runs one WSGI call at a time;
         # a connection still in the listen backlog at the stop is not in flight).
         threads = [threading.Thread(target=slow) for _ in range(2)]
-        for t in threads:
+        for count, t in enumerate(threads, 1):
             t.start()
-            time.sleep(0.2)
+            assert wait_for(lambda: sleeping_in_a_view(srv.pid) == count, 5)
         os.kill(srv.pid, signal.SIGTERM)
         for t in threads:
             t.join(10)
@@ -373,7 +383,7 @@ def test_stuck_worker_is_killed_by_the_watchdog_and_the_log_names_the_request():
             target=lambda: stuck.append(_try_get(srv.port, "/sleep/10?why=stuck"))
         )
         thread.start()
-        time.sleep(0.5)
+        assert wait_for(lambda: sleeping_in_a_view(srv.pid) == 1, 5)
         # The other worker keeps serving meanwhile.
         assert get(srv.port, "/hello", timeout=5)[0] == 200
         assert srv.wait_for_log("WORKER TIMEOUT (pid", 8), srv.log_tail()
@@ -504,7 +514,7 @@ def test_second_int_stops_at_once():
         wait_serving(srv.port)
         thread = threading.Thread(target=lambda: _try_get(srv.port, "/sleep/8"))
         thread.start()
-        time.sleep(0.4)
+        assert wait_for(lambda: sleeping_in_a_view(srv.pid) == 1, 5)
         start = time.monotonic()
         os.kill(srv.pid, signal.SIGINT)
         time.sleep(0.3)
