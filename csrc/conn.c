@@ -49,18 +49,6 @@ static const ps_slice_t chunked_line = PS_SLICE_LIT("Transfer-Encoding: chunked\
 static const ps_slice_t close_line = PS_SLICE_LIT("Connection: close\r\n");
 static const ps_slice_t keep_alive_line = PS_SLICE_LIT("Connection: keep-alive\r\n");
 
-static const ps_proxy_t *conn_proxy;
-
-void ps_conn_set_proxy(const ps_proxy_t *p)
-{
-    conn_proxy = p;
-}
-
-const ps_proxy_t *ps_conn_proxy(void)
-{
-    return conn_proxy;
-}
-
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix)
 {
@@ -75,9 +63,10 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     memcpy(&c->peer, peer, peer_len);
     c->peer_len = peer_len;
     /* A unix-socket peer is trusted whatever address the kernel reports. */
+    const ps_proxy_t *proxy = w->cfg.proxy;
     c->proxy_trusted =
-        conn_proxy != NULL &&
-        (c->is_unix || ps_proxy_peer_trusted(conn_proxy, (struct sockaddr *)peer, peer_len));
+        proxy != NULL &&
+        (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
     ps_http1_init(&c->parser, &w->cfg.limits, &c->body, BODY_HIGH);
     ev_io_init(&c->rio, on_read, fd, EV_READ);
     ev_io_init(&c->wio, on_write, fd, EV_WRITE);

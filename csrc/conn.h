@@ -95,13 +95,6 @@ struct ps_conn {
     ps_conn_t *next_dead;
 };
 
-/* The proxy-header settings that new connections are judged by (NULL: proxy
- * headers off, no connection is trusted). A process runs one worker at a
- * time, so this is per process; p must outlive the connections. */
-void ps_conn_set_proxy(const ps_proxy_t *p);
-/* The settings set by ps_conn_set_proxy, for reading a trusted peer's request. */
-const ps_proxy_t *ps_conn_proxy(void);
-
 /* Called by the worker for a freshly accepted socket; decides whether the
  * peer is a trusted proxy. Returns NULL on OOM. */
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,

@@ -17,6 +17,9 @@ typedef struct {
     double timeout_request_header; /* time to send a head; also a stalled body or send */
     double graceful_timeout;
     uint32_t limit_connections;
+    /* Proxy headers: whose X-Forwarded-* to believe (NULL: nobody's); it
+     * must outlive the worker. */
+    const ps_proxy_t *proxy;
     unsigned server_header : 1;
     unsigned date_header : 1;
 } ps_config_t;

@@ -1371,7 +1371,7 @@ static void on_request(ps_conn_t *c)
 {
     ps_asgi_t *ctx = c->w->handler_data;
     ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (c->proxy_trusted && ps_proxy_apply(ps_conn_proxy(), ps_conn_request(c), &fwd) < 0) {
+    if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
         ps_conn_send_error(c, 400); /* secure scheme headers that disagree */
         return;
     }

@@ -432,6 +432,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_NoMemory();
         goto done;
     }
+    cfg.proxy = proxy_on ? &proxy : NULL;
     int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx)
                   : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx);
     if (rc < 0) {
@@ -456,7 +457,6 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (sup->on_tick == NULL)
         w->on_reopen_logs = reopen_logs;
     supervisor_start(sup, w);
-    ps_conn_set_proxy(proxy_on ? &proxy : NULL);
 
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
@@ -483,7 +483,6 @@ done:
         ps_worker_free(w);
         PyMem_RawFree(w);
     }
-    ps_conn_set_proxy(NULL); /* after the last connection is gone */
     if (proxy_on)
         ps_proxy_free(&proxy);
     ps_wsgi_free(ctx);
