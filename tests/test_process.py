@@ -338,7 +338,7 @@ def test_term_lets_requests_in_flight_finish_then_exits_zero():
         threads = [threading.Thread(target=slow) for _ in range(2)]
         for count, t in enumerate(threads, 1):
             t.start()
-            assert wait_for(lambda: sleeping_in_a_view(srv.pid) == count, 5)
+            assert wait_for(lambda n=count: sleeping_in_a_view(srv.pid) == n, 5)
         os.kill(srv.pid, signal.SIGTERM)
         for t in threads:
             t.join(10)
