@@ -172,17 +172,16 @@ typedef struct {
     PyObject_HEAD ps_asgi_t *ctx;
 } ServerObject;
 
-static PyTypeObject *cycle_type, *ready_type, *server_type;
-
 /* ---- small helpers ---- */
 
 /* An awaitable that is already done: awaiting it returns value without
  * suspending the task. Steals value. */
-static PyObject *ready(PyObject *value)
+static PyObject *ready(ps_asgi_t *ctx, PyObject *value)
 {
     if (value == NULL)
         return NULL;
-    ReadyObject *r = (ReadyObject *)ready_type->tp_alloc(ready_type, 0);
+    PyTypeObject *tp = ctx->st->ready_type;
+    ReadyObject *r = (ReadyObject *)tp->tp_alloc(tp, 0);
     if (r == NULL) {
         Py_DECREF(value);
         return NULL;
@@ -615,7 +614,7 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
     ps_conn_t *c = self->conn;
     PS_UNUSED(unused);
     if (c == NULL)
-        return ready(message(ctx, S_HTTP_DISCONNECT));
+        return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->body_done) {
         /* Nothing more will come but the end of the exchange. */
         if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
@@ -624,9 +623,9 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
     }
     int rc = ps_conn_body_want(c);
     if (rc > 0)
-        return ready(body_message(self, c));
+        return ready(ctx, body_message(self, c));
     if (rc < 0)
-        return ready(message(ctx, S_HTTP_DISCONNECT));
+        return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
         return NULL;
     return Py_NewRef(self->receive_waiter);
@@ -759,7 +758,7 @@ static PyObject *after_write(CycleObject *self, int rc)
         PyErr_SetString(self->ctx->disconnected, "the client disconnected");
         return NULL;
     }
-    return ready(Py_NewRef(Py_None));
+    return ready(self->ctx, Py_NewRef(Py_None));
 }
 
 /* Sends the head held since http.response.start with the first body bytes.
@@ -830,7 +829,7 @@ static PyObject *send_start(CycleObject *self, PyObject *msg)
     if (self->headers == NULL)
         return NULL;
     self->started = 1;
-    return ready(Py_NewRef(Py_None));
+    return ready(ctx, Py_NewRef(Py_None));
 }
 
 static int get_flag(ps_asgi_t *ctx, PyObject *msg, int key)
@@ -937,7 +936,7 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
         return NULL;
     }
     if (!self->te_trailers) /* the client did not ask for trailers: drop them */
-        return ready(Py_NewRef(Py_None));
+        return ready(ctx, Py_NewRef(Py_None));
     PyObject *headers = PyDict_GetItemWithError(msg, ctx->s[S_HEADERS]);
     if (headers == NULL && PyErr_Occurred())
         return NULL;
@@ -966,19 +965,19 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
         PyErr_SetString(PyExc_ValueError, "invalid trailer field");
         return NULL;
     }
-    return ready(Py_NewRef(Py_None));
+    return ready(ctx, Py_NewRef(Py_None));
 }
 
 static PyObject *send_early_hint(CycleObject *self, PyObject *msg)
 {
     ps_asgi_t *ctx = self->ctx;
     if (self->head_sent)
-        return ready(Py_NewRef(Py_None));
+        return ready(ctx, Py_NewRef(Py_None));
     PyObject *links = PyDict_GetItemWithError(msg, ctx->s[S_LINKS]);
     if (links == NULL) {
         if (PyErr_Occurred())
             return NULL;
-        return ready(Py_NewRef(Py_None));
+        return ready(ctx, Py_NewRef(Py_None));
     }
     PyObject *seq = PySequence_Fast(links, "links must be a sequence");
     if (seq == NULL)
@@ -1030,7 +1029,7 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
         /* Trailers the client never asked for were dropped with the body. */
         if (self->want_trailers && !self->te_trailers &&
             PyUnicode_Compare(type, ctx->s[S_RESPONSE_TRAILERS]) == 0)
-            return ready(Py_NewRef(Py_None));
+            return ready(ctx, Py_NewRef(Py_None));
         PyErr_Format(PyExc_RuntimeError, "%R sent after the response completed", type);
         return NULL;
     }
@@ -1104,8 +1103,6 @@ typedef struct {
     PyObject_HEAD PyObject *inner; /* the application's coroutine, NULL once it ended */
     CycleObject *cycle;
 } AppCallObject;
-
-static PyTypeObject *appcall_type;
 
 /* Ends the application's run after a step that did not yield. */
 static PySendResult appcall_ended(AppCallObject *self, PySendResult r, PyObject **result)
@@ -1344,7 +1341,7 @@ static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
     coro = PyObject_Vectorcall(ctx->app, args, 3, NULL);
     if (coro == NULL)
         goto error;
-    call = (AppCallObject *)appcall_type->tp_alloc(appcall_type, 0);
+    call = (AppCallObject *)ctx->st->appcall_type->tp_alloc(ctx->st->appcall_type, 0);
     if (call == NULL)
         goto error;
     call->inner = Py_NewRef(coro);
@@ -1379,7 +1376,7 @@ static void on_request(ps_conn_t *c)
         ps_conn_send_error(c, 503);
         return;
     }
-    CycleObject *cycle = (CycleObject *)cycle_type->tp_alloc(cycle_type, 0);
+    CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
     if (cycle == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
         ps_conn_send_error(c, 500);
@@ -1537,13 +1534,13 @@ static PyType_Spec Server_spec = {
     .slots = Server_slots,
 };
 
-int ps_asgi_init_types(PyObject *module)
+int ps_asgi_init_types(PyObject *module, ps_module_state_t *st)
 {
-    cycle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Cycle_spec, NULL);
-    ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Ready_spec, NULL);
-    server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Server_spec, NULL);
-    appcall_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &AppCall_spec, NULL);
-    if (!cycle_type || !ready_type || !server_type || !appcall_type)
+    st->cycle_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Cycle_spec, NULL);
+    st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Ready_spec, NULL);
+    st->server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &Server_spec, NULL);
+    st->appcall_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &AppCall_spec, NULL);
+    if (!st->cycle_type || !st->ready_type || !st->server_type || !st->appcall_type)
         return -1;
     PyObject *exc = PyErr_NewExceptionWithDoc(
         "pyserver._core.ClientDisconnected",
@@ -1672,7 +1669,7 @@ void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w)
 
 PyObject *ps_asgi_server_new(ps_asgi_t *ctx)
 {
-    ServerObject *s = (ServerObject *)server_type->tp_alloc(server_type, 0);
+    ServerObject *s = (ServerObject *)ctx->st->server_type->tp_alloc(ctx->st->server_type, 0);
     if (s)
         s->ctx = ctx;
     return (PyObject *)s;

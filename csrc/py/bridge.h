@@ -14,6 +14,11 @@ typedef struct {
     PyTypeObject *input_type;
     PyTypeObject *errors_type;
     PyTypeObject *file_wrapper_type;
+    /* ASGI */
+    PyTypeObject *cycle_type;
+    PyTypeObject *ready_type;
+    PyTypeObject *server_type;
+    PyTypeObject *appcall_type;
 } ps_module_state_t;
 
 /* Everything one serve() call needs, alive for its duration. */
@@ -28,7 +33,7 @@ extern const ps_handler_t ps_wsgi_handler;
 
 /* The ASGI layer. */
 typedef struct ps_asgi ps_asgi_t;
-int ps_asgi_init_types(PyObject *module);
+int ps_asgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);

@@ -657,7 +657,7 @@ static int module_exec(PyObject *module)
     ps_module_state_t *st = PyModule_GetState(module);
     if (ps_wsgi_init_types(module, st) < 0)
         return -1;
-    if (ps_asgi_init_types(module) < 0)
+    if (ps_asgi_init_types(module, st) < 0)
         return -1;
     if (ps_evselector_init_type(module) < 0)
         return -1;
@@ -676,6 +676,10 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->input_type);
     Py_VISIT(st->errors_type);
     Py_VISIT(st->file_wrapper_type);
+    Py_VISIT(st->cycle_type);
+    Py_VISIT(st->ready_type);
+    Py_VISIT(st->server_type);
+    Py_VISIT(st->appcall_type);
     return 0;
 }
 
@@ -686,6 +690,10 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->input_type);
     Py_CLEAR(st->errors_type);
     Py_CLEAR(st->file_wrapper_type);
+    Py_CLEAR(st->cycle_type);
+    Py_CLEAR(st->ready_type);
+    Py_CLEAR(st->server_type);
+    Py_CLEAR(st->appcall_type);
     return 0;
 }
 
