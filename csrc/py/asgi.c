@@ -1689,7 +1689,7 @@ PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config)
     runner = PyImport_ImportModule("pyserver.asgi_runner");
     if (runner == NULL)
         goto done;
-    core = ps_evselector_new(ctx->w->loop);
+    core = ps_evselector_new(ctx->st, ctx->w->loop);
     if (core == NULL)
         goto done;
     server = ps_asgi_server_new(ctx);

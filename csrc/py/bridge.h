@@ -19,6 +19,7 @@ typedef struct {
     PyTypeObject *ready_type;
     PyTypeObject *server_type;
     PyTypeObject *appcall_type;
+    PyTypeObject *evselector_type;
 } ps_module_state_t;
 
 /* Everything one serve() call needs, alive for its duration. */
@@ -44,7 +45,7 @@ void ps_asgi_server_release(PyObject *server);
 extern const ps_handler_t ps_asgi_handler;
 
 /* The selector core over a libev loop (evselector.c). New reference. */
-PyObject *ps_evselector_new(struct ev_loop *loop);
+PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
 
 /* The request method as str, cached per llhttp method id in cache[n].
  * Returns a new reference, or NULL with an exception. */
@@ -67,10 +68,9 @@ void ps_log_error(PyObject *logger, const char *fmt, ...);
 
 /* The libev selector (evselector.c), continued. ps_evselector_new above
  * builds an EvSelectorCore that borrows `loop` (the loop must already have
- * the GIL release callbacks installed); its type comes from the static set
- * here, so ps_evselector_init_type must have run first. */
+ * the GIL release callbacks installed). */
 /* Adds pyserver._core.EvSelectorCore. Returns 0 or -1 with an exception. */
-int ps_evselector_init_type(PyObject *module);
+int ps_evselector_init_type(PyObject *module, ps_module_state_t *st);
 /* Stops every watcher of an EvSelectorCore and forgets its loop (idempotent,
  * never raises). Call before destroying a borrowed loop, in case Python
  * still holds the selector; a no-op while it polls. */

@@ -8,10 +8,6 @@
  * once the iteration is over. Other watchers of the same loop (the HTTP
  * connections) run in that iteration too, which is what lets one poll()
  * serve both asyncio and the C core.
- *
- * The type pointer is a static set by ps_evselector_init_type (like the
- * ASGI layer's types), because ps_evselector_new is called from C code that
- * has no module at hand. It holds its own reference to the type.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,8 +46,6 @@ struct evsel_object {
     Py_ssize_t ready_cap;  /* kept above nlive, so the io callback never allocates */
     unsigned overflow : 1; /* the ready list was full: scan every slot */
 };
-
-static PyTypeObject *evsel_type; /* strong reference, see the top of the file */
 
 /* The owned loop's GIL hand-off; the worker's loop has the server's own. */
 static void release_gil(struct ev_loop *loop)
@@ -485,26 +479,18 @@ static PyType_Spec EvSelectorCore_spec = {
     .slots = EvSelectorCore_slots,
 };
 
-int ps_evselector_init_type(PyObject *module)
+int ps_evselector_init_type(PyObject *module, ps_module_state_t *st)
 {
     PyObject *type = PyType_FromModuleAndSpec(module, &EvSelectorCore_spec, NULL);
     if (type == NULL)
         return -1;
-    if (PyModule_AddObjectRef(module, "EvSelectorCore", type) < 0) {
-        Py_DECREF(type);
-        return -1;
-    }
-    Py_XSETREF(evsel_type, (PyTypeObject *)type);
-    return 0;
+    st->evselector_type = (PyTypeObject *)type;
+    return PyModule_AddObjectRef(module, "EvSelectorCore", type);
 }
 
-PyObject *ps_evselector_new(struct ev_loop *loop)
+PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop)
 {
-    if (evsel_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "pyserver._core.EvSelectorCore is not initialised");
-        return NULL;
-    }
-    evsel_object *self = alloc_core(evsel_type);
+    evsel_object *self = alloc_core(st->evselector_type);
     if (self == NULL)
         return NULL;
     self->loop = loop;

@@ -659,7 +659,7 @@ static int module_exec(PyObject *module)
         return -1;
     if (ps_asgi_init_types(module, st) < 0)
         return -1;
-    if (ps_evselector_init_type(module) < 0)
+    if (ps_evselector_init_type(module, st) < 0)
         return -1;
     if (PyModule_AddStringConstant(
             module, "LLHTTP_VERSION",
@@ -680,6 +680,7 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->ready_type);
     Py_VISIT(st->server_type);
     Py_VISIT(st->appcall_type);
+    Py_VISIT(st->evselector_type);
     return 0;
 }
 
@@ -694,6 +695,7 @@ static int module_clear(PyObject *module)
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->server_type);
     Py_CLEAR(st->appcall_type);
+    Py_CLEAR(st->evselector_type);
     return 0;
 }
 
