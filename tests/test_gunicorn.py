@@ -5,7 +5,9 @@ loopback port and kills that whole group at the end, whatever happened.
 """
 
 import contextlib
+import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import HOST, TESTS_DIR, free_port, server_env
+from helpers import HOST, TESTS_DIR, free_port, server_env, wait_for
 
 gunicorn_config = pytest.importorskip("gunicorn.config")
 
@@ -43,6 +45,10 @@ class Gunicorn:
         # A new connection per request: the closest to many independent clients.
         kwargs.setdefault("timeout", 10)
         return httpx.get(self.url + path, **kwargs)
+
+    def booted_pids(self):
+        """The pids of every worker the arbiter has started so far (from its log)."""
+        return {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", self.log())}
 
     def wait_log(self, text, count=1, timeout=BOOT_TIMEOUT):
         deadline = time.monotonic() + timeout
@@ -201,7 +207,8 @@ def test_starlette_lifespan_startup_and_shutdown(tmp_path):
         response = g.get("/state")
         assert response.status_code == 200
         assert response.json()["db"]
-        assert events.read_text().splitlines().count("startup") == 2
+        # The other worker may still be starting up when the first one answers.
+        _wait_for(lambda: _lines(events).count("startup") == 2, what="startup in both workers")
         g.proc.send_signal(signal.SIGTERM)
         assert g.proc.wait(20) == 0
     assert events.read_text().splitlines().count("shutdown") == 2
@@ -232,14 +239,17 @@ APPS = pytest.mark.parametrize("app", ["apps.gunicorn_app:app", "apps.gunicorn_a
 @APPS
 def test_hup_under_load_loses_no_request(app):
     with gunicorn(app) as g:
-        before = {_pid(g.get("/")) for _ in range(10)}
+        before = g.booted_pids()
+        assert len(before) == 2, g.log()
         with Load(g) as load:
-            time.sleep(0.5)
+            _wait_for(lambda: load.ok >= 20, what="requests before the HUP")
             g.proc.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + BOOT_TIMEOUT
-            while time.monotonic() < deadline and not (load.pids - before):
-                time.sleep(0.1)
-            time.sleep(1.5)  # the old workers finish and exit under load
+            # New workers answer and the old ones finish and exit, all under load; then
+            # some more requests go to the new workers alone.
+            _wait_for(lambda: load.pids - before, BOOT_TIMEOUT, "a new worker answering")
+            _wait_for(lambda: not any(_alive(pid) for pid in before), BOOT_TIMEOUT, "old exit")
+            settled = load.ok
+            _wait_for(lambda: load.ok >= max(settled + 20, 51), what="requests after the HUP")
         assert load.failures == []
         assert load.ok > 50
         assert load.pids - before, "no request reached a new worker"
@@ -248,8 +258,9 @@ def test_hup_under_load_loses_no_request(app):
 
 
 @APPS
-def test_term_completes_in_flight_requests(app):
-    with gunicorn(app) as g:
+def test_term_completes_in_flight_requests(app, tmp_path):
+    events = tmp_path / "events"
+    with gunicorn(app, env={"GUNICORN_APP_EVENTS": str(events)}) as g:
         results = []
 
         def slow():
@@ -261,7 +272,10 @@ def test_term_completes_in_flight_requests(app):
         threads = [threading.Thread(target=slow) for _ in range(2)]
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
+        # Both requests are in the application (one after the other if the same worker
+        # took both) when the TERM comes.
+        started = lambda: sum(line.startswith("sleep-start") for line in _lines(events))  # noqa: E731
+        _wait_for(lambda: started() == 2, 15, "both requests in the application")
         g.proc.send_signal(signal.SIGTERM)
         for thread in threads:
             thread.join(20)
@@ -280,8 +294,7 @@ def test_blocked_worker_is_killed_by_the_arbiter_timeout(tmp_path, app):
         with pytest.raises(httpx.HTTPError):
             g.get("/sleep?s=30", timeout=20)
         assert time.monotonic() - started < 15
-        g.wait_log("WORKER TIMEOUT")
-        assert f"WORKER TIMEOUT (pid:{first})" in g.log()
+        g.wait_log(f"WORKER TIMEOUT (pid:{first})")
         g.wait_log("Booting worker", 2)
         assert _pid(g.get("/")) != first
         assert "worker_abort" in hooks.read_text().splitlines()
@@ -339,7 +352,9 @@ def test_server_hooks_fire(tmp_path):
     env = {"GUNICORN_HOOKS_FILE": str(hooks)}
     with gunicorn("apps.gunicorn_app:app", "-c", "apps/gunicorn_hooks.py", env=env) as g:
         _pid(g.get("/?a=1"))
-        _wait_for(lambda: "post_request GET / 200" in hooks.read_text().splitlines())
+        _wait_for(lambda: "post_request GET / 200" in _lines(hooks))
+        # One worker answered; the other may still be booting.
+        _wait_for(lambda: _lines(hooks).count("post_worker_init") == 2, what="both workers")
         lines = hooks.read_text().splitlines()
         assert lines.count("post_fork") == 2
         assert lines.count("post_worker_init") == 2
@@ -370,15 +385,28 @@ def test_usr1_reopens_the_access_log(tmp_path):
         _wait_for(lambda: "GET /first" in access.read_text())
         access.rename(tmp_path / "access.log.1")
         g.proc.send_signal(signal.SIGUSR1)  # the arbiter passes it on to its workers
-        _wait_for(access.exists)
-        _pid(g.get("/second"))
-        _wait_for(lambda: "GET /second" in access.read_text())
-        assert "GET /second" not in (tmp_path / "access.log.1").read_text()
+        _wait_for(access.exists)  # the arbiter reopened its own files
+
+        # The arbiter reopens its files before it signals the worker, so a request
+        # answered at once may still be logged in the old file; soon one lands in the new.
+        counter = itertools.count()
+
+        def logged_in_the_new_file():
+            target = f"/second-{next(counter)}"
+            _pid(g.get(target))
+            return wait_for(lambda: f"GET {target} " in access.read_text(), 2.0)
+
+        _wait_for(logged_in_the_new_file, 15, "a request logged in the reopened file")
+        _pid(g.get("/third"))
+        _wait_for(lambda: "GET /third" in access.read_text())
+        assert "GET /third" not in (tmp_path / "access.log.1").read_text()
 
 
 def test_workers_exit_when_the_arbiter_dies():
     with gunicorn("apps.gunicorn_app:app") as g:
-        pids = {_pid(g.get("/")) for _ in range(20)}
+        _pid(g.get("/"))
+        pids = g.booted_pids()
+        assert len(pids) == 2, g.log()
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait(5)
         _wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10)
@@ -405,12 +433,17 @@ def _alive(pid):
     return False
 
 
-def _wait_for(predicate, timeout=10.0):
+def _wait_for(predicate, timeout=10.0, what=None):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(0.05)
+
+
+def _lines(path):
+    """The lines of a file that the server side appends to; [] until it exists."""
+    return path.read_text().splitlines() if path.exists() else []
 
 
 # ---- in-process ----

@@ -2,6 +2,9 @@
 
 /            "pid=<worker pid>"
 /sleep?s=N   sleeps N seconds (blocking the worker's loop), then "slept"
+
+With $GUNICORN_APP_EVENTS set, /sleep appends "sleep-start <pid>" to that file as it starts,
+so a test can tell when a request is in the application.
 """
 
 import os
@@ -9,9 +12,17 @@ import time
 from urllib.parse import parse_qs
 
 
+def _record_start():
+    path = os.environ.get("GUNICORN_APP_EVENTS")
+    if path:
+        with open(path, "a") as events:
+            events.write(f"sleep-start {os.getpid()}\n")
+
+
 def app(environ, start_response):
     if environ["PATH_INFO"] == "/sleep":
         seconds = float(parse_qs(environ["QUERY_STRING"]).get("s", ["1"])[0])
+        _record_start()
         time.sleep(seconds)
         body = b"slept"
     else:
@@ -26,6 +37,7 @@ async def asgi_app(scope, receive, send):
         return  # no lifespan support: the server goes on without it
     if scope["path"] == "/sleep":
         seconds = float(parse_qs(scope["query_string"].decode()).get("s", ["1"])[0])
+        _record_start()
         time.sleep(seconds)
         body = b"slept"
     else:
