@@ -54,8 +54,12 @@ class Gunicorn:
     def wait_log(self, text, count=1, timeout=BOOT_TIMEOUT):
         deadline = time.monotonic() + timeout
         while self.log().count(text) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} x{count} not in the log:\n{self.log()[-4000:]}")
+            exited = self.proc.poll() is not None  # then the log is complete: fail at once
+            if (exited and self.log().count(text) < count) or time.monotonic() > deadline:
+                state = f"gunicorn exited with {self.proc.returncode}" if exited else "timeout"
+                raise AssertionError(
+                    f"{text!r} x{count} not in the log ({state}):\n{self.log()[-4000:]}"
+                )
             time.sleep(0.05)
 
 
