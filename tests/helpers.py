@@ -25,6 +25,7 @@ START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 SOCK_TIMEOUT = 10.0
 LOG_TAIL = 4000
+PORT_ATTEMPTS = 3  # run_server: starts on another free port when the picked one was taken
 
 
 # --------------------------------------------------------------------------- processes
@@ -162,28 +163,41 @@ def run_server(
 
     `listen=False` leaves out --host/--port/--uds so the caller's `args` say where to listen
     (-b, --fd, PYSERVER_PORT); `port`/`uds` still say where to connect.
+
+    A port picked here (no `port`, no `uds`) is free when picked but may be taken by another
+    process before the server binds it; then the server is started again on another one.
     """
-    if port is None and uds is None:
-        port = free_port()
-    argv = [*(command or pyserver_command()), spec]
-    if listen:
-        argv += ["--uds", uds] if uds is not None else ["--host", HOST, "--port", str(port)]
-    argv += ["--app-dir", str(TESTS_DIR), *args]
-    log = tempfile.NamedTemporaryFile(prefix="pyserver-test-", suffix=".log", delete=False)
-    with log:
-        proc = subprocess.Popen(
-            argv,
-            cwd=TESTS_DIR,
-            env=server_env(env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            pass_fds=pass_fds,
-        )
-    srv = Server(proc, log.name, port=port, uds=uds)
+    pick_port = port is None and uds is None and listen
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        if pick_port:
+            port = free_port()
+        argv = [*(command or pyserver_command()), spec]
+        if listen:
+            argv += ["--uds", uds] if uds is not None else ["--host", HOST, "--port", str(port)]
+        argv += ["--app-dir", str(TESTS_DIR), *args]
+        log = tempfile.NamedTemporaryFile(prefix="pyserver-test-", suffix=".log", delete=False)
+        with log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=TESTS_DIR,
+                env=server_env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
+        srv = Server(proc, log.name, port=port, uds=uds)
+        try:
+            wait_ready(srv, ready)
+            break
+        except BaseException:
+            stop_server(srv)
+            if pick_port and attempt < PORT_ATTEMPTS and lost_port_race(srv):
+                os.unlink(log.name)
+                continue
+            raise
     try:
-        wait_ready(srv, ready)
         yield srv
     except BaseException:
         stop_server(srv)
@@ -191,6 +205,11 @@ def run_server(
     problem = stop_server(srv)
     assert problem is None, f"{problem}; command {argv}; log:\n{srv.log_tail()}"
     os.unlink(log.name)
+
+
+def lost_port_race(srv: Server) -> bool:
+    """The server exited because its port was taken between free_port() and its bind."""
+    return srv.proc.poll() is not None and "Address already in use" in srv.log()
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 20.0, command=None):

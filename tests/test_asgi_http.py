@@ -15,6 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers import (
@@ -285,15 +286,18 @@ def test_streaming_response_with_content_length_is_not_chunked(srv):
     assert response.body == b"".join(f"chunk-{i}\n".encode() for i in range(5))
 
 
-def test_streamed_body_messages_leave_before_the_app_finishes(srv):
+def test_streamed_body_messages_leave_before_the_app_finishes(srv, tmp_path):
+    """After its first body message the app waits on a gate that the client opens only once
+    it has that message: held back until the app finishes, it would never arrive."""
+    gate = tmp_path / "gate"
     with srv.connect() as conn:
-        started = time.monotonic()
-        conn.send(build_request("GET", "/stream?n=4&delay=0.5"))
+        conn.send(build_request("GET", f"/stream?n=4&gate={quote(str(gate))}"))
         head = conn.read_until(b"\r\n\r\n")
         assert head is not None and head.startswith(b"HTTP/1.1 200"), head
-        first = conn.read_until(b"chunk-0\n")
+        first = conn.read_until(b"chunk-0\n")  # ReadTimeout if held back
         assert first is not None
-        assert time.monotonic() - started < 1.5, "first chunk held back until the end"
+        assert b"chunk-1" not in conn.buf
+        gate.touch()
         rest = conn.read_until(b"0\r\n\r\n")
         assert rest is not None and b"chunk-3\n" in rest
 
@@ -534,20 +538,30 @@ def test_explicit_interface_asgi():
         assert_serving(server.port)
 
 
-def test_limit_concurrency_answers_503_when_exceeded():
+def gate_target(tmp_path):
+    """/gate's target, its gate (create it to let the requests finish) and its marker file."""
+    gate, marker = tmp_path / "gate", tmp_path / "marker"
+    return f"/gate?path={quote(str(gate))}&marker={quote(str(marker))}", gate, marker
+
+
+def test_limit_concurrency_answers_503_when_exceeded(tmp_path):
     """N requests in flight are served; the N+1st gets 503, and service resumes after.
     uvicorn: fails by design (it counts open connections, the new one included, so its
     second slow connection already gets the 503)."""
+    target, gate, marker = gate_target(tmp_path)
     with run_server("apps.asgi_basic:app", "--limit-concurrency", "2") as server:
         slow = [server.connect(), server.connect()]
         try:
             for conn in slow:
-                conn.send(build_request("GET", "/sleep?s=1.5"))
-            time.sleep(0.4)
+                conn.send(build_request("GET", target))
+            # Both are in the app, where they stay until the gate opens.
+            started = lambda: marker_lines(marker).count("start") == 2  # noqa: E731
+            assert wait_for(started, 15.0), marker_lines(marker)
             excess = fetch(server.port, "GET", "/hello")
             assert excess.status == 503, excess
+            gate.touch()
             for conn in slow:
-                assert conn.read_response().body == b"slept"
+                assert conn.read_response().body == b"opened"
         finally:
             for conn in slow:
                 conn.close()
@@ -607,15 +621,20 @@ def test_requests_run_on_the_loop_lifespan_ran_on(srv):
     assert result["same_as_lifespan"] is True, result
 
 
-def test_sleeping_requests_run_concurrently(srv):
+def test_sleeping_requests_run_concurrently(srv, tmp_path):
+    """Five requests that await (asyncio.sleep in a loop) until a gate opens; the test opens it
+    only once all five are in the app, which one-at-a-time serving would never reach."""
+    target, gate, marker = gate_target(tmp_path)
     conns = [srv.connect() for _ in range(5)]
     try:
-        started = time.monotonic()
         for conn in conns:
-            conn.send(build_request("GET", "/sleep?s=0.5"))
+            conn.send(build_request("GET", target))
+        started = lambda: marker_lines(marker).count("start") == 5  # noqa: E731
+        assert wait_for(started, 15.0), f"requests did not overlap: {marker_lines(marker)}"
+        assert "done" not in marker_lines(marker)
+        gate.touch()
         for conn in conns:
-            assert conn.read_response().body == b"slept"
-        assert time.monotonic() - started < 2.0, "requests did not overlap"
+            assert conn.read_response().body == b"opened"
     finally:
         for conn in conns:
             conn.close()

@@ -99,7 +99,9 @@ def test_select_timeout_waits_then_returns_nothing(pair):
     assert 0.18 <= time.monotonic() - started < 1.0
     started = time.monotonic()
     assert sel.select(0) == [] and sel.select(-1) == []
-    assert time.monotonic() - started < 0.1
+    # No waiting: a select that blocked would block for good (nothing becomes readable);
+    # the bound only leaves room for a loaded machine.
+    assert time.monotonic() - started < 0.5
     sel.close()
 
 
@@ -498,7 +500,7 @@ def test_many_asyncio_connections_open_and_close_without_leaking(loop):
     loop.run_until_complete(asyncio.sleep(0))
     before = open_fds()
     loop.run_until_complete(main())
-    for _ in range(20):  # transports finish closing on later iterations
+    for _ in range(200):  # transports finish closing on later iterations
         loop.run_until_complete(asyncio.sleep(0.01))
         if open_fds() == before:
             break

@@ -5,7 +5,10 @@ loopback port and kills that whole group at the end, whatever happened.
 """
 
 import contextlib
+import itertools
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import HOST, TESTS_DIR, free_port, server_env
+from helpers import HOST, TESTS_DIR, free_port, server_env, wait_for
 
 gunicorn_config = pytest.importorskip("gunicorn.config")
 
@@ -44,11 +47,19 @@ class Gunicorn:
         kwargs.setdefault("timeout", 10)
         return httpx.get(self.url + path, **kwargs)
 
+    def booted_pids(self):
+        """The pids of every worker the arbiter has started so far (from its log)."""
+        return {int(pid) for pid in re.findall(r"Booting worker with pid: (\d+)", self.log())}
+
     def wait_log(self, text, count=1, timeout=BOOT_TIMEOUT):
         deadline = time.monotonic() + timeout
         while self.log().count(text) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} x{count} not in the log:\n{self.log()[-4000:]}")
+            exited = self.proc.poll() is not None  # then the log is complete: fail at once
+            if (exited and self.log().count(text) < count) or time.monotonic() > deadline:
+                state = f"gunicorn exited with {self.proc.returncode}" if exited else "timeout"
+                raise AssertionError(
+                    f"{text!r} x{count} not in the log ({state}):\n{self.log()[-4000:]}"
+                )
             time.sleep(0.05)
 
 
@@ -60,11 +71,25 @@ def _kill_group(proc):
 
 
 @contextlib.contextmanager
-def gunicorn(app, *args, workers=2, worker=WORKER, env=None, wait_workers=True, binds=None):
-    """Runs gunicorn on a free loopback port; yields a Gunicorn once the workers booted."""
-    port = free_port()
+def gunicorn(
+    app,
+    *args,
+    workers=2,
+    worker=WORKER,
+    env=None,
+    wait_workers=True,
+    binds=None,
+    port=None,
+    listen=True,
+    pass_fds=(),
+):
+    """Runs gunicorn on a free loopback port; yields a Gunicorn once the workers booted.
+
+    `listen=False` leaves out that TCP bind: `binds` say where to listen (fd://N with the fd
+    in `pass_fds`, ...) and `port` where to connect."""
+    port = port or free_port()
     log_file = tempfile.NamedTemporaryFile(prefix="gunicorn-", suffix=".log", delete=False)
-    bind_args = ["-b", f"{HOST}:{port}"]
+    bind_args = ["-b", f"{HOST}:{port}"] if listen else []
     for extra in binds or ():
         bind_args += ["-b", extra]
     cmd = [
@@ -90,6 +115,7 @@ def gunicorn(app, *args, workers=2, worker=WORKER, env=None, wait_workers=True, 
         stdout=log_file,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=pass_fds,
     )
     log_file.close()
     g = Gunicorn(proc, port, log_file.name)
@@ -201,7 +227,8 @@ def test_starlette_lifespan_startup_and_shutdown(tmp_path):
         response = g.get("/state")
         assert response.status_code == 200
         assert response.json()["db"]
-        assert events.read_text().splitlines().count("startup") == 2
+        # The other worker may still be starting up when the first one answers.
+        _wait_for(lambda: _lines(events).count("startup") == 2, what="startup in both workers")
         g.proc.send_signal(signal.SIGTERM)
         assert g.proc.wait(20) == 0
     assert events.read_text().splitlines().count("shutdown") == 2
@@ -223,6 +250,187 @@ def test_unix_socket_and_tcp_binds():
                 assert _pid(client.get("http://localhost/")) > 0
 
 
+def _listening_socket():
+    """A loopback TCP socket listening on a free port, inheritable (for fd:// binds)."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, 0))
+    listener.listen(128)
+    listener.set_inheritable(True)
+    return listener
+
+
+def test_fd_bind_is_served():
+    """-b fd://N: gunicorn's arbiter takes over a listening socket it inherited; both
+    workers serve on it once the test has closed its own copy."""
+    with _listening_socket() as listener:
+        port, fd = listener.getsockname()[1], listener.fileno()
+        binds = [f"fd://{fd}"]
+        with gunicorn(
+            "apps.gunicorn_app:app", binds=binds, listen=False, port=port, pass_fds=(fd,)
+        ) as g:
+            listener.close()  # only gunicorn holds the listening socket now
+            assert f"Listening at: http://{HOST}:{port}" in g.log()
+            assert {_pid(g.get("/")) for _ in range(5)} <= g.booted_pids()
+            assert g.get("/", params={"x": "1"}).status_code == 200
+
+
+def test_every_worker_serves_every_bind(tmp_path):
+    """A TCP port and a unix socket at once, two workers. Worker A is held in a request
+    while both binds are checked on B; then B is held (the only worker left to take that
+    request) and A, released, must answer on both binds.
+
+    (An fd:// bind cannot be mixed in: with one, gunicorn's create_sockets listens on the
+    inherited fds only and drops the address binds, whatever the worker class.)"""
+    path = str(tmp_path / "g.sock")
+    events = tmp_path / "events"
+    env = {"GUNICORN_APP_EVENTS": str(events)}
+    with gunicorn("apps.gunicorn_app:app", binds=[f"unix:{path}"], env=env) as g:
+        assert f"Listening at: http://{HOST}:{g.port},unix:{path} " in g.log()
+        workers = g.booted_pids()
+        assert len(workers) == 2, g.log()
+
+        def unix_get():
+            # A new connection each time, like g.get: a kept-alive one stays with its worker.
+            transport = httpx.HTTPTransport(uds=path)
+            with httpx.Client(transport=transport, timeout=10) as client:
+                return client.get("http://localhost/")
+
+        clients = {"tcp": lambda: g.get("/"), "unix": unix_get}
+        held = []  # (thread, gate, results) of each request held in a worker
+
+        def hold(index):
+            """Sends a request that blocks its worker until released; returns that pid."""
+            gate, results = tmp_path / f"gate-{index}", []
+            params = {"gate": str(gate)}
+            thread = threading.Thread(
+                target=lambda: results.append(g.get("/sleep", params=params).text)
+            )
+            thread.start()
+            held.append((thread, gate, results))
+            _wait_for(lambda: len(_lines(events)) > index, 15, f"held request {index}")
+            return int(_lines(events)[index].split()[1])
+
+        def release(index):
+            thread, gate, results = held[index]
+            gate.touch()
+            thread.join(15)
+            assert results == ["slept"]
+
+        try:
+            busy = hold(0)
+            (other,) = workers - {busy}
+            for name, get in clients.items():
+                assert _pid(get()) == other, name
+            assert hold(1) == other  # the only worker left to take it
+            release(0)
+            for name, get in clients.items():
+                assert _pid(get()) == busy, name
+            release(1)
+        finally:
+            for _, gate, _ in held:
+                gate.touch()
+
+
+RELOAD_APPS = {
+    "wsgi": (
+        "VERSION = {version!r}\n"
+        "\n"
+        "\n"
+        "def app(environ, start_response):\n"
+        "    body = VERSION.encode()\n"
+        "    start_response('200 OK', [('Content-Length', str(len(body)))])\n"
+        "    return [body]\n"
+    ),
+    "asgi": (
+        "VERSION = {version!r}\n"
+        "\n"
+        "\n"
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] != 'http':\n"
+        "        return\n"
+        "    body = VERSION.encode()\n"
+        "    headers = [(b'content-length', str(len(body)).encode())]\n"
+        "    await send({{'type': 'http.response.start', 'status': 200, 'headers': headers}})\n"
+        "    await send({{'type': 'http.response.body', 'body': body}})\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("interface", sorted(RELOAD_APPS))
+def test_reload_serves_the_edited_app(tmp_path, interface):
+    """--reload: editing the application's module makes the worker stop (gunicorn's reloader
+    thread clears `alive`, the core's heartbeat tick sees it) and the new worker serves the
+    new code."""
+    module = tmp_path / "reload_app.py"
+    module.write_text(RELOAD_APPS[interface].format(version="first"))
+    args = ("--reload", "--chdir", str(tmp_path), "--pythonpath", str(tmp_path))
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    with gunicorn("reload_app:app", *args, workers=1, env=env) as g:
+        assert g.get("/").text == "first"
+        first = g.booted_pids()
+        module.write_text(RELOAD_APPS[interface].format(version="the second one"))
+        # gunicorn's reloader (a thread, polling once a second) notes a file's mtime on its
+        # first pass and reloads when it grows later; that first pass may come after the
+        # edit on a slow machine, so the mtime moves on until the new code answers.
+        bumped = [time.monotonic(), 0]
+
+        def serves_the_new_code():
+            if g.get("/").text == "the second one":
+                return True
+            if time.monotonic() - bumped[0] > 2.5:
+                bumped[0], bumped[1] = time.monotonic(), bumped[1] + 1
+                stamp = time.time() + bumped[1]
+                os.utime(module, (stamp, stamp))
+            return False
+
+        _wait_for(serves_the_new_code, 30, "the edited app to be served")
+        assert f"Worker reloading: {module} modified" in g.log()
+        assert g.booted_pids() - first, "no new worker booted"
+
+
+def _self_signed_cert(directory):
+    """(certfile, keyfile): a throwaway self-signed pair made by the openssl CLI. Without
+    openssl, placeholder files: gunicorn's arbiter only checks that they exist, and the
+    pyserver worker refuses TLS before anything reads them."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    openssl = shutil.which("openssl")
+    if openssl:
+        subprocess.run(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+            + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    else:
+        cert.write_text("-----BEGIN CERTIFICATE-----\nplaceholder\n-----END CERTIFICATE-----\n")
+        key.write_text("-----BEGIN PRIVATE KEY-----\nplaceholder\n-----END PRIVATE KEY-----\n")
+    return str(cert), str(key)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tls_settings_are_refused_with_exit_code_3(tmp_path, workers):
+    """--certfile/--keyfile: each worker refuses to start with WORKER_BOOT_ERROR (3), and the
+    arbiter stops instead of respawning workers in a loop.
+
+    The arbiter's own exit status is 3 with one worker. With several, gunicorn (27.0.1) may
+    exit 1: when a second worker's exit 3 is reaped inside halt() -> stop(), its
+    reap_workers() raises a second HaltServer that nothing catches (a traceback in the log).
+    That is gunicorn's, whatever the worker class; the worker's 3 and the stop are pyserver's."""
+    cert, key = _self_signed_cert(tmp_path)
+    args = ("--certfile", cert, "--keyfile", key)
+    with gunicorn("apps.gunicorn_app:app", *args, workers=workers, wait_workers=False) as g:
+        status = g.proc.wait(30)
+        log = g.log()
+    assert status == 3 if workers == 1 else status != 0, log[-4000:]
+    assert "the pyserver worker does not serve TLS (certfile/keyfile)" in log
+    assert "exited with code 3" in log
+    assert "Worker failed to boot" in log
+    booted = len(re.findall("Booting worker with pid", log))
+    assert booted <= workers, log[-4000:]  # none respawned
+
+
 # ---- process management ----
 
 
@@ -232,14 +440,17 @@ APPS = pytest.mark.parametrize("app", ["apps.gunicorn_app:app", "apps.gunicorn_a
 @APPS
 def test_hup_under_load_loses_no_request(app):
     with gunicorn(app) as g:
-        before = {_pid(g.get("/")) for _ in range(10)}
+        before = g.booted_pids()
+        assert len(before) == 2, g.log()
         with Load(g) as load:
-            time.sleep(0.5)
+            _wait_for(lambda: load.ok >= 20, what="requests before the HUP")
             g.proc.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + BOOT_TIMEOUT
-            while time.monotonic() < deadline and not (load.pids - before):
-                time.sleep(0.1)
-            time.sleep(1.5)  # the old workers finish and exit under load
+            # New workers answer and the old ones finish and exit, all under load; then
+            # some more requests go to the new workers alone.
+            _wait_for(lambda: load.pids - before, BOOT_TIMEOUT, "a new worker answering")
+            _wait_for(lambda: not any(_alive(pid) for pid in before), BOOT_TIMEOUT, "old exit")
+            settled = load.ok
+            _wait_for(lambda: load.ok >= max(settled + 20, 51), what="requests after the HUP")
         assert load.failures == []
         assert load.ok > 50
         assert load.pids - before, "no request reached a new worker"
@@ -248,8 +459,9 @@ def test_hup_under_load_loses_no_request(app):
 
 
 @APPS
-def test_term_completes_in_flight_requests(app):
-    with gunicorn(app) as g:
+def test_term_completes_in_flight_requests(app, tmp_path):
+    events = tmp_path / "events"
+    with gunicorn(app, env={"GUNICORN_APP_EVENTS": str(events)}) as g:
         results = []
 
         def slow():
@@ -261,7 +473,10 @@ def test_term_completes_in_flight_requests(app):
         threads = [threading.Thread(target=slow) for _ in range(2)]
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
+        # Both requests are in the application (one after the other if the same worker
+        # took both) when the TERM comes.
+        started = lambda: sum(line.startswith("sleep-start") for line in _lines(events))  # noqa: E731
+        _wait_for(lambda: started() == 2, 15, "both requests in the application")
         g.proc.send_signal(signal.SIGTERM)
         for thread in threads:
             thread.join(20)
@@ -280,8 +495,7 @@ def test_blocked_worker_is_killed_by_the_arbiter_timeout(tmp_path, app):
         with pytest.raises(httpx.HTTPError):
             g.get("/sleep?s=30", timeout=20)
         assert time.monotonic() - started < 15
-        g.wait_log("WORKER TIMEOUT")
-        assert f"WORKER TIMEOUT (pid:{first})" in g.log()
+        g.wait_log(f"WORKER TIMEOUT (pid:{first})")
         g.wait_log("Booting worker", 2)
         assert _pid(g.get("/")) != first
         assert "worker_abort" in hooks.read_text().splitlines()
@@ -339,7 +553,9 @@ def test_server_hooks_fire(tmp_path):
     env = {"GUNICORN_HOOKS_FILE": str(hooks)}
     with gunicorn("apps.gunicorn_app:app", "-c", "apps/gunicorn_hooks.py", env=env) as g:
         _pid(g.get("/?a=1"))
-        _wait_for(lambda: "post_request GET / 200" in hooks.read_text().splitlines())
+        _wait_for(lambda: "post_request GET / 200" in _lines(hooks))
+        # One worker answered; the other may still be booting.
+        _wait_for(lambda: _lines(hooks).count("post_worker_init") == 2, what="both workers")
         lines = hooks.read_text().splitlines()
         assert lines.count("post_fork") == 2
         assert lines.count("post_worker_init") == 2
@@ -370,15 +586,28 @@ def test_usr1_reopens_the_access_log(tmp_path):
         _wait_for(lambda: "GET /first" in access.read_text())
         access.rename(tmp_path / "access.log.1")
         g.proc.send_signal(signal.SIGUSR1)  # the arbiter passes it on to its workers
-        _wait_for(access.exists)
-        _pid(g.get("/second"))
-        _wait_for(lambda: "GET /second" in access.read_text())
-        assert "GET /second" not in (tmp_path / "access.log.1").read_text()
+        _wait_for(access.exists)  # the arbiter reopened its own files
+
+        # The arbiter reopens its files before it signals the worker, so a request
+        # answered at once may still be logged in the old file; soon one lands in the new.
+        counter = itertools.count()
+
+        def logged_in_the_new_file():
+            target = f"/second-{next(counter)}"
+            _pid(g.get(target))
+            return wait_for(lambda: f"GET {target} " in access.read_text(), 2.0)
+
+        _wait_for(logged_in_the_new_file, 15, "a request logged in the reopened file")
+        _pid(g.get("/third"))
+        _wait_for(lambda: "GET /third" in access.read_text())
+        assert "GET /third" not in (tmp_path / "access.log.1").read_text()
 
 
 def test_workers_exit_when_the_arbiter_dies():
     with gunicorn("apps.gunicorn_app:app") as g:
-        pids = {_pid(g.get("/")) for _ in range(20)}
+        _pid(g.get("/"))
+        pids = g.booted_pids()
+        assert len(pids) == 2, g.log()
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait(5)
         _wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=10)
@@ -405,12 +634,17 @@ def _alive(pid):
     return False
 
 
-def _wait_for(predicate, timeout=10.0):
+def _wait_for(predicate, timeout=10.0, what=None):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(0.05)
+
+
+def _lines(path):
+    """The lines of a file that the server side appends to; [] until it exists."""
+    return path.read_text().splitlines() if path.exists() else []
 
 
 # ---- in-process ----

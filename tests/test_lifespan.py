@@ -22,7 +22,7 @@ import uuid
 import httpx
 import pytest
 from apps import lifespan_apps
-from helpers import TESTS_DIR, free_port, server_env
+from helpers import TESTS_DIR, free_port, server_env, wait_for
 
 from pyserver import _core, asgi_runner
 from pyserver.lifespan import STARTUP_FAILURE, Lifespan
@@ -430,9 +430,7 @@ def test_real_worker_starts_up_before_serving_and_shuts_down_after_the_last_requ
         slow = {}
         client = threading.Thread(target=lambda: slow.update(r=w.get("/slow")))
         client.start()
-        deadline = time.monotonic() + 10
-        while "request start /slow" not in w.events() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert wait_for(lambda: "request start /slow" in w.events(), 15), w.events()
         assert w.stop() == 0  # graceful: the slow request finishes first
         client.join(15)
         assert slow["r"].status_code == 200

@@ -93,6 +93,19 @@ async def respond(send, body, status=200, headers=TEXT):
     await send({"type": "http.response.body", "body": body})
 
 
+async def wait_for_file(path, limit=30.0):
+    """Waits (on the event loop) until `path` exists, at most `limit` seconds: a gate that the
+    test opens by creating the file, so nothing depends on how fast the machine is."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def append_line(path, line):
+    with open(path, "a") as out:
+        out.write(line + "\n")
+
+
 async def respond_json(send, value, status=200):
     body = json.dumps(value).encode()
     await respond(send, body, status, [(b"content-type", b"application/json")])
@@ -237,17 +250,21 @@ async def echo(scope, receive, send):
 
 @route("stream")
 async def stream(scope, receive, send):
-    """?n=COUNT&delay=SECONDS&cl=1: COUNT body messages "chunk-i\\n" with more_body."""
+    """?n=COUNT&delay=SECONDS&cl=1: COUNT body messages "chunk-i\\n" with more_body.
+    &gate=PATH: after the first message, waits until PATH exists before the others."""
     params = query(scope)
     count = int(params.get("n", "5"))
     delay = float(params.get("delay", "0"))
+    gate = params.get("gate")
     chunks = [f"chunk-{index}\n".encode() for index in range(count)]
     headers = list(TEXT)
     if params.get("cl") == "1":
         headers.append((b"content-length", str(sum(map(len, chunks))).encode()))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if gate and index == 0:
+            await wait_for_file(gate)
         if delay:
             await asyncio.sleep(delay)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -480,6 +497,17 @@ async def sleep(scope, receive, send):
     if event:
         record(f"{event}-done")
     await respond(send, b"slept")
+
+
+@route("gate")
+async def gate_view(scope, receive, send):
+    """?path=GATE&marker=PATH: appends "start" to PATH, waits until GATE exists (at most 30 s,
+    awaiting on the loop), appends "done" and answers "opened" (or "gate never opened")."""
+    params = query(scope)
+    append_line(params["marker"], "start")
+    await wait_for_file(params["path"])
+    append_line(params["marker"], "done")
+    await respond(send, b"opened" if os.path.exists(params["path"]) else b"gate never opened")
 
 
 @route("outgoing")

@@ -26,6 +26,15 @@ def record(event):
             events.write(event + "\n")
 
 
+async def wait_for_file(path, limit=30.0):
+    """Waits (awaiting on the loop) until `path` exists, at most `limit` seconds: a gate that
+    the test opens by creating the file."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not os.path.exists(path) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 class TeapotError(Exception):
     pass
 
@@ -76,23 +85,33 @@ async def stream(request: Request):
 
 
 async def sse(request: Request):
+    """?n=COUNT&delay=SECONDS; or &gate=DIR: after event i, wait until DIR/i exists."""
     count = int(request.query_params.get("n", "3"))
     delay = float(request.query_params.get("delay", "0.2"))
+    gate = request.query_params.get("gate")
 
     async def events():
         for index in range(count):
             yield f"id: {index}\nevent: tick\ndata: tick {index}\n\n"
-            await asyncio.sleep(delay)
+            if gate:
+                await wait_for_file(os.path.join(gate, str(index)))
+            else:
+                await asyncio.sleep(delay)
 
     headers = {"Cache-Control": "no-cache"}
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
 async def background(request: Request):
+    """?token=T; &gate=PATH: the task waits until PATH exists (else 0.2 s), then records."""
     token = request.query_params["token"]
+    gate = request.query_params.get("gate")
 
     async def after():
-        await asyncio.sleep(0.2)
+        if gate:
+            await wait_for_file(gate)
+        else:
+            await asyncio.sleep(0.2)
         record(f"background {token}")
 
     return PlainTextResponse("response first", background=BackgroundTask(after))
