@@ -102,6 +102,8 @@ static void set_accepting(ps_worker_t *w, int on)
     w->accepting = on != 0;
     for (uint32_t i = 0; i < w->nlisteners; i++) {
         ps_listener_t *l = &w->listeners[i];
+        if (l->released)
+            continue;
         if (l->gated) {
             if (gate_set(w, l, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL) == 0 || !on)
                 continue;
@@ -247,18 +249,26 @@ static void gate_close(ps_worker_t *w)
     w->gate_fd = -1;
 }
 
-/* Graceful stop with --reuse-port: connections already queued on this
- * worker's own socket are taken (they are served like any in flight), then
- * shutdown() takes the socket out of the SO_REUSEPORT group. */
+/* --reuse-port: this worker's own sockets (its lane) outlive it when the
+ * master keeps them for a replacement. Otherwise (the lane is closing, or
+ * the master is gone) the connections already queued there are taken and
+ * served like any in flight, then shutdown() takes the socket out of the
+ * SO_REUSEPORT group, so the kernel sends new ones to the other sockets. */
 static void release_own_listeners(ps_worker_t *w)
 {
+    if (w->slot && !w->slot->release && getppid() == w->ppid)
+        return;
     for (uint32_t i = 0; i < w->nlisteners; i++) {
         ps_listener_t *l = &w->listeners[i];
-        if (!l->own)
+        if (!l->own || l->released)
             continue;
         accept_some(w, l, INT32_MAX);
         shutdown(l->fd, SHUT_RDWR);
+        ev_io_stop(w->loop, &l->io);
+        l->released = 1;
     }
+    if (w->slot)
+        w->slot->release = 2; /* done: the master may stop steering */
 }
 
 /* The worker has stopped: leave the loop (or tell whoever drives it). */
@@ -393,6 +403,8 @@ static void on_heartbeat(struct ev_loop *loop, ev_timer *t, int revents)
     beat(w);
     if (getppid() != w->ppid)
         ps_worker_stop(w);
+    if (w->slot->release == 1)
+        release_own_listeners(w);
     if (w->stopping && ev_now(loop) - w->stop_started >= 1.0) {
         close_idle(w);
         if (w->nconns == 0)
@@ -504,6 +516,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->fd = fd;
     l->is_unix = is_unix;
     l->own = 0;
+    l->released = 0;
     l->gated = 0;
     l->local_len = 0;
     if (!is_unix) {

@@ -29,8 +29,9 @@ typedef struct {
     ps_worker_t *w;
     int fd;
     int is_unix;
-    int own;   /* this worker's SO_REUSEPORT socket: drained and shut at stop */
-    int gated; /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
+    int own;      /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
+    int released; /* own, and drained and shut down: never watched again */
+    int gated;    /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;
@@ -84,9 +85,10 @@ struct ps_worker {
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
                    void *handler_data);
 int ps_worker_add_listener(ps_worker_t *w, int fd);
-/* A listener of this worker alone (--reuse-port): at a graceful stop its
- * queue is accepted to the last connection and the socket shut down, so the
- * kernel sends new connections to the other workers. */
+/* A listener of this worker's --reuse-port lane. Under a master it is left
+ * to the worker's replacement, unless the master closes the lane (or is
+ * gone): then its queue is accepted to the last connection and the socket
+ * shut down, so the kernel sends new connections to the other sockets. */
 int ps_worker_add_own_listener(ps_worker_t *w, int fd);
 /* Runs until a stop signal and every connection is done. */
 void ps_worker_run(ps_worker_t *w);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "net.h"
 
 /* How long a worker gets between SIGABRT (watchdog) and SIGKILL, and a
  * quick stop between SIGQUIT and SIGKILL. */
@@ -22,8 +23,26 @@
 /* Tick period while workers boot or retire (readiness is polled), else. */
 #define TICK_FAST 0.1
 #define TICK_SLOW 1.0
+/* TTOU with --reuse-port: how long new connections are steered away from a
+ * lane before it closes, for the handshakes already under way to land. */
+#define LANE_DRAIN 1.0
 
 enum { STOP_NONE, STOP_GRACEFUL, STOP_QUICK };
+
+/* --reuse-port lanes. Besides the shared sockets, each worker accepts on its
+ * lane: one more SO_REUSEPORT socket per TCP listener, which the kernel gives
+ * its share of new connections. The master owns the lanes and a worker's
+ * replacement (rolling restart, recycling, a crash) takes over its lane, so a
+ * connection queued there waits for the replacement instead of being reset
+ * when the old worker closes the socket.
+ *
+ * A lane closes only when the worker count drops (TTOU), in two steps. First
+ * its worker retires while, for LANE_DRAIN seconds, a socket filter steers
+ * every new connection to the group's first socket (the shared one, which
+ * every worker serves) and the lane's worker keeps serving the connections
+ * already on their way to its lane. Then the master closes its copy and the
+ * worker is told to release the lane (take its queue to the last connection
+ * and shut the socket) as it stops; once it has, the filter goes. */
 
 typedef struct {
     pid_t pid;             /* 0: the slot is free */
@@ -31,6 +50,7 @@ typedef struct {
     unsigned termed : 1;   /* told to stop: its exit is expected */
     unsigned aborted : 1;  /* the watchdog sent SIGABRT */
     unsigned killed : 1;   /* ... and then SIGKILL */
+    int lane;              /* --reuse-port lane, or -1 */
     double abort_at;
 } worker_t;
 
@@ -52,6 +72,12 @@ typedef struct {
     ev_io sig_io;
     ev_timer tick;
     ev_timer stop_timer;
+    /* Lane k's sockets are lane_fds[k * cfg.nlisten + j], one per listener j
+     * (-1 where it is not a TCP SO_REUSEPORT one). Lanes below nlanes are open. */
+    int *lane_fds;
+    uint32_t nlanes;
+    double lanes_close_at; /* lanes at and above the target close then (0: none) */
+    int steering;          /* the TTOU socket filter is attached */
 } ps_master_t;
 
 static const int handled_signals[] = {SIGINT,  SIGTERM, SIGQUIT, SIGHUP,
@@ -118,8 +144,99 @@ static void signal_worker(ps_master_t *m, int i, int signo)
     kill(w->pid, signo);
 }
 
+static int *lane_row(ps_master_t *m, uint32_t lane)
+{
+    return &m->lane_fds[(size_t)lane * m->cfg.nlisten];
+}
+
+static void steer(ps_master_t *m, int on)
+{
+    if (m->steering == on)
+        return;
+    m->steering = on;
+    for (uint32_t j = 0; j < m->cfg.nlisten; j++) {
+        if (lane_row(m, 0)[j] < 0)
+            continue; /* not a TCP SO_REUSEPORT listener */
+        int rc = ps_net_steer_to_first(m->cfg.listen_fds[j], on);
+        if (rc < 0)
+            logf_(m, PS_LOG_WARNING, "Cannot steer --reuse-port connections: %s", strerror(-rc));
+    }
+}
+
+/* Opens lanes up to the target and closes those above it, LANE_DRAIN
+ * seconds after they became extra (see above). The workers of a closed lane
+ * are told to release it: the flag is read at their stop and by their
+ * heartbeat, and acknowledged with 2. */
+static void sync_lanes(ps_master_t *m)
+{
+    if (m->lane_fds == NULL)
+        return;
+    double now = ps_master_now();
+    if (m->nlanes <= m->target) {
+        m->lanes_close_at = 0;
+    } else if (m->lanes_close_at == 0) {
+        m->lanes_close_at = now + LANE_DRAIN;
+        steer(m, 1);
+    }
+    for (; m->nlanes < m->target; m->nlanes++) {
+        int *row = lane_row(m, m->nlanes);
+        for (uint32_t j = 0; j < m->cfg.nlisten; j++) {
+            int fd = ps_net_listen_like(m->cfg.listen_fds[j], m->cfg.backlog);
+            if (fd < 0 && fd != -ENOTSUP)
+                logf_(m, PS_LOG_WARNING, "Cannot open a --reuse-port socket: %s", strerror(-fd));
+            row[j] = fd < 0 ? -1 : fd;
+        }
+    }
+    while (m->nlanes > m->target && m->lanes_close_at && now >= m->lanes_close_at) {
+        m->nlanes--;
+        int *row = lane_row(m, m->nlanes);
+        for (uint32_t j = 0; j < m->cfg.nlisten; j++) {
+            if (row[j] >= 0)
+                close(row[j]);
+            row[j] = -1;
+        }
+        for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+            if (m->workers[i].pid && m->workers[i].lane == (int)m->nlanes) {
+                m->slots[i].release = 1;
+                m->workers[i].lane = -1;
+            }
+        }
+    }
+    if (m->nlanes <= m->target)
+        m->lanes_close_at = 0;
+    int releasing = 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        releasing |= m->workers[i].pid && m->slots[i].release == 1;
+    steer(m, m->lanes_close_at > 0 || releasing);
+}
+
+/* The lowest open lane no active worker serves, or -1. */
+static int free_lane(ps_master_t *m)
+{
+    for (uint32_t k = 0; k < m->nlanes; k++) {
+        int taken = 0;
+        for (int i = 0; i < PS_MASTER_MAX_SLOTS && !taken; i++) {
+            worker_t *w = &m->workers[i];
+            taken = w->pid && !w->retiring && !w->termed && w->lane == (int)k;
+        }
+        if (!taken)
+            return (int)k;
+    }
+    return -1;
+}
+
+static void close_lanes(ps_master_t *m)
+{
+    for (size_t i = 0; m->lane_fds && i < (size_t)m->nlanes * m->cfg.nlisten; i++)
+        if (m->lane_fds[i] >= 0)
+            close(m->lane_fds[i]);
+    free(m->lane_fds);
+    m->lane_fds = NULL;
+    m->nlanes = 0;
+}
+
 /* In the child right after fork: drop the master's signal plumbing and
- * loop, then become a worker. Never returns. */
+ * loop, keep only its own lane, then become a worker. Never returns. */
 static void become_worker(ps_master_t *m, int index)
 {
     struct sigaction sa;
@@ -138,13 +255,27 @@ static void become_worker(ps_master_t *m, int index)
     sig_pipe_w = -1;
     ev_loop_destroy(m->loop);
     m->loop = NULL;
+    int lane = m->workers[index].lane;
+    uint32_t nown = 0;
+    int *own = m->lane_fds ? lane_row(m, lane < 0 ? 0 : (uint32_t)lane) : NULL;
+    for (uint32_t k = 0; k < m->nlanes; k++) {
+        int *row = lane_row(m, k);
+        for (uint32_t j = 0; j < m->cfg.nlisten; j++) {
+            if (row[j] < 0)
+                continue;
+            if ((int)k == lane)
+                own[nown++] = row[j];
+            else
+                close(row[j]);
+        }
+    }
     sigprocmask(SIG_SETMASK, &m->saved_mask, NULL);
-    m->ops->run_worker(m->data, index, &m->slots[index]);
+    m->ops->run_worker(m->data, index, &m->slots[index], own, nown);
     _exit(1);
 }
 
-/* Forks a worker into free slot `index`. Returns 0 or -errno. */
-static int spawn(ps_master_t *m, int index)
+/* Forks a worker into free slot `index`, serving `lane`. Returns 0 or -errno. */
+static int spawn(ps_master_t *m, int index, int lane)
 {
     ps_slot_t *s = &m->slots[index];
     memset((void *)s, 0, sizeof(*s));
@@ -157,6 +288,7 @@ static int spawn(ps_master_t *m, int index)
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);
     m->ops->before_fork(m->data);
+    m->workers[index].lane = lane; /* read by the child */
     pid_t pid = fork();
     if (pid == 0)
         become_worker(m, index);
@@ -169,6 +301,7 @@ static int spawn(ps_master_t *m, int index)
     }
     memset(&m->workers[index], 0, sizeof(m->workers[index]));
     m->workers[index].pid = pid;
+    m->workers[index].lane = lane;
     logf_(m, PS_LOG_INFO, "Booting worker %d with pid %d", index + 1, (int)pid);
     return 0;
 }
@@ -189,19 +322,26 @@ static void manage(ps_master_t *m)
     if (m->stopping)
         return;
     uint32_t active = count_active(m, 0);
+    /* Extra workers (TTOU) retire from the highest lane down: theirs close. */
+    for (; active > m->target; active--) {
+        int victim = -1;
+        for (int i = PS_MASTER_MAX_SLOTS - 1; i >= 0; i--) {
+            worker_t *w = &m->workers[i];
+            if (w->pid && !w->retiring && !w->termed &&
+                (victim < 0 || w->lane > m->workers[victim].lane))
+                victim = i;
+        }
+        if (victim < 0)
+            break;
+        m->workers[victim].retiring = 1;
+    }
+    sync_lanes(m);
     if (active < m->target && ps_master_now() < m->respawn_after)
         active = m->target; /* backing off after boot failures: the tick retries */
     for (; active < m->target; active++) {
         int i = free_slot(m);
-        if (i < 0 || spawn(m, i) < 0)
+        if (i < 0 || spawn(m, i, free_lane(m)) < 0)
             break;
-    }
-    for (int i = PS_MASTER_MAX_SLOTS - 1; i >= 0 && active > m->target; i--) {
-        worker_t *w = &m->workers[i];
-        if (w->pid && !w->retiring && !w->termed) {
-            signal_worker(m, i, SIGTERM);
-            active--;
-        }
     }
     uint32_t serving = count_active(m, 1);
     for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
@@ -210,6 +350,8 @@ static void manage(ps_master_t *m)
         worker_t *w = &m->workers[i];
         if (!w->pid || !w->retiring || w->termed)
             continue;
+        if (w->lane >= (int)m->target && m->slots[i].ready)
+            continue; /* it serves a lane that is about to close: not yet */
         if (!m->slots[i].ready) {
             signal_worker(m, i, SIGTERM);
         } else if (serving > m->target) {
@@ -453,6 +595,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
             m->boot_failures = 0;
         pending |= !m->slots[i].ready || m->workers[i].retiring || m->workers[i].aborted;
     }
+    pending |= m->steering;
     if (m->cfg.reload && !m->stopping && now >= m->next_reload_poll) {
         m->next_reload_poll = now + 1.0;
         if (m->ops->poll_reload(m->data)) {
@@ -524,6 +667,13 @@ int ps_master_run(const ps_master_config_t *cfg, const ps_master_ops_t *ops, voi
     m->data = data;
     m->target = PS_MAX(1, PS_MIN(cfg->workers, PS_MASTER_MAX_SLOTS / 2));
     m->sig_pipe[0] = m->sig_pipe[1] = -1;
+    if (cfg->reuse_port && cfg->nlisten > 0) {
+        m->lane_fds = malloc(sizeof(int) * cfg->nlisten * (PS_MASTER_MAX_SLOTS / 2));
+        if (m->lane_fds == NULL) {
+            free(m);
+            return -ENOMEM;
+        }
+    }
     srandom((unsigned)getpid() ^ (unsigned)time(NULL));
     int rc = -ENOMEM;
     m->slots = mmap(NULL, sizeof(ps_slot_t) * PS_MASTER_MAX_SLOTS, PROT_READ | PROT_WRITE,
@@ -540,6 +690,7 @@ int ps_master_run(const ps_master_config_t *cfg, const ps_master_ops_t *ops, voi
     if (rc == 0)
         rc = m->exit_code;
 done:
+    close_lanes(m);
     if (m->loop)
         ev_loop_destroy(m->loop);
     if (m->slots != MAP_FAILED && m->slots != NULL)

@@ -28,6 +28,7 @@ typedef struct {
     volatile uint32_t ready;        /* the worker's loop is running */
     volatile uint32_t retire;       /* the worker asks to be replaced */
     volatile uint32_t busy;         /* a request is being dispatched */
+    volatile uint32_t release;      /* 1: release the --reuse-port lane (master.c); 2: done */
     char method[PS_SLOT_METHOD_LEN];
     char path[PS_SLOT_PATH_LEN];
 } ps_slot_t;
@@ -38,8 +39,10 @@ typedef struct {
     /* Around fork(): the interpreter's fork hooks. */
     void (*before_fork)(void *data);
     void (*after_fork_parent)(void *data);
-    /* In the child, right after fork: never returns (it exits the process). */
-    void (*run_worker)(void *data, int index, ps_slot_t *slot);
+    /* In the child, right after fork: never returns (it exits the process).
+     * own_fds are the worker's lane sockets (--reuse-port), nown of them. */
+    void (*run_worker)(void *data, int index, ps_slot_t *slot, const int *own_fds,
+                       uint32_t nown);
     void (*log)(void *data, ps_log_level_t level, const char *msg);
     /* USR1: reopen the master's own log files. */
     void (*reopen_logs)(void *data);
@@ -57,6 +60,12 @@ typedef struct {
     uint64_t max_requests_jitter;
     uint64_t max_rss_kib; /* 0: no limit */
     int reload;           /* development: restart on code changes, never exit 3 */
+    /* --reuse-port: the TCP listeners among listen_fds that have SO_REUSEPORT
+     * set get a lane each per worker (see master.c); backlog is theirs. */
+    int reuse_port;
+    const int *listen_fds;
+    uint32_t nlisten;
+    int backlog;
 } ps_master_config_t;
 
 /* The exit status of the master: 0 after a stop, 3 when a worker could not

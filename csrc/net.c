@@ -4,9 +4,12 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
+
+#include "common.h"
 
 int ps_net_accept(int lfd, struct sockaddr_storage *peer, socklen_t *peer_len)
 {
@@ -31,6 +34,48 @@ int ps_net_is_unix(int fd)
     if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
         return -errno;
     return ss.ss_family == AF_UNIX;
+}
+
+int ps_net_listen_like(int like, int backlog)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int on = 0, one = 1, v6only = 0;
+    socklen_t optlen = sizeof(on);
+    if (getsockname(like, (struct sockaddr *)&ss, &len) < 0)
+        return -errno;
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
+        return -ENOTSUP;
+    if (getsockopt(like, SOL_SOCKET, SO_REUSEPORT, &on, &optlen) < 0 || !on)
+        return -ENOTSUP;
+    optlen = sizeof(v6only);
+    if (ss.ss_family == AF_INET6 &&
+        getsockopt(like, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &optlen) < 0)
+        return -errno;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+        (ss.ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only)) < 0) ||
+        bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, backlog) < 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+int ps_net_steer_to_first(int fd, int on)
+{
+    /* A classic BPF program's return value is an index into the group. */
+    struct sock_filter first[] = {BPF_STMT(BPF_RET | BPF_K, 0)};
+    struct sock_fprog prog = {(unsigned short)PS_ARRAY_LEN(first), first};
+    int unused = 0;
+    int rc = on ? setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog))
+                : setsockopt(fd, SOL_SOCKET, SO_DETACH_REUSEPORT_BPF, &unused, sizeof(unused));
+    return rc < 0 ? -errno : 0;
 }
 
 int ps_net_set_nonblocking(int fd)

@@ -22,5 +22,13 @@ void ps_net_tune_listener(int fd);
  * returns its length, or 0. */
 socklen_t ps_net_specific_address(int fd, struct sockaddr_storage *ss);
 int ps_net_set_nodelay(int fd);
+/* --reuse-port: another listening socket in the SO_REUSEPORT group of the
+ * TCP listener `like` (same address, same IPV6_V6ONLY), non-blocking and
+ * close-on-exec. Returns the new fd, -ENOTSUP when `like` is not a TCP
+ * socket with SO_REUSEPORT set, or -errno. */
+int ps_net_listen_like(int like, int backlog);
+/* Steers every new connection of fd's SO_REUSEPORT group to the group's
+ * first socket (on), or back to the kernel's hash (off). Returns 0 or -errno. */
+int ps_net_steer_to_first(int fd, int on);
 
 #endif

@@ -448,32 +448,6 @@ class Config:
             raise
         return sock
 
-    def bind_worker_sockets(self):
-        """--reuse-port: a worker's own listening sockets, one per TCP listener.
-
-        They join the SO_REUSEPORT group of the master's sockets, which the
-        workers keep serving too (the kernel gives that socket a share).
-        """
-        own = []
-        try:
-            for sock in self.sockets:
-                if sock.family not in (socket.AF_INET, socket.AF_INET6):
-                    continue
-                if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
-                    continue  # inherited (--fd, socket activation): not ours to share
-                mine = socket.socket(sock.family, socket.SOCK_STREAM)
-                own.append(mine)
-                mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                mine.bind(sock.getsockname())
-                mine.listen(self.backlog)
-                mine.setblocking(False)
-        except OSError:
-            for mine in own:
-                mine.close()
-            raise
-        return own
-
     def close_sockets(self):
         """Close the listening sockets and remove the unix socket files bound here."""
         for sock in self.sockets:

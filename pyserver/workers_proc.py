@@ -1,7 +1,7 @@
 """The Python side of the master and its workers.
 
 The C master (`_core.run_master`) forks the workers and supervises them; in
-each new worker process it calls `spawn_worker(cfg, number)`, which imports
+each new worker process it calls `spawn_worker(cfg, number, own_fds)`, which imports
 the application (unless the master preloaded it), serves it with
 `_core.serve` and ends the process with `os._exit`: a worker never returns
 into the code that started the master.
@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 
 from pyserver.config import StartupError
@@ -50,11 +51,15 @@ def run_master(cfg):
     return _core.run_master(cfg, functools.partial(spawn_worker, cfg), poll_reload)
 
 
-def spawn_worker(cfg, number):
-    """In a freshly forked worker: serve until told to stop, then exit the process."""
+def spawn_worker(cfg, number, own_fds=()):
+    """In a freshly forked worker: serve until told to stop, then exit the process.
+
+    own_fds are the worker's --reuse-port lane: listening sockets the master
+    opened for this worker and keeps for its replacement.
+    """
     code = 1
     try:
-        code = _serve_worker(cfg, number)
+        code = _serve_worker(cfg, number, own_fds)
     except KeyboardInterrupt:
         code = 0
     except SystemExit as exc:
@@ -66,7 +71,7 @@ def spawn_worker(cfg, number):
         os._exit(code)
 
 
-def _serve_worker(cfg, number):
+def _serve_worker(cfg, number, own_fds):
     from pyserver import _core
 
     set_title(f"pyserver: worker {number}")
@@ -76,7 +81,7 @@ def _serve_worker(cfg, number):
     except StartupError as exc:
         print(f"pyserver: {exc}", file=sys.stderr)
         return exc.exit_code
-    own = cfg.bind_worker_sockets() if cfg.reuse_port else []
+    own = [socket.socket(fileno=fd) for fd in own_fds]
     cfg.error_logger.debug("Worker %d (pid %d) serving", number, os.getpid())
     try:
         status = _core.serve(app, cfg.sockets, cfg, own)

@@ -282,32 +282,114 @@ def test_hup_rolling_restart_under_load_loses_no_request():
         assert "rolling restart" in srv.log()
 
 
-def tcp_listeners(port: int) -> int:
-    """Listening IPv4 sockets on port (from /proc/net/tcp)."""
-    count = 0
+def tcp_listeners(port: int) -> set[int]:
+    """The socket inodes of the listening IPv4 sockets on port (from /proc/net/tcp)."""
+    found = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
-            count += 1
-    return count
+            found.add(int(fields[9]))
+    return found
 
 
-def test_reuse_port_gives_each_worker_its_own_socket_and_hup_loses_nothing():
-    """A stopping worker accepts what is queued on its own socket, then shuts it down
-    (leaving the SO_REUSEPORT group) before finishing its requests."""
+def accept_queues(port: int) -> dict[int, int]:
+    """Connections waiting in each listening IPv4 socket on port, by inode."""
+    found = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            found[int(fields[9])] = int(fields[4].split(":")[1], 16)
+    return found
+
+
+def spread_over_listeners(srv, count: int = 40) -> dict[int, int]:
+    """With every worker stopped, where count new connections queue."""
+    workers = children(srv.pid)
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection((HOST, srv.port), timeout=10)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            socks.append(sock)
+        wait_for(lambda: sum(accept_queues(srv.port).values()) == count, 5)
+        return accept_queues(srv.port)
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+        for sock in socks:
+            sock.close()
+
+
+def wait_listeners(port: int, count: int) -> set[int]:
+    assert wait_for(lambda: len(tcp_listeners(port)) == count, 10), tcp_listeners(port)
+    return tcp_listeners(port)
+
+
+def test_reuse_port_lanes_outlive_their_workers_and_hups_lose_nothing():
+    """Each worker serves a lane of its own; the master keeps the lanes, so a new
+    worker takes over its predecessor's socket with whatever is queued on it."""
     with master("--reuse-port") as srv:
-        old = wait_workers(srv.pid, 2)
+        wait_workers(srv.pid, 2)
         wait_serving(srv.port)
-        # The master's, shared, and one per worker (each binds its own as it boots).
-        assert wait_for(lambda: tcp_listeners(srv.port) == 3, 10), tcp_listeners(srv.port)
+        # The master's shared socket and one lane per worker.
+        lanes = wait_listeners(srv.port, 3)
         with Load(srv.port) as load:
-            time.sleep(0.7)
-            os.kill(srv.pid, signal.SIGHUP)
-            assert wait_for(lambda: not (children(srv.pid) & old), 10), srv.log_tail()
-            time.sleep(0.7)
+            for _ in range(3):
+                old = children(srv.pid)
+                time.sleep(0.5)
+                os.kill(srv.pid, signal.SIGHUP)
+                assert wait_for(lambda: not (children(srv.pid) & old), 10), srv.log_tail()
+            time.sleep(0.5)
         load.assert_nothing_lost()
         wait_workers(srv.pid, 2)
-        assert wait_for(lambda: tcp_listeners(srv.port) == 3, 10), tcp_listeners(srv.port)
+        assert tcp_listeners(srv.port) == lanes  # the very same sockets
+
+
+def test_reuse_port_ttou_closes_a_lane_without_losing_a_connection():
+    with master("--reuse-port", workers=3) as srv:
+        wait_workers(srv.pid, 3)
+        wait_serving(srv.port)
+        before = wait_listeners(srv.port, 4)
+        with Load(srv.port) as load:
+            time.sleep(0.5)
+            os.kill(srv.pid, signal.SIGTTOU)
+            wait_workers(srv.pid, 2)
+            after = wait_listeners(srv.port, 3)
+            time.sleep(0.5)
+            os.kill(srv.pid, signal.SIGTTIN)
+            wait_workers(srv.pid, 3)
+            grown = wait_listeners(srv.port, 4)
+            time.sleep(0.5)
+        load.assert_nothing_lost()
+        assert after < before
+        assert after < grown
+        # The kernel spreads new connections over every socket again.
+        queues = spread_over_listeners(srv)
+        assert set(queues) == grown and min(queues.values()) > 0, queues
+
+
+def test_reuse_port_connections_queued_on_a_killed_workers_lane_reach_its_replacement():
+    with master("--reuse-port", workers=1) as srv:
+        (victim,) = wait_workers(srv.pid, 1)
+        wait_serving(srv.port)
+        wait_listeners(srv.port, 2)
+        os.kill(victim, signal.SIGSTOP)
+        # Requests land on the shared socket and on the lane; nobody accepts them.
+        socks = []
+        for _ in range(20):
+            sock = socket.create_connection((HOST, srv.port), timeout=15)
+            sock.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            socks.append(sock)
+        os.kill(victim, signal.SIGKILL)
+        for sock in socks:
+            with sock:
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 200"), reply
+            assert int(reply.split(b"\r\n\r\n", 1)[1]) not in (victim, srv.pid)
 
 
 def test_max_requests_recycles_workers_under_load_without_losing_requests():

@@ -510,14 +510,26 @@ static void m_after_fork_parent(void *data)
     PyOS_AfterFork_Parent();
 }
 
-/* In the new worker process: spawn_worker(number) imports the app and
- * serves; it ends the process itself. Anything else exits with status 1. */
-static void m_run_worker(void *data, int index, ps_slot_t *slot)
+/* In the new worker process: spawn_worker(number, own_fds) imports the app
+ * and serves; it ends the process itself. Anything else exits with status 1. */
+static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_fds,
+                         uint32_t nown)
 {
     master_ctx_t *ctx = data;
     PyOS_AfterFork_Child();
     worker_slot = slot;
-    PyObject *res = PyObject_CallFunction(ctx->spawn_worker, "i", index + 1);
+    PyObject *res = NULL;
+    PyObject *fds = PyTuple_New(nown);
+    for (uint32_t i = 0; fds != NULL && i < nown; i++) {
+        PyObject *fd = PyLong_FromLong(own_fds[i]);
+        if (fd == NULL)
+            Py_CLEAR(fds);
+        else
+            PyTuple_SET_ITEM(fds, i, fd);
+    }
+    if (fds != NULL)
+        res = PyObject_CallFunction(ctx->spawn_worker, "iO", index + 1, fds);
+    Py_XDECREF(fds);
     if (res == NULL)
         PyErr_Print();
     Py_XDECREF(res);
@@ -592,20 +604,58 @@ static int get_count(PyObject *config, const char *name, uint64_t max, uint64_t 
     return 0;
 }
 
+/* The fds of config.sockets into a new array (PyMem_Free it); the master
+ * opens --reuse-port lanes next to its TCP ones. */
+static int read_listen_fds(PyObject *config, ps_master_config_t *mc)
+{
+    PyObject *sockets = PyObject_GetAttrString(config, "sockets");
+    if (sockets == NULL)
+        return -1;
+    PyObject *seq = PySequence_Fast(sockets, "config.sockets must be a sequence");
+    Py_DECREF(sockets);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd < 0) {
+            PyMem_Free(fds);
+            Py_DECREF(seq);
+            return -1;
+        }
+        fds[i] = fd;
+    }
+    Py_DECREF(seq);
+    mc->listen_fds = fds;
+    mc->nlisten = (uint32_t)n;
+    return 0;
+}
+
 static int read_master_config(PyObject *config, ps_master_config_t *mc)
 {
-    uint64_t workers, max_rss_mib;
+    uint64_t workers, max_rss_mib, backlog;
+    int reuse_port;
     memset(mc, 0, sizeof(*mc));
     if (get_count(config, "workers", PS_MASTER_MAX_SLOTS / 2, &workers) < 0 ||
         get_optional_double(config, "timeout", 30.0, &mc->timeout) < 0 ||
         get_optional_double(config, "graceful_timeout", 30.0, &mc->graceful_timeout) < 0 ||
         get_count(config, "max_requests", UINT64_MAX / 2, &mc->max_requests) < 0 ||
         get_count(config, "max_requests_jitter", UINT64_MAX / 2, &mc->max_requests_jitter) < 0 ||
-        get_count(config, "max_rss", UINT64_MAX / 4096, &max_rss_mib) < 0)
+        get_count(config, "max_rss", UINT64_MAX / 4096, &max_rss_mib) < 0 ||
+        get_count(config, "backlog", INT32_MAX, &backlog) < 0 ||
+        get_bool(config, "reuse_port", &reuse_port) < 0)
         return -1;
     mc->workers = (uint32_t)PS_MAX(workers, 1);
     mc->max_rss_kib = max_rss_mib * 1024;
-    return 0;
+    mc->backlog = backlog ? (int)backlog : 2048;
+    mc->reuse_port = reuse_port;
+    return mc->reuse_port ? read_listen_fds(config, mc) : 0;
 }
 
 /* run_master(config, spawn_worker, poll_reload=None): forks config.workers
@@ -627,10 +677,13 @@ static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t 
     mc.reload = poll != Py_None;
     master_ctx_t ctx = {{NULL}, args[1], NULL, poll};
     ctx.logger = PyObject_GetAttrString(args[0], "error_logger");
-    if (ctx.logger == NULL)
+    if (ctx.logger == NULL) {
+        PyMem_Free((void *)mc.listen_fds);
         return NULL;
+    }
     int rc = ps_master_run(&mc, &master_ops, &ctx);
     Py_DECREF(ctx.logger);
+    PyMem_Free((void *)mc.listen_fds);
     if (rc < 0) {
         errno = -rc;
         return PyErr_SetFromErrno(PyExc_OSError);
