@@ -41,8 +41,7 @@ typedef struct {
     void (*after_fork_parent)(void *data);
     /* In the child, right after fork: never returns (it exits the process).
      * own_fds are the worker's lane sockets (--reuse-port), nown of them. */
-    void (*run_worker)(void *data, int index, ps_slot_t *slot, const int *own_fds,
-                       uint32_t nown);
+    void (*run_worker)(void *data, int index, ps_slot_t *slot, const int *own_fds, uint32_t nown);
     void (*log)(void *data, ps_log_level_t level, const char *msg);
     /* USR1: reopen the master's own log files. */
     void (*reopen_logs)(void *data);

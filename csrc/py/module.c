@@ -512,8 +512,7 @@ static void m_after_fork_parent(void *data)
 
 /* In the new worker process: spawn_worker(number, own_fds) imports the app
  * and serves; it ends the process itself. Anything else exits with status 1. */
-static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_fds,
-                         uint32_t nown)
+static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_fds, uint32_t nown)
 {
     master_ctx_t *ctx = data;
     PyOS_AfterFork_Child();
