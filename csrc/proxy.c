@@ -217,10 +217,10 @@ int ps_proxy_host_trusted(const ps_proxy_t *p, const char *s, size_t n)
 
 /* ---- per request ---- */
 
+/* A trimmed host cut to PS_PROXY_MAX_HOST, and trimmed again after the cut. */
 static ps_slice_t bounded(ps_slice_t host)
 {
-    host.len = PS_MIN(host.len, PS_PROXY_MAX_HOST);
-    return host;
+    return trim(host.base, PS_MIN(host.len, PS_PROXY_MAX_HOST));
 }
 
 /* The client named by the X-Forwarded-For headers r->headers[first..last]:

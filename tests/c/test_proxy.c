@@ -254,6 +254,11 @@ static void test_forwarded_for_garbage_is_taken_as_is_but_bounded(void)
     ps_slice_t c = client_of(&p, &t);
     CHECK_EQ(c.len, PS_PROXY_MAX_HOST);
     CHECK(c.base == big);
+    /* Spaces where the cut falls are not part of the host. */
+    memset(big + 200, ' ', 100);
+    c = client_of(&p, &t);
+    CHECK_EQ(c.len, 200);
+    CHECK(c.base == big);
     ps_proxy_free(&p);
 }
 

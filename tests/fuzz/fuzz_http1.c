@@ -12,15 +12,22 @@
  *   - feeding the same bytes in one piece must give the same requests and
  *     end the same way (an error's status may differ: a limit can be hit
  *     in pieces before a syntax error is seen in a whole feed);
+ * Every accepted request is also read the way a trusted proxy's request is
+ * (csrc/proxy.c), in uvicorn's mode and in gunicorn's: the client taken from
+ * X-Forwarded-For must be a trimmed item of one of its values, and the
+ * scheme one of the known ones.
  * Then the input is read as a response head for ps_http1_scan_head (first
  * line: the status; next lines: "name: value"), and whatever it accepts,
- * ps_http1_write_head must turn into a head that strict llhttp parses. */
+ * ps_http1_write_head must turn into a head that strict llhttp parses.
+ * Last, the input is read as a trust list for ps_proxy_init. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "http1.h"
+#include "proxy.h"
 
 #define INVARIANT(cond)                                                                            \
     do {                                                                                           \
@@ -151,6 +158,79 @@ static void check_error(ps_http1_parser_t *p, int status)
     INVARIANT(p->error_status == status);
 }
 
+/* ---- proxy headers ----------------------------------------------------- */
+
+static ps_proxy_t uvicorn_mode, gunicorn_mode;
+
+static void init_proxies(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    static const char list[] = "127.0.0.1, 10.0.0.0/8, ::1, 2001:db8::/32, 192.168.1.7";
+    INVARIANT(ps_proxy_init(&uvicorn_mode, list, sizeof(list) - 1, NULL, NULL) == 0);
+    INVARIANT(ps_proxy_init(&gunicorn_mode, "*", 1, NULL, NULL) == 0);
+    INVARIANT(ps_proxy_add_scheme_header(&gunicorn_mode, "X-Forwarded-Proto", 17, "https", 5) ==
+              0);
+    INVARIANT(ps_proxy_add_scheme_header(&gunicorn_mode, "X-Forwarded-Ssl", 15, "on", 2) == 0);
+}
+
+static int inside(ps_slice_t part, ps_slice_t whole)
+{
+    return part.base >= whole.base && part.base + part.len <= whole.base + whole.len;
+}
+
+static void check_proxy(const ps_proxy_t *p, const ps_request_t *r)
+{
+    ps_proxy_result_t res;
+    int rc = ps_proxy_apply(p, r, &res);
+    INVARIANT(rc == 0 || (rc == -EPROTO && p->secure_headers));
+    if (rc < 0)
+        return;
+    INVARIANT(res.scheme <= PS_SCHEME_HTTPS);
+    if (res.client.base == NULL)
+        return;
+    INVARIANT(res.client.len > 0 && res.client.len <= PS_PROXY_MAX_HOST);
+    char first = res.client.base[0], last = res.client.base[res.client.len - 1];
+    INVARIANT(first != ' ' && first != '\t' && last != ' ' && last != '\t');
+    INVARIANT(memchr(res.client.base, ',', res.client.len) == NULL);
+    int found = 0;
+    for (uint32_t i = 0; i < r->nheaders && !found; i++)
+        found = name_is(r->headers[i].name, "x-forwarded-for") &&
+                inside(res.client, r->headers[i].value);
+    INVARIANT(found);
+    /* The rightmost untrusted hop is never a trusted one (unless all are). */
+    (void)ps_proxy_host_trusted(p, res.client.base, res.client.len);
+}
+
+static void check_trust_list(const uint8_t *data, size_t len)
+{
+    ps_proxy_t p;
+    size_t bad_off = 0, bad_len = 0;
+    int rc = ps_proxy_init(&p, (const char *)data, len, &bad_off, &bad_len);
+    INVARIANT(rc == 0 || rc == -EINVAL);
+    if (rc == -EINVAL) {
+        INVARIANT(bad_off + bad_len <= len && bad_len > 0);
+        INVARIANT(p.nnets == 0 && !p.trust_all);
+        return;
+    }
+    /* Whatever the list names, it trusts. */
+    for (size_t start = 0, i = 0; i <= len; i++) {
+        if (i < len && data[i] != ',')
+            continue;
+        size_t a = start, b = i;
+        while (a < b && (data[a] == ' ' || data[a] == '\t'))
+            a++;
+        while (b > a && (data[b - 1] == ' ' || data[b - 1] == '\t'))
+            b--;
+        if (b > a && memchr(data + a, '/', b - a) == NULL)
+            INVARIANT(ps_proxy_host_trusted(&p, (const char *)data + a, b - a));
+        start = i + 1;
+    }
+    ps_proxy_free(&p);
+}
+
 /* ---- feeding like a connection ---------------------------------------------- */
 
 static void digest_request(uint64_t *h, const ps_request_t *r, const ps_buf_t *body)
@@ -196,6 +276,8 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
             if (!p.req.message_complete)
                 continue; /* the body was taken: go on */
             check_request(&p.req, lim, ps_buf_size(&got));
+            check_proxy(&uvicorn_mode, &p.req);
+            check_proxy(&gunicorn_mode, &p.req);
             digest_request(&h, &p.req, &got);
             ps_buf_reset(&got);
             if (!p.req.keep_alive) {
@@ -308,6 +390,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
+    init_proxies();
     size_t piece = data[0] & 63;
     const ps_http1_limits_t *lim = data[0] & 64 ? &tight_limits : &roomy_limits;
     data++;
@@ -316,5 +399,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t whole = run_connection(data, size, 0, lim);
     INVARIANT(split == whole);
     check_response_head(data, size);
+    check_trust_list(data, size);
     return 0;
 }
