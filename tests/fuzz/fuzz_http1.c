@@ -171,8 +171,7 @@ static void init_proxies(void)
     static const char list[] = "127.0.0.1, 10.0.0.0/8, ::1, 2001:db8::/32, 192.168.1.7";
     INVARIANT(ps_proxy_init(&uvicorn_mode, list, sizeof(list) - 1, NULL, NULL) == 0);
     INVARIANT(ps_proxy_init(&gunicorn_mode, "*", 1, NULL, NULL) == 0);
-    INVARIANT(ps_proxy_add_scheme_header(&gunicorn_mode, "X-Forwarded-Proto", 17, "https", 5) ==
-              0);
+    INVARIANT(ps_proxy_add_scheme_header(&gunicorn_mode, "X-Forwarded-Proto", 17, "https", 5) == 0);
     INVARIANT(ps_proxy_add_scheme_header(&gunicorn_mode, "X-Forwarded-Ssl", 15, "on", 2) == 0);
 }
 
