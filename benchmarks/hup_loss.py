@@ -57,6 +57,21 @@ def servers(port: int) -> dict[str, dict]:
             ],
             "summary": "pyserver -w 2 (WSGI)",
         },
+        "pyserver-reuse-port": {
+            "argv": [
+                PROJECT_PYTHON,
+                "-m",
+                "pyserver",
+                WSGI_APP,
+                "-w",
+                "2",
+                "--reuse-port",
+                "-b",
+                bind,
+                "--no-access-log",
+            ],
+            "summary": "pyserver -w 2 --reuse-port (WSGI)",
+        },
         "gunicorn": {
             "argv": [
                 os.path.join(PEERS, "gunicorn"),
@@ -240,7 +255,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=12.0)
     ap.add_argument("--hups", type=int, default=4)
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--servers", default="pyserver,gunicorn,uvicorn")
+    ap.add_argument("--servers", default="pyserver,pyserver-reuse-port,gunicorn,uvicorn")
     args = ap.parse_args()
     results = []
     for name in args.servers.split(","):

@@ -185,7 +185,9 @@ static void on_gate(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 /* Once a second: the gated listeners are still in libev's epoll set, under
- * the data gate_fd has there now; if not, register them again. */
+ * the data gate_fd has there now; if not, register them again. One read of
+ * the set's fdinfo finds gate_fd's data; adding a listener that is still
+ * there fails with EEXIST and changes nothing. */
 static void on_gate_check(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_worker_t *w = ps_container_of(t, ps_worker_t, gate_check);
@@ -193,22 +195,17 @@ static void on_gate_check(struct ev_loop *loop, ev_timer *t, int revents)
     if (!w->accepting)
         return;
     int epfd = w->gate_epfd;
-    uint64_t data = w->gate_data, seen;
+    uint64_t data = w->gate_data;
     if (gate_find(w) < 0)
         return;
     int stale = epfd != w->gate_epfd || data != w->gate_data;
-    for (uint32_t i = 0; i < w->nlisteners && !stale; i++)
-        if (w->listeners[i].gated)
-            stale =
-                epoll_entry(w->gate_epfd, w->listeners[i].fd, &seen) < 0 || seen != w->gate_data;
-    if (!stale)
-        return;
     for (uint32_t i = 0; i < w->nlisteners; i++) {
         ps_listener_t *l = &w->listeners[i];
         if (!l->gated)
             continue;
-        gate_set(w, l, EPOLL_CTL_DEL);
-        if (gate_set(w, l, EPOLL_CTL_ADD) < 0) {
+        if (stale)
+            gate_set(w, l, EPOLL_CTL_DEL);
+        if (gate_set(w, l, EPOLL_CTL_ADD) < 0 && errno != EEXIST) {
             l->gated = 0;
             ev_io_start(loop, &l->io);
         }
