@@ -210,10 +210,10 @@ static void sync_lanes(ps_master_t *m)
     steer(m, m->lanes_close_at > 0 || releasing);
 }
 
-/* The lowest open lane no active worker serves, or -1. */
+/* The lowest open lane below the target that no active worker serves, or -1. */
 static int free_lane(ps_master_t *m)
 {
-    for (uint32_t k = 0; k < m->nlanes; k++) {
+    for (uint32_t k = 0; k < m->nlanes && k < m->target; k++) {
         int taken = 0;
         for (int i = 0; i < PS_MASTER_MAX_SLOTS && !taken; i++) {
             worker_t *w = &m->workers[i];
