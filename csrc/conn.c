@@ -666,6 +666,7 @@ static void reset_for_next(ps_conn_t *c)
     c->state = PS_CONN_IDLE;
     c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
     c->continue_sent = c->head_started = c->body_wanted = 0;
+    c->head_deadline = 0;
     c->resp_status = 0;
     c->resp_left = -1;
     c->resp_bytes = 0;
@@ -753,8 +754,17 @@ static void process(ps_conn_t *c)
             return;
         }
         if (!r->head_complete) {
-            arm_timer(c,
-                      c->head_started ? w->cfg.timeout_request_header : w->cfg.timeout_keep_alive);
+            if (!c->head_started) {
+                arm_timer(c, w->cfg.timeout_keep_alive);
+                return;
+            }
+            /* One deadline for the whole head, not a clock reset by every
+             * read: a head sent a byte at a time must not hold the
+             * connection for longer than --timeout-request-header. */
+            ev_tstamp now = ev_now(w->loop);
+            if (c->head_deadline == 0)
+                c->head_deadline = now + w->cfg.timeout_request_header;
+            arm_timer(c, PS_MAX(c->head_deadline - now, 1e-3));
             return;
         }
         if (c->state == PS_CONN_IDLE) {

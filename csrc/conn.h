@@ -84,6 +84,7 @@ struct ps_conn {
     int64_t sf_off;
     uint64_t sf_left;
     ev_tstamp req_start;
+    ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
     void *app_data;  /* the interface layer's per-request state */
     void *conn_data; /* the interface layer's per-connection state */

@@ -16,6 +16,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -509,6 +510,29 @@ static void test_slow_request_head_gets_408(void)
     close(fd);
 }
 
+/* A head that keeps arriving a line at a time still has one deadline
+ * (0.5 s here): the 408 comes after a few lines, not after the last. */
+static void test_head_trickled_a_line_at_a_time_gets_408(void)
+{
+    int fd = client_connect();
+    send_str(fd, "GET / HTTP/1.1\r\nHost: t\r\n");
+    ps_slice_t want = ps_http1_error_response(408);
+    char got[512];
+    int lines = 0;
+    ssize_t n = -1;
+    for (; lines < 15; lines++) {
+        struct timespec pause = {0, 200 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        n = recv(fd, got, sizeof(got), MSG_DONTWAIT);
+        if (n >= 0)
+            break;
+        send_str(fd, "X-Slow: 1\r\n");
+    }
+    CHECK(lines < 15);
+    CHECK(n == (ssize_t)want.len && memcmp(got, want.base, want.len) == 0);
+    close(fd);
+}
+
 /* The listener is in the worker's epoll set through the accept gate; when
  * it drops out of the set (as when libev rebuilds it), the worker puts it
  * back within a second and the next connection is served. */
@@ -547,6 +571,7 @@ static void *client_main(void *arg)
     test_large_bodies_reach_the_application();
     test_idle_connection_is_closed_after_keep_alive_timeout();
     test_slow_request_head_gets_408();
+    test_head_trickled_a_line_at_a_time_gets_408();
     ev_async_send(server.w.loop, &server.stop);
     return NULL;
 }
