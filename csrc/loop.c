@@ -131,6 +131,8 @@ static void shed_one(ps_worker_t *w, int lfd)
 }
 
 /* Accepts up to `max` connections from l. */
+static void unwatch(ps_worker_t *w, ps_listener_t *l);
+
 static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
 {
     for (int i = 0; i < max; i++) {
@@ -139,6 +141,10 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         int fd = ps_net_accept(l->fd, &peer, &peer_len);
         if (fd == -EMFILE || fd == -ENFILE) {
             shed_one(w, l->fd);
+            return;
+        }
+        if (fd == -EINVAL) {
+            unwatch(w, l); /* shut down by another worker at the final stop */
             return;
         }
         if (fd < 0)
@@ -246,25 +252,48 @@ static void gate_close(ps_worker_t *w)
     w->gate_fd = -1;
 }
 
-/* --reuse-port: this worker's own sockets (its lane) outlive it when the
- * master keeps them for a replacement. Otherwise (the lane is closing, or
- * the master is gone) the connections already queued there are taken and
- * served like any in flight, then shutdown() takes the socket out of the
- * SO_REUSEPORT group, so the kernel sends new ones to the other sockets. */
-static void release_own_listeners(ps_worker_t *w)
+/* Never watches l again. */
+static void unwatch(ps_worker_t *w, ps_listener_t *l)
 {
-    if (w->slot && !w->slot->release && getppid() == w->ppid)
-        return;
+    if (l->gated)
+        gate_set(w, l, EPOLL_CTL_DEL);
+    ev_io_stop(w->loop, &l->io);
+    l->gated = 0;
+    l->released = 1;
+}
+
+/* Whether nobody serves this worker's sockets after it: a stop of a single
+ * process, the master's own stop, or a master that is gone. */
+static int last_server(ps_worker_t *w)
+{
+    return w->slot == NULL || w->slot->final_stop || getppid() != w->ppid;
+}
+
+/* Releasing a listener: the connections already queued on it are taken and
+ * served like any in flight, then shutdown() ends its listening, for every
+ * process that holds it: new connections are refused at once rather than
+ * left in a queue nobody reads, and an SO_REUSEPORT socket leaves its group,
+ * so the kernel sends its share to the others.
+ *
+ * Released are: this worker's --reuse-port lane when the master closes it
+ * (see master.c) or at the last stop; and the sockets pyserver bound itself
+ * (ps_worker_shut_at_stop) at the last stop. Never the inherited ones
+ * (--fd, socket activation, gunicorn's), whose owner queues connections for
+ * the next server, and never at a rolling restart, whose new workers serve
+ * the same sockets. */
+static void release_listeners(ps_worker_t *w)
+{
+    int last = w->stopping && last_server(w);
+    int lane = last || (w->slot && w->slot->release == 1);
     for (uint32_t i = 0; i < w->nlisteners; i++) {
         ps_listener_t *l = &w->listeners[i];
-        if (!l->own || l->released)
+        if (l->released || !((l->own && lane) || (l->shut_at_stop && last)))
             continue;
         accept_some(w, l, INT32_MAX);
         shutdown(l->fd, SHUT_RDWR);
-        ev_io_stop(w->loop, &l->io);
-        l->released = 1;
+        unwatch(w, l);
     }
-    if (w->slot)
+    if (w->slot && w->slot->release == 1)
         w->slot->release = 2; /* done: the master may stop steering */
 }
 
@@ -346,8 +375,8 @@ void ps_worker_stop(ps_worker_t *w)
 {
     if (w->stopping)
         return;
-    release_own_listeners(w);
     w->stopping = 1;
+    release_listeners(w);
     w->stop_started = ev_now(w->loop);
     set_accepting(w, 0);
     /* Under a master (rolling restarts, recycling), idle connections get a
@@ -400,8 +429,7 @@ static void on_heartbeat(struct ev_loop *loop, ev_timer *t, int revents)
     beat(w);
     if (getppid() != w->ppid)
         ps_worker_stop(w);
-    if (w->slot->release == 1)
-        release_own_listeners(w);
+    release_listeners(w); /* a lane closed, or a last stop that began while retiring */
     if (w->stopping && ev_now(loop) - w->stop_started >= 1.0) {
         close_idle(w);
         if (w->nconns == 0)
@@ -513,6 +541,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->fd = fd;
     l->is_unix = is_unix;
     l->own = 0;
+    l->shut_at_stop = 0;
     l->released = 0;
     l->gated = 0;
     l->local_len = 0;
@@ -566,6 +595,13 @@ void ps_worker_finish(ps_worker_t *w)
     ev_signal_stop(w->loop, &w->sigquit);
     ev_signal_stop(w->loop, &w->sigusr1);
     ev_timer_stop(w->loop, &w->stop_timer);
+}
+
+void ps_worker_shut_at_stop(ps_worker_t *w, int fd)
+{
+    for (uint32_t i = 0; i < w->nlisteners; i++)
+        if (w->listeners[i].fd == fd)
+            w->listeners[i].shut_at_stop = 1;
 }
 
 int ps_worker_add_own_listener(ps_worker_t *w, int fd)

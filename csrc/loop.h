@@ -29,9 +29,10 @@ typedef struct {
     ps_worker_t *w;
     int fd;
     int is_unix;
-    int own;      /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
-    int released; /* own, and drained and shut down: never watched again */
-    int gated;    /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
+    int own;          /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
+    int shut_at_stop; /* bound by this server: released at its last stop (loop.c) */
+    int released;     /* drained and shut down: never watched again */
+    int gated;        /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;
@@ -90,6 +91,9 @@ int ps_worker_add_listener(ps_worker_t *w, int fd);
  * gone): then its queue is accepted to the last connection and the socket
  * shut down, so the kernel sends new connections to the other sockets. */
 int ps_worker_add_own_listener(ps_worker_t *w, int fd);
+/* The listener fd was bound by this server, not inherited: at the server's
+ * last stop it is shut down, so that new connections are refused at once. */
+void ps_worker_shut_at_stop(ps_worker_t *w, int fd);
 /* Runs until a stop signal and every connection is done. */
 void ps_worker_run(ps_worker_t *w);
 /* The two halves of ps_worker_run for a loop driven from elsewhere (the

@@ -367,6 +367,8 @@ static void begin_stop(ps_master_t *m, int how)
     if (m->stopping >= how)
         return;
     m->stopping = how;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        m->slots[i].final_stop = 1;
     int signo = how == STOP_QUICK ? SIGQUIT : SIGTERM;
     for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
         signal_worker(m, i, signo);

@@ -29,6 +29,7 @@ typedef struct {
     volatile uint32_t retire;       /* the worker asks to be replaced */
     volatile uint32_t busy;         /* a request is being dispatched */
     volatile uint32_t release;      /* 1: release the --reuse-port lane (master.c); 2: done */
+    volatile uint32_t final_stop;   /* the master is stopping: no worker comes after */
     char method[PS_SLOT_METHOD_LEN];
     char path[PS_SLOT_PATH_LEN];
 } ps_slot_t;

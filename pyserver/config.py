@@ -25,6 +25,8 @@ hold final values:
     error_logger              logging.Logger "pyserver.error"
     access_logger             logging.Logger "pyserver.access"
     app_spec                  str, "module:attr" for messages
+    bound_fds                 list of the listening fds bound here (not inherited):
+                              shut down at the server's last stop
     workers                   int, the number of worker processes
     use_master                bool: a master process forks and supervises the workers
     timeout                   float seconds, the workers' watchdog (0 disables)
@@ -317,6 +319,7 @@ class Config:
         self.access_logger = None
         self.loaded_app = None
         self.sockets = []
+        self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
         self._unix_paths = []
         self.loaded = False
 
@@ -420,6 +423,8 @@ class Config:
         except OSError as exc:
             sock.close()
             raise StartupError(f"error: cannot listen on {name}: {exc}", 1) from exc
+        if kind != "fd":
+            self.bound_fds.append(sock.fileno())
         return sock
 
     def _bind_tcp(self, host, port):
@@ -453,6 +458,7 @@ class Config:
         for sock in self.sockets:
             sock.close()
         self.sockets = []
+        self.bound_fds = []
         for path in self._unix_paths:
             try:
                 os.unlink(path)

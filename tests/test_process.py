@@ -432,6 +432,80 @@ def test_term_lets_requests_in_flight_finish_then_exits_zero():
             socket.create_connection((HOST, srv.port), timeout=1).close()
 
 
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection((HOST, port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def sleeping_anywhere(pid: int) -> int:
+    """Like sleeping_in_a_view, counting the process itself too (a single process)."""
+    own = "nanosleep" in Path(f"/proc/{pid}/wchan").read_text()
+    return own + sleeping_in_a_view(pid)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stopping_server_refuses_new_connections_at_once_and_finishes_the_rest(workers):
+    """At the last stop the sockets pyserver bound stop listening: a new client is refused
+    (and can go elsewhere) instead of waiting in a queue that nobody reads."""
+    args = ("-w", "2", "--graceful-timeout", "10") if workers == 2 else ()
+    with run_server(APP, *args) as srv:
+        wait_serving(srv.port)
+        results = []
+        slow = threading.Thread(target=lambda: results.append(get(srv.port, "/sleep/2")))
+        slow.start()
+        assert wait_for(lambda: sleeping_anywhere(srv.pid) == 1, 5)
+        os.kill(srv.pid, signal.SIGTERM)
+        assert wait_for(lambda: refused(srv.port), 5), srv.log_tail()
+        slow.join(10)
+        assert results == [(200, b"slept")]
+        assert srv.proc.wait(10) == 0
+
+
+def test_a_socket_activated_server_leaves_new_connections_to_the_next_one():
+    """An inherited socket is not pyserver's to shut: a connection made while it stops
+    stays queued in it for whoever serves the socket next."""
+    port = free_port()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, port))
+    listener.listen(64)
+    fd = listener.fileno()
+    wrapper = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.close(int(sys.argv[1]));"
+        "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1');"
+        "os.execv(sys.executable, [sys.executable, '-m', 'pyserver', *sys.argv[2:]])"
+    )
+    command = [sys.executable, "-c", wrapper, str(fd)]
+    with listener:
+        with run_server(APP, command=command, listen=False, port=port, pass_fds=(fd,)) as srv:
+            wait_serving(srv.port)
+            # A keep-alive connection the server has accepted, then left idle.
+            idle = socket.create_connection((HOST, port), timeout=10)
+            idle.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert idle.recv(1000).startswith(b"HTTP/1.1 200 ")
+            results = []
+            slow = threading.Thread(target=lambda: results.append(get(srv.port, "/sleep/2")))
+            slow.start()
+            assert wait_for(lambda: sleeping_anywhere(srv.pid) == 1, 5)
+            os.kill(srv.pid, signal.SIGTERM)
+            # The stop has begun once the idle connection is closed (after the view).
+            assert idle.recv(100) == b""
+            idle.close()
+            late = socket.create_connection((HOST, port), timeout=5)
+            late.sendall(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            slow.join(10)
+            assert results == [(200, b"slept")]
+            assert srv.proc.wait(10) == 0
+        # The next server is this test: the late connection is still in the queue.
+        listener.settimeout(5)
+        accepted, _ = listener.accept()
+        with late, accepted:
+            assert accepted.recv(100).startswith(b"GET /pid HTTP/1.1")
+
+
 def test_killed_worker_is_replaced_within_a_second():
     with master() as srv:
         before = wait_workers(srv.pid, 2)

@@ -234,6 +234,31 @@ error:
     return -1;
 }
 
+/* config.bound_fds (optional): the listeners pyserver bound itself, shut
+ * down at the server's last stop (see ps_worker_shut_at_stop). */
+static int mark_bound_listeners(ps_worker_t *w, PyObject *config)
+{
+    if (!PyObject_HasAttrString(config, "bound_fds"))
+        return 0;
+    PyObject *fds = PyObject_GetAttrString(config, "bound_fds");
+    if (fds == NULL)
+        return -1;
+    PyObject *seq = PySequence_Fast(fds, "config.bound_fds must be a sequence");
+    Py_DECREF(fds);
+    if (seq == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        int fd = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        ps_worker_shut_at_stop(w, fd);
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
 /* Calls pyserver.workers_proc.reopen_logs(); errors are printed, not raised. */
 static void call_reopen_logs(void)
 {
@@ -450,6 +475,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_ValueError, "pyserver: no listening socket");
         goto done;
     }
+    if (mark_bound_listeners(w, args[2]) < 0)
+        goto done;
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     /* USR1 reopens the log files, except under gunicorn: its own handler
