@@ -14,6 +14,7 @@ import os
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -222,3 +223,49 @@ def test_bad_clients_cost_only_their_own_connections(srv):
     if not UNDER_ASAN:
         grown_mib = (rss_kib(pid) - rss_before) / 1024
         assert grown_mib < 30, f"worker RSS grew {grown_mib:.1f} MiB"
+
+
+def test_out_of_descriptors_new_connections_are_shed_and_the_worker_recovers():
+    """With its descriptors used up by open connections, the worker drops the connections
+    it cannot take (accepting each on a spare descriptor and closing it) instead of leaving
+    them in the queue or spinning; once connections close it serves as before."""
+    wrapper = (
+        "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64));"
+        "os.execv(sys.executable, [sys.executable, '-m', 'pyserver', *sys.argv[1:]])"
+    )
+    args = ("--timeout-keep-alive", "60", "--no-access-log")
+    command = [sys.executable, "-c", wrapper]
+    with run_server("apps.basic:app", *args, command=command) as srv:
+        pid = worker_pid(srv)
+        fds_before = settled_fd_count(pid)
+        clients = [connect(srv.port) for _ in range(100)]  # more than the worker can hold
+        served = shed = 0
+        for sock in clients:
+            try:
+                sock.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+                reply = sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                reply = b""
+            if reply.startswith(b"HTTP/1.1 200 "):
+                served += 1
+            else:
+                assert reply == b"", reply
+                shed += 1
+        assert served > 0 and shed > 0, (served, shed)
+        assert fd_count(pid) <= 64
+        # At the limit with nothing left to accept, the worker sleeps.
+        cpu = cpu_seconds(pid)
+        time.sleep(1.0)
+        assert cpu_seconds(pid) - cpu < 0.5
+        for sock in clients:
+            sock.close()
+        assert wait_for(lambda: fd_count(pid) <= fds_before + 1, 10), fd_count(pid)
+        with connect(srv.port) as sock:
+            sock.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert read_all(sock).startswith(b"HTTP/1.1 200 ")
+        assert worker_pid(srv) == pid
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
