@@ -42,34 +42,21 @@ ASGI_APP = "benchmarks.apps.hello_asgi:app"
 
 def servers(port: int) -> dict[str, dict]:
     bind = f"{HOST}:{port}"
+    pyserver = [
+        PROJECT_PYTHON,
+        "-m",
+        "pyserver",
+        WSGI_APP,
+        "-w",
+        "2",
+        "-b",
+        bind,
+        "--no-access-log",
+    ]
     return {
-        "pyserver": {
-            "argv": [
-                PROJECT_PYTHON,
-                "-m",
-                "pyserver",
-                WSGI_APP,
-                "-w",
-                "2",
-                "-b",
-                bind,
-                "--no-access-log",
-            ],
-            "summary": "pyserver -w 2 (WSGI)",
-        },
+        "pyserver": {"argv": pyserver, "summary": "pyserver -w 2 (WSGI)"},
         "pyserver-reuse-port": {
-            "argv": [
-                PROJECT_PYTHON,
-                "-m",
-                "pyserver",
-                WSGI_APP,
-                "-w",
-                "2",
-                "--reuse-port",
-                "-b",
-                bind,
-                "--no-access-log",
-            ],
+            "argv": [*pyserver, "--reuse-port"],
             "summary": "pyserver -w 2 --reuse-port (WSGI)",
         },
         "gunicorn": {

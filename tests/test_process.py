@@ -464,9 +464,9 @@ def test_a_stopping_server_refuses_new_connections_at_once_and_finishes_the_rest
         assert srv.proc.wait(10) == 0
 
 
-def test_a_socket_activated_server_leaves_new_connections_to_the_next_one():
-    """An inherited socket is not pyserver's to shut: a connection made while it stops
-    stays queued in it for whoever serves the socket next."""
+def socket_activation():
+    """A listening socket made the way systemd passes one (at fd 3, LISTEN_PID naming the
+    exec'd process): the socket, its port, and run_server's command and pass_fds."""
     port = free_port()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -479,8 +479,15 @@ def test_a_socket_activated_server_leaves_new_connections_to_the_next_one():
         "os.execv(sys.executable, [sys.executable, '-m', 'pyserver', *sys.argv[2:]])"
     )
     command = [sys.executable, "-c", wrapper, str(fd)]
+    return listener, port, {"command": command, "pass_fds": (fd,)}
+
+
+def test_a_socket_activated_server_leaves_new_connections_to_the_next_one():
+    """An inherited socket is not pyserver's to shut: a connection made while it stops
+    stays queued in it for whoever serves the socket next."""
+    listener, port, activated = socket_activation()
     with listener:
-        with run_server(APP, command=command, listen=False, port=port, pass_fds=(fd,)) as srv:
+        with run_server(APP, listen=False, port=port, **activated) as srv:
             wait_serving(srv.port)
             # A keep-alive connection the server has accepted, then left idle.
             idle = socket.create_connection((HOST, port), timeout=10)
@@ -605,28 +612,9 @@ def test_max_rss_recycles_a_worker_that_grows_past_it():
 
 
 def test_socket_activation_serves_the_listen_fds_socket():
-    port = free_port()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((HOST, port))
-    listener.listen(64)
-    fd = listener.fileno()
-    # What systemd does: the socket at fd 3, LISTEN_PID naming the exec'd process.
-    wrapper = (
-        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.close(int(sys.argv[1]));"
-        "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1');"
-        "os.execv(sys.executable, [sys.executable, '-m', 'pyserver', *sys.argv[2:]])"
-    )
+    listener, port, activated = socket_activation()
     try:
-        with run_server(
-            APP,
-            "-w",
-            "2",
-            command=[sys.executable, "-c", wrapper, str(fd)],
-            listen=False,
-            port=port,
-            pass_fds=(fd,),
-        ) as srv:
+        with run_server(APP, "-w", "2", listen=False, port=port, **activated) as srv:
             listener.close()  # only the server holds it now
             wait_workers(srv.pid, 2)
             wait_serving(srv.port)

@@ -204,34 +204,53 @@ static PyObject *check_forwarded_allow_ips(PyObject *module, PyObject *value)
     Py_RETURN_NONE;
 }
 
+/* The descriptors of a sequence of sockets (or ints) into a new array
+ * (PyMem_Free it; never NULL on success). Returns the count, or -1 with an
+ * exception. */
+static Py_ssize_t read_fds(PyObject *items, const char *what, int **out)
+{
+    PyObject *seq = PySequence_Fast(items, what);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fds[i] = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
+        if (fds[i] < 0) {
+            PyMem_Free(fds);
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    *out = fds;
+    return n;
+}
+
 /* Adds the sockets' fds as listeners (this worker's own ones when `own`).
  * Returns the number added, or -1 with an exception. */
 static Py_ssize_t add_listeners(ps_worker_t *w, PyObject *sockets, int own)
 {
-    PyObject *seq = PySequence_Fast(sockets, "sockets must be a sequence");
-    if (seq == NULL)
+    int *fds;
+    Py_ssize_t n = read_fds(sockets, "sockets must be a sequence", &fds);
+    if (n < 0)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *fileno = PyObject_CallMethod(PySequence_Fast_GET_ITEM(seq, i), "fileno", NULL);
-        if (fileno == NULL)
-            goto error;
-        long fd = PyLong_AsLong(fileno);
-        Py_DECREF(fileno);
-        if (fd == -1 && PyErr_Occurred())
-            goto error;
-        int rc = own ? ps_worker_add_own_listener(w, (int)fd) : ps_worker_add_listener(w, (int)fd);
+        int rc = own ? ps_worker_add_own_listener(w, fds[i]) : ps_worker_add_listener(w, fds[i]);
         if (rc < 0) {
             errno = -rc;
             PyErr_SetFromErrno(PyExc_OSError);
-            goto error;
+            n = -1;
+            break;
         }
     }
-    Py_DECREF(seq);
+    PyMem_Free(fds);
     return n;
-error:
-    Py_DECREF(seq);
-    return -1;
 }
 
 /* config.bound_fds (optional): the listeners pyserver bound itself, shut
@@ -240,22 +259,17 @@ static int mark_bound_listeners(ps_worker_t *w, PyObject *config)
 {
     if (!PyObject_HasAttrString(config, "bound_fds"))
         return 0;
-    PyObject *fds = PyObject_GetAttrString(config, "bound_fds");
-    if (fds == NULL)
+    PyObject *bound = PyObject_GetAttrString(config, "bound_fds");
+    if (bound == NULL)
         return -1;
-    PyObject *seq = PySequence_Fast(fds, "config.bound_fds must be a sequence");
-    Py_DECREF(fds);
-    if (seq == NULL)
+    int *fds;
+    Py_ssize_t n = read_fds(bound, "config.bound_fds must be a sequence", &fds);
+    Py_DECREF(bound);
+    if (n < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        int fd = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
-        if (fd < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        ps_worker_shut_at_stop(w, fd);
-    }
-    Py_DECREF(seq);
+    for (Py_ssize_t i = 0; i < n; i++)
+        ps_worker_shut_at_stop(w, fds[i]);
+    PyMem_Free(fds);
     return 0;
 }
 
@@ -637,27 +651,11 @@ static int read_listen_fds(PyObject *config, ps_master_config_t *mc)
     PyObject *sockets = PyObject_GetAttrString(config, "sockets");
     if (sockets == NULL)
         return -1;
-    PyObject *seq = PySequence_Fast(sockets, "config.sockets must be a sequence");
+    int *fds;
+    Py_ssize_t n = read_fds(sockets, "config.sockets must be a sequence", &fds);
     Py_DECREF(sockets);
-    if (seq == NULL)
+    if (n < 0)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (fds == NULL) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int fd = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
-        if (fd < 0) {
-            PyMem_Free(fds);
-            Py_DECREF(seq);
-            return -1;
-        }
-        fds[i] = fd;
-    }
-    Py_DECREF(seq);
     mc->listen_fds = fds;
     mc->nlisten = (uint32_t)n;
     return 0;
