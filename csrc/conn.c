@@ -14,10 +14,13 @@
 #include "common.h"
 #include "date.h"
 #include "loop.h"
+#include "spool.h"
 
-/* The parser pauses once this much decoded body waits for the application;
- * a request is dispatched once its body is complete or this much arrived. */
+/* The parser pauses once this much decoded body waits for an asynchronous
+ * application. */
 #define BODY_HIGH (256 * 1024)
+/* A spooled body is read back in pieces of this size. */
+#define SPOOL_READ (64 * 1024)
 /* Buffers larger than this are released when a connection goes idle. */
 #define KEEP_BUF (64 * 1024)
 #define LINGER_SECONDS 2.0
@@ -59,6 +62,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     c->fd = fd;
     c->is_unix = is_unix != 0;
     c->sf_fd = -1;
+    c->spool_fd = -1;
     c->resp_left = -1;
     memcpy(&c->peer, peer, peer_len);
     c->peer_len = peer_len;
@@ -67,7 +71,12 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     c->proxy_trusted =
         proxy != NULL &&
         (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
-    ps_http1_init(&c->parser, &w->cfg.limits, &c->body, BODY_HIGH);
+    /* A synchronous request's parser pauses once the body passes the spool
+     * threshold, so that the body goes to the file from then on. */
+    size_t high = BODY_HIGH;
+    if (!w->async)
+        high = (size_t)PS_MIN(w->cfg.body_spool_threshold, (uint64_t)SIZE_MAX - 1) + 1;
+    ps_http1_init(&c->parser, &w->cfg.limits, &c->body, high);
     ev_io_init(&c->rio, on_read, fd, EV_READ);
     ev_io_init(&c->wio, on_write, fd, EV_WRITE);
     ev_init(&c->timer, on_timer);
@@ -87,8 +96,19 @@ int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *
     return getsockname(c->fd, (struct sockaddr *)ss, len) < 0 ? -errno : 0;
 }
 
+/* Closes the spool file, if any: its bytes are gone with it. */
+static void drop_spool(ps_conn_t *c)
+{
+    if (c->spool_fd >= 0) {
+        close(c->spool_fd);
+        c->spool_fd = -1;
+    }
+    c->spool_len = c->spool_read = 0;
+}
+
 void ps_conn_free(ps_conn_t *c)
 {
+    drop_spool(c);
     ps_http1_free(&c->parser);
     ps_buf_free(&c->rbuf);
     ps_buf_free(&c->body);
@@ -120,6 +140,7 @@ void ps_conn_close(ps_conn_t *c)
     ev_timer_stop(loop, &c->timer);
     close(c->fd);
     c->fd = -1;
+    drop_spool(c);
     c->state = PS_CONN_CLOSED;
     c->failed = 1;
     ps_worker_conn_closed(c->w, c);
@@ -489,49 +510,53 @@ static int parse(ps_conn_t *c)
     return rc;
 }
 
-int ps_conn_body_wait(ps_conn_t *c)
+/* A synchronous request's body as it arrives: it stays in c->body up to the
+ * spool threshold; once the body is larger, what is buffered and everything
+ * after goes to the spool file. Returns 0 or -errno (no spool file, or a
+ * failed write). */
+static int spool_body(ps_conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
-    for (;;) {
-        if (ps_buf_size(&c->body) > 0 || r->message_complete)
+    size_t n = ps_buf_size(&c->body);
+    if (c->spool_fd < 0) {
+        if (ps_conn_request(c)->body_received <= c->w->cfg.body_spool_threshold)
             return 0;
-        if (c->error_status)
-            return -EPROTO;
-        if (c->failed)
-            return -ECONNRESET;
-        if (ps_buf_size(&c->rbuf) > 0) {
-            if (parse(c) == PS_HTTP1_ERROR) {
-                c->error_status = c->parser.error_status;
-                c->keep_alive = 0;
-                return -EPROTO;
-            }
-            continue;
-        }
-        if (r->expect_continue && !c->continue_sent && !c->resp_started) {
-            c->continue_sent = 1;
-            struct iovec v = {(void *)ps_http1_continue.base, ps_http1_continue.len};
-            int rc = send_iov(c, &v, 1);
-            while (rc == PS_WRITE_PENDING) {
-                if ((rc = wait_fd(c, POLLOUT)) < 0 || (rc = flush(c)) < 0)
-                    return rc;
-            }
-            if (rc < 0)
-                return rc;
-            ev_io_stop(c->w->loop, &c->wio);
-        }
-        int rc = wait_fd(c, POLLIN);
-        if (rc < 0)
-            return rc;
-        if (ps_buf_reserve(&c->rbuf, 64 * 1024) < 0)
-            return -ENOMEM;
-        ssize_t n = read_some(c, c->rbuf.data + c->rbuf.len, c->rbuf.cap - c->rbuf.len);
-        if (n == 0 || (n < 0 && n != -EAGAIN)) {
-            c->failed = 1;
-            return -ECONNRESET;
-        }
-        if (n > 0)
-            c->rbuf.len += (size_t)n;
+        int fd = ps_spool_open();
+        if (fd < 0)
+            return fd;
+        c->spool_fd = fd;
     }
+    if (n == 0)
+        return 0;
+    int rc = ps_spool_write(c->spool_fd, ps_buf_head(&c->body), n);
+    if (rc < 0)
+        return rc;
+    /* The first write moves up to the threshold: do not keep that much. */
+    int first = c->spool_len == 0;
+    c->spool_len += n;
+    ps_buf_reset(&c->body);
+    if (first)
+        ps_buf_shrink(&c->body, KEEP_BUF);
+    return 0;
+}
+
+int ps_conn_body_fill(ps_conn_t *c)
+{
+    if (ps_buf_size(&c->body) > 0 || c->spool_fd < 0 || c->spool_read >= c->spool_len)
+        return 0;
+    size_t want = (size_t)PS_MIN(c->spool_len - c->spool_read, SPOOL_READ);
+    if (ps_buf_reserve(&c->body, want) < 0)
+        return -ENOMEM;
+    ssize_t n;
+    do
+        n = pread(c->spool_fd, c->body.data + c->body.len, want, (off_t)c->spool_read);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    if (n == 0)
+        return -EIO; /* the file is shorter than what was written to it */
+    c->body.len += (size_t)n;
+    c->spool_read += (uint64_t)n;
+    return 0;
 }
 
 /* While an asynchronous application runs, the connection keeps reading:
@@ -550,11 +575,12 @@ static void update_reading(ps_conn_t *c)
         ev_io_stop(c->w->loop, &c->rio);
 }
 
-/* A malformed or oversized body while an asynchronous application runs:
- * the application hears a disconnect, the client gets the error. */
-static void body_failed(ps_conn_t *c)
+/* A malformed, oversized or stalled body while an asynchronous application
+ * runs: the application hears a disconnect, the client gets the error (if
+ * no response started; else the connection closes). May close c. */
+static void body_failed(ps_conn_t *c, int status)
 {
-    c->error_status = c->parser.error_status;
+    c->error_status = status;
     c->keep_alive = 0;
     if (c->app_data)
         c->w->handler->on_disconnect(c);
@@ -573,7 +599,7 @@ int ps_conn_body_want(ps_conn_t *c)
         return -EPROTO;
     if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->rbuf) > 0 &&
         parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c);
+        body_failed(c, c->parser.error_status);
         return -EPROTO;
     }
     if (ps_buf_size(&c->body) > 0 || r->message_complete)
@@ -586,7 +612,7 @@ int ps_conn_body_want(ps_conn_t *c)
     }
     c->body_wanted = 1;
     update_reading(c);
-    arm_timer(c, c->w->cfg.timeout_request_header); /* a stalled upload ends */
+    arm_timer(c, c->w->cfg.timeout_request_body); /* until a read adds body bytes */
     return 0;
 }
 
@@ -599,7 +625,7 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         return;
     }
     if (!r->message_complete && parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c);
+        body_failed(c, c->parser.error_status);
         return;
     }
     if (c->body_wanted && (ps_buf_size(&c->body) > 0 || r->message_complete)) {
@@ -702,6 +728,12 @@ static void after_handler(ps_conn_t *c)
         return;
     }
     if (c->resp_ended) {
+        /* A synchronous application is done with its buffered body. */
+        if (!c->w->async) {
+            drop_spool(c);
+            ps_buf_reset(&c->body);
+            ps_buf_shrink(&c->body, KEEP_BUF);
+        }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
             c->state = PS_CONN_FLUSH;
             start_writing(c);
@@ -742,17 +774,38 @@ static void answer_error(ps_conn_t *c, int status)
     after_handler(c);
 }
 
+/* A synchronous request whose body is still to come: the loop reads it, so
+ * a client that waits for "100 Continue" gets it now that the head is
+ * accepted. Returns 0, or -1 when the client is gone (c is then closed). */
+static int expect_body(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    if (!r->expect_continue || r->http_minor == 0 || c->continue_sent)
+        return 0;
+    c->continue_sent = 1;
+    struct iovec v = {(void *)ps_http1_continue.base, ps_http1_continue.len};
+    if (send_iov(c, &v, 1) < 0) {
+        ps_conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses what arrived and dispatches complete requests, one at a time, until
  * it must wait for the client or for the application. May close c. */
 static void process(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
     ps_worker_t *w = c->w;
+    int progress = 0; /* body bytes arrived: the body's no-progress clock restarts */
     while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
+        uint64_t before = r->body_received;
         if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
             answer_error(c, c->parser.error_status);
             return;
         }
+        if (r->body_received != before)
+            progress = 1;
         if (!r->head_complete) {
             if (!c->head_started) {
                 arm_timer(c, w->cfg.timeout_keep_alive);
@@ -770,17 +823,31 @@ static void process(ps_conn_t *c)
         if (c->state == PS_CONN_IDLE) {
             c->state = PS_CONN_BODY;
             c->req_start = ev_now(w->loop);
+            progress = 1;
+            if (!w->async && !r->message_complete && expect_body(c) < 0)
+                return;
         }
-        /* A synchronous application reads its body with blocking calls, so
-         * it gets the body (or its first BODY_HIGH bytes) up front; an
-         * asynchronous one receives the body as it arrives. */
-        int body_ready = r->message_complete || r->expect_continue || w->async ||
-                         ps_buf_size(&c->body) >= BODY_HIGH;
-        if (!body_ready) {
-            arm_timer(c, w->cfg.timeout_request_header);
+        /* An asynchronous application receives the body as it arrives. A
+         * synchronous one reads it with blocking calls, which must never
+         * wait for a client: the loop reads the whole body first, into
+         * memory or the spool file. */
+        if (w->async) {
+            dispatch(c);
+            continue;
+        }
+        if (spool_body(c) < 0) {
+            answer_error(c, 500);
             return;
         }
-        dispatch(c);
+        if (r->message_complete) {
+            dispatch(c);
+            continue;
+        }
+        if (ps_buf_size(&c->rbuf) > 0)
+            continue; /* the parser paused at the spool threshold */
+        if (progress)
+            arm_timer(c, w->cfg.timeout_request_body);
+        return;
     }
 }
 
@@ -799,6 +866,8 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
     }
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);
+    if (c->state == PS_CONN_BODY) /* "100 Continue" is out: back to the body's clock */
+        arm_timer(c, c->w->cfg.timeout_request_body);
     if (c->state == PS_CONN_APP) {
         c->in_handler = 1;
         c->w->handler->on_writable(c);
@@ -825,6 +894,14 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
         break;
     case PS_CONN_BODY:
         answer_error(c, 408);
+        break;
+    case PS_CONN_APP:
+        /* An asynchronous application waits for a body that stopped coming. */
+        if (c->body_wanted && !ev_is_active(&c->wio)) {
+            body_failed(c, 408);
+            break;
+        }
+        ps_conn_close(c);
         break;
     default:
         ps_conn_close(c);

@@ -22,8 +22,10 @@ typedef struct ps_worker ps_worker_t;
 typedef struct ps_conn ps_conn_t;
 
 typedef struct {
-    /* A request head is complete (the body may still be arriving). The
-     * handler starts a response, or finishes it with ps_conn_end(). */
+    /* A request head is complete. For a synchronous layer the whole body is
+     * buffered too (ps_conn_body_fill); for an asynchronous one it may still
+     * be arriving. The handler starts a response, or finishes it with
+     * ps_conn_end(). */
     void (*on_request)(ps_conn_t *c);
     /* Output drained after a write returned PS_WRITE_PENDING: produce more. */
     void (*on_writable)(ps_conn_t *c);
@@ -38,7 +40,7 @@ typedef struct {
 
 enum ps_conn_state {
     PS_CONN_IDLE,   /* reading a request head (or idle between requests) */
-    PS_CONN_BODY,   /* head read, buffering the start of the body */
+    PS_CONN_BODY,   /* head read, buffering the body of a synchronous request */
     PS_CONN_APP,    /* handed to the application */
     PS_CONN_FLUSH,  /* response complete, output still queued */
     PS_CONN_LINGER, /* answered and shut down, draining input before close */
@@ -69,7 +71,10 @@ struct ps_conn {
     unsigned sf_trailer : 1;    /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;   /* on_body is owed once body bytes arrive */
     unsigned proxy_trusted : 1; /* the peer is a trusted proxy (decided at accept) */
-    int error_status;           /* a bad body seen by ps_conn_body_wait() */
+    int error_status;           /* a bad body seen while an asynchronous application runs */
+    int spool_fd;               /* the body's spool file (see spool.h), or -1 */
+    uint64_t spool_len;         /* bytes written to it */
+    uint64_t spool_read;        /* bytes ps_conn_body_fill() took back from it */
     ev_io rio;
     ev_io wio;
     ev_timer timer;
@@ -119,12 +124,13 @@ static inline ps_request_t *ps_conn_request(ps_conn_t *c)
     return &c->parser.req;
 }
 
-/* Blocks until request body bytes are in c->body or the body is complete;
- * sends "100 Continue" first when the client waits for it. The caller reads
- * c->body and consumes what it used. Returns 0, or -errno when the client
- * went away (-ECONNRESET), stalled (-ETIMEDOUT) or sent a bad or oversized
- * body (-EPROTO; the error status is then answered if nothing was sent). */
-int ps_conn_body_wait(ps_conn_t *c);
+/* Synchronous layers: the connection read the whole body before on_request,
+ * into c->body or (past cfg.body_spool_threshold) a spool file. When c->body
+ * is empty this refills it with the next piece of the spool file; it never
+ * waits for the client. The caller reads c->body and consumes what it used.
+ * Returns 0 (c->body still empty: the body is over) or -errno when the spool
+ * file cannot be read. */
+int ps_conn_body_fill(ps_conn_t *c);
 
 /* Asynchronous layers: returns 1 when c->body holds bytes or the body is
  * complete, 0 when it starts reading and will call on_body later, -errno when

@@ -14,7 +14,11 @@
 typedef struct {
     ps_http1_limits_t limits;
     double timeout_keep_alive;     /* idle time between requests */
-    double timeout_request_header; /* time to send a head; also a stalled body or send */
+    double timeout_request_header; /* time to send a head; also a stalled send */
+    double timeout_request_body;   /* a body that makes no progress this long gets 408 */
+    /* Synchronous layers: a body larger than this is spooled to a file while
+     * it arrives; smaller ones are held in memory. */
+    uint64_t body_spool_threshold;
     double graceful_timeout;
     uint32_t limit_connections;
     /* Proxy headers: whose X-Forwarded-* to believe (NULL: nobody's); it

@@ -183,6 +183,14 @@ def build_parser():
     )
     add(
         http,
+        "--timeout-request-body",
+        metavar="SECONDS",
+        type=_float("timeout_request_body"),
+        help="answer 408 and close when a request body makes no progress for this many "
+        f"seconds (default: {D['timeout_request_body']:g})",
+    )
+    add(
+        http,
         "--graceful-timeout",
         metavar="SECONDS",
         type=_float("graceful_timeout"),
@@ -238,6 +246,15 @@ def build_parser():
         metavar="BYTES",
         type=_int("limit_request_body"),
         help="maximum size of a request body; 0 means no limit (default: 0)",
+    )
+    add(
+        http,
+        "--body-spool-threshold",
+        metavar="BYTES",
+        type=_int("body_spool_threshold"),
+        help="WSGI: the server reads each request body before the application runs; bodies "
+        "larger than this go to an unlinked temporary file in $TMPDIR instead of memory "
+        f"(default: {D['body_spool_threshold']})",
     )
     add(
         http,

@@ -8,11 +8,14 @@ hold final values:
     root_path                 str, no trailing slash ("" for none)
     timeout_keep_alive        float seconds
     timeout_request_header    float seconds
+    timeout_request_body      float seconds a request body may make no progress
     graceful_timeout          float seconds
     limit_request_line        int
     limit_request_fields      int
     limit_request_field_size  int
     limit_request_body        int, 0 = no limit
+    body_spool_threshold      int bytes: WSGI bodies larger than this are spooled to a
+                              temporary file (in $TMPDIR) while they arrive
     limit_connections         int
     access_log                bool (False also when the access logger is disabled)
     server_header             bool
@@ -63,6 +66,7 @@ INT_BOUNDS = {
     "limit_request_fields": (1, 32768),
     "limit_request_field_size": (1, 65536),
     "limit_request_body": (0, None),
+    "body_spool_threshold": (0, None),
     "limit_connections": (1, None),
     "limit_concurrency": (0, None),
     "limit_max_requests": (0, None),
@@ -74,6 +78,7 @@ INT_BOUNDS = {
 FLOAT_BOUNDS = {
     "timeout_keep_alive": (0.0, None),
     "timeout_request_header": (0.001, None),
+    "timeout_request_body": (0.001, None),
     "graceful_timeout": (0.0, None),
     "timeout": (0.0, None),
 }
@@ -208,11 +213,13 @@ class Config:
         root_path="",
         timeout_keep_alive=5.0,
         timeout_request_header=60.0,
+        timeout_request_body=30.0,
         graceful_timeout=30.0,
         limit_request_line=8190,
         limit_request_fields=100,
         limit_request_field_size=8190,
         limit_request_body=0,
+        body_spool_threshold=1 << 20,
         limit_connections=10000,
         limit_concurrency=0,
         limit_max_requests=0,
@@ -255,6 +262,7 @@ class Config:
         self.root_path = root_path.rstrip("/")
         self.timeout_keep_alive = check_float("timeout_keep_alive", timeout_keep_alive)
         self.timeout_request_header = check_float("timeout_request_header", timeout_request_header)
+        self.timeout_request_body = check_float("timeout_request_body", timeout_request_body)
         self.graceful_timeout = check_float("graceful_timeout", graceful_timeout)
         self.limit_request_line = check_int("limit_request_line", limit_request_line)
         self.limit_request_fields = check_int("limit_request_fields", limit_request_fields)
@@ -262,6 +270,7 @@ class Config:
             "limit_request_field_size", limit_request_field_size
         )
         self.limit_request_body = check_int("limit_request_body", limit_request_body)
+        self.body_spool_threshold = check_int("body_spool_threshold", body_spool_threshold)
         self.limit_connections = check_int("limit_connections", limit_connections)
         self.limit_concurrency = check_int("limit_concurrency", limit_concurrency or 0)
         self.limit_max_requests = check_int("limit_max_requests", limit_max_requests or 0)

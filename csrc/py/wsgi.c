@@ -463,7 +463,7 @@ static void fail(RequestObject *req)
                          (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
                          r->target.base);
         if (!req->headers_sent)
-            ps_conn_send_error(c, c->error_status ? c->error_status : 500);
+            ps_conn_send_error(c, 500);
         else
             ps_conn_abort(c);
     }
@@ -888,22 +888,20 @@ static PyType_Spec Request_spec = {
 
 /* ---- wsgi.input ---- */
 
-/* Makes sure body bytes are buffered, or the body is over. Returns 0, or -1
- * with an exception (client gone, stalled, malformed or too large body). */
+/* Makes sure body bytes are buffered, or the body is over. The connection
+ * read the whole body before the application was called, so this never
+ * waits for the client; a spooled body is read back from its file. Returns
+ * 0, or -1 with an exception (the spool file cannot be read). */
 static int input_fill(InputObject *self)
 {
     ps_conn_t *c = self->conn;
-    if (c == NULL || ps_buf_size(&c->body) > 0 || ps_conn_request(c)->message_complete)
+    if (c == NULL || ps_buf_size(&c->body) > 0)
         return 0;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ps_conn_body_wait(c);
-    Py_END_ALLOW_THREADS if (rc == 0) return 0;
-    if (rc == -EPROTO)
-        PyErr_Format(PyExc_OSError, "request body rejected (%d)", c->error_status);
-    else if (rc == -ETIMEDOUT)
-        PyErr_SetString(PyExc_TimeoutError, "timed out reading the request body");
-    else
-        PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
+    int rc = ps_conn_body_fill(c);
+    if (rc == 0)
+        return 0;
+    errno = -rc;
+    PyErr_SetFromErrno(PyExc_OSError);
     return -1;
 }
 
@@ -1045,7 +1043,8 @@ static PyType_Slot Input_slots[] = {
     {Py_tp_iter, PyObject_SelfIter},
     {Py_tp_iternext, Input_iternext},
     {Py_tp_dealloc, Input_dealloc},
-    {Py_tp_doc, "wsgi.input: the request body, streamed from the connection."},
+    {Py_tp_doc, "wsgi.input: the request body, read by the server before the application runs "
+                "(held in memory, or in a spool file past --body-spool-threshold)."},
     {0, NULL},
 };
 

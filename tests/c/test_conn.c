@@ -27,6 +27,8 @@
 /* conn.c's high-water mark for a request body waiting for the application. */
 #define CONN_BODY_HIGH (256 * 1024)
 #define CLIENT_TIMEOUT_SECONDS 3
+/* The worker's body_spool_threshold: larger bodies go to a spool file. */
+#define SPOOL_THRESHOLD 1000
 
 static struct {
     ps_worker_t w;
@@ -56,31 +58,40 @@ static void respond(ps_conn_t *c, const ps_header_t *extra, size_t nextra, const
     ps_conn_end(c);
 }
 
-/* Reads the whole body through ps_conn_body_wait() and answers its size. */
-static void answer_body_size(ps_conn_t *c)
+/* Reads the whole body through ps_conn_body_fill() and answers its size;
+ * with `detail`, "<size> <sum> mem|spool": a checksum of its bytes and
+ * whether it came from a spool file. The body is complete before on_request. */
+static void answer_body_size(ps_conn_t *c, int detail)
 {
     ps_request_t *r = ps_conn_request(c);
-    uint64_t total = 0;
+    uint64_t total = 0, sum = 0;
+    int spooled = c->spool_fd >= 0;
+    CHECK(r->message_complete);
     for (;;) {
-        int rc = ps_conn_body_wait(c);
-        if (rc < 0) {
-            ps_conn_send_error(c, c->error_status ? c->error_status : 500);
+        if (ps_conn_body_fill(c) < 0) {
+            ps_conn_send_error(c, 500);
             return;
         }
         size_t n = ps_buf_size(&c->body);
+        if (n == 0)
+            break;
+        const unsigned char *p = (const unsigned char *)ps_buf_head(&c->body);
+        for (size_t i = 0; i < n; i++)
+            sum = sum * 31 + p[i];
         total += n;
         ps_buf_consume(&c->body, n);
-        if (n == 0 && r->message_complete)
-            break;
     }
-    char text[24];
-    int len = snprintf(text, sizeof(text), "%llu", (unsigned long long)total);
+    char text[64];
+    int len = detail ? snprintf(text, sizeof(text), "%llu %llu %s", (unsigned long long)total,
+                                (unsigned long long)sum, spooled ? "spool" : "mem")
+                     : snprintf(text, sizeof(text), "%llu", (unsigned long long)total);
     respond(c, NULL, 0, text, (size_t)len);
 }
 
 /*  /          "hello" with Content-Length
  *  /chunked   "hello world" in two writes without a length (chunked on 1.1)
  *  /size      the size of the request body, read by the application
+ *  /sum       its size, a checksum and "mem" or "spool" (where it was held)
  *  /close     "hello" with Connection: close from the application
  *  /bad-head  an invalid header name from the application
  *  anything else: the target itself, so pipelined answers can be told apart */
@@ -96,7 +107,9 @@ static void on_request(ps_conn_t *c)
             ps_conn_write(c, " world", 6);
         ps_conn_end(c);
     } else if (PS_SLICE_IEQ(t, "/size")) {
-        answer_body_size(c);
+        answer_body_size(c, 0);
+    } else if (PS_SLICE_IEQ(t, "/sum")) {
+        answer_body_size(c, 1);
     } else if (PS_SLICE_IEQ(t, "/close")) {
         ps_header_t h = {PS_SLICE_LIT("Connection"), PS_SLICE_LIT("close")};
         respond(c, &h, 1, "hello", 5);
@@ -173,6 +186,8 @@ static void server_start(void)
                    .max_body = 1 << 20},
         .timeout_keep_alive = 0.5,
         .timeout_request_header = 0.5,
+        .timeout_request_body = 1.0,
+        .body_spool_threshold = SPOOL_THRESHOLD,
         .graceful_timeout = 1.0,
         .limit_connections = 100,
         .server_header = 0,
@@ -489,6 +504,120 @@ static void test_large_bodies_reach_the_application(void)
     check_large_body(CONN_BODY_HIGH);
 }
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec pause = {ms / 1000, (ms % 1000) * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
+/* A body held in memory (up to the threshold) and one spooled (past it)
+ * reach the application byte for byte, with either framing. */
+static void check_spooled_body(size_t size, int chunked, const char *where)
+{
+    char *body = malloc(size + 1);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < size; i++) {
+        body[i] = (char)('a' + i % 23);
+        sum = sum * 31 + (unsigned char)body[i];
+    }
+    char head[160];
+    int hl = chunked
+                 ? snprintf(head, sizeof(head),
+                            "POST /sum HTTP/1.1\r\nHost: t\r\n"
+                            "Transfer-Encoding: chunked\r\n\r\n%zx\r\n",
+                            size)
+                 : snprintf(head, sizeof(head),
+                            "POST /sum HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", size);
+    int fd = client_connect();
+    send_all(fd, head, (size_t)hl);
+    send_all(fd, body, size);
+    if (chunked)
+        send_str(fd, "\r\n0\r\n\r\n");
+    char text[64], want[160], got[160];
+    int tl = snprintf(text, sizeof(text), "%zu %llu %s", size, (unsigned long long)sum, where);
+    int wl =
+        snprintf(want, sizeof(want), "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", tl, text);
+    size_t n = recv_upto(fd, got, (size_t)wl);
+    int ok = n == (size_t)wl && memcmp(got, want, n) == 0;
+    if (!ok)
+        fprintf(stderr, "check_spooled_body(%zu, %d): got %.*s\n", size, chunked, (int)n, got);
+    CHECK(ok);
+    close(fd);
+    free(body);
+}
+
+static void test_bodies_past_the_threshold_are_spooled(void)
+{
+    for (int chunked = 0; chunked < 2; chunked++) {
+        check_spooled_body(SPOOL_THRESHOLD - 1, chunked, "mem");
+        check_spooled_body(SPOOL_THRESHOLD + 1, chunked, "spool");
+        check_spooled_body(300000, chunked, "spool");
+    }
+    check_spooled_body(SPOOL_THRESHOLD, 0, "mem");
+}
+
+/* A client that asked for "100 Continue" and then sends nothing: the loop
+ * waits for its body, not the application, so another client is answered
+ * at once and the stalled one gets 408 once timeout_request_body passes. */
+static void test_stalled_body_gets_408_and_costs_no_one_else(void)
+{
+    int stalled = client_connect();
+    double start = now_seconds();
+    send_str(stalled, "POST /size HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+                      "Content-Length: 5\r\n\r\nab");
+    CHECK_ANSWER(stalled, "HTTP/1.1 100 Continue\r\n\r\n");
+    int other = client_connect();
+    send_str(other, HELLO_GET);
+    CHECK_ANSWER(other, HELLO);
+    close(other);
+    char got[512];
+    CHECK(recv(stalled, got, sizeof(got), MSG_DONTWAIT) < 0); /* still waiting for its body */
+    CHECK(now_seconds() - start < 1.0);
+    ps_slice_t want = ps_http1_error_response(408);
+    size_t n = recv_upto(stalled, got, want.len);
+    CHECK(n == want.len && memcmp(got, want.base, n) == 0);
+    CHECK(closed_by_server(stalled));
+    close(stalled);
+}
+
+/* The body's clock restarts on each read that adds body bytes, and only
+ * then: a body trickled a byte at a time is served, while a chunk-size line
+ * that grows an extension forever gets 408. */
+static void test_body_clock_counts_progress_only(void)
+{
+    int fd = client_connect();
+    send_str(fd, "POST /size HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n");
+    for (int i = 0; i < 5; i++) {
+        sleep_ms(300); /* 1.5 s in all, each gap under timeout_request_body */
+        send_str(fd, "x");
+    }
+    CHECK_ANSWER(fd, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n5");
+    close(fd);
+
+    fd = client_connect();
+    double start = now_seconds();
+    send_str(fd, "POST /size HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "5;ext=");
+    char got[512];
+    ssize_t r = -1;
+    for (int i = 0; i < 20 && r < 0; i++) {
+        sleep_ms(200);
+        send_str(fd, "a");
+        r = recv(fd, got, sizeof(got), MSG_DONTWAIT);
+    }
+    ps_slice_t want = ps_http1_error_response(408);
+    CHECK(r == (ssize_t)want.len && memcmp(got, want.base, want.len) == 0);
+    CHECK(now_seconds() - start < 2.5);
+    close(fd);
+}
+
 static void test_idle_connection_is_closed_after_keep_alive_timeout(void)
 {
     int fd = client_connect();
@@ -569,6 +698,9 @@ static void *client_main(void *arg)
     test_request_bodies_reach_the_application();
     test_expect_continue_gets_100_before_the_body();
     test_large_bodies_reach_the_application();
+    test_bodies_past_the_threshold_are_spooled();
+    test_stalled_body_gets_408_and_costs_no_one_else();
+    test_body_clock_counts_progress_only();
     test_idle_connection_is_closed_after_keep_alive_timeout();
     test_slow_request_head_gets_408();
     test_head_trickled_a_line_at_a_time_gets_408();
