@@ -304,6 +304,23 @@ def test_spool_threshold_option_and_environment(tmp_path_factory):
         assert_no_spool_files(srv)
 
 
+def test_body_that_cannot_be_spooled_gets_500_and_costs_only_itself(tmp_path_factory):
+    """$TMPDIR missing: a body past the threshold is answered 500 and closed; bodies held
+    in memory are still served."""
+    missing = str(tmp_path_factory.mktemp("gone") / "missing")
+    with body_server(tmp_path_factory, WSGI, env={"TMPDIR": missing}) as srv:
+        with connect(srv) as conn:
+            conn.send(post_head({"Content-Length": str(2 * MIB)}))
+            try:
+                conn.send(b"s" * 2 * MIB)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            reply = conn.read_to_eof()
+        assert reply.startswith(b"HTTP/1.1 500 "), reply[:200]
+        assert b"connection: close" in reply.lower(), reply
+        assert upload(srv, b"small")["bytes"] == 5
+
+
 def test_options_are_listed_and_checked():
     result = run_cli("--help")
     assert "--body-spool-threshold" in result.stdout and "--timeout-request-body" in result.stdout
