@@ -880,6 +880,19 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
         process(c);
 }
 
+/* The body's clock ran out, maybe only because the loop was busy (a
+ * synchronous application ran for that long) while the client kept
+ * sending. Reads what is waiting first. Returns 1 when the body really
+ * stalled, 0 when bytes arrived meanwhile (or c closed or moved on). */
+static int body_stalled(ps_conn_t *c)
+{
+    ps_request_t *r = ps_conn_request(c);
+    uint64_t requests = c->requests, received = r->body_received;
+    int state = c->state;
+    on_read(c->w->loop, &c->rio, EV_READ);
+    return c->state == state && c->requests == requests && r->body_received == received;
+}
+
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
@@ -893,12 +906,14 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
             ps_conn_close(c);
         break;
     case PS_CONN_BODY:
-        answer_error(c, 408);
+        if (body_stalled(c))
+            answer_error(c, 408);
         break;
     case PS_CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
         if (c->body_wanted && !ev_is_active(&c->wio)) {
-            body_failed(c, 408);
+            if (body_stalled(c) && c->body_wanted)
+                body_failed(c, 408);
             break;
         }
         ps_conn_close(c);

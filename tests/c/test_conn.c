@@ -92,6 +92,7 @@ static void answer_body_size(ps_conn_t *c, int detail)
  *  /chunked   "hello world" in two writes without a length (chunked on 1.1)
  *  /size      the size of the request body, read by the application
  *  /sum       its size, a checksum and "mem" or "spool" (where it was held)
+ *  /slow      "slow", after blocking the loop for 1.5 s
  *  /close     "hello" with Connection: close from the application
  *  /bad-head  an invalid header name from the application
  *  anything else: the target itself, so pipelined answers can be told apart */
@@ -110,6 +111,9 @@ static void on_request(ps_conn_t *c)
         answer_body_size(c, 0);
     } else if (PS_SLICE_IEQ(t, "/sum")) {
         answer_body_size(c, 1);
+    } else if (PS_SLICE_IEQ(t, "/slow")) {
+        usleep(1500 * 1000); /* a synchronous application that keeps the loop busy */
+        respond(c, NULL, 0, "slow", 4);
     } else if (PS_SLICE_IEQ(t, "/close")) {
         ps_header_t h = {PS_SLICE_LIT("Connection"), PS_SLICE_LIT("close")};
         respond(c, &h, 1, "hello", 5);
@@ -618,6 +622,24 @@ static void test_body_clock_counts_progress_only(void)
     close(fd);
 }
 
+/* While a slow application keeps the loop busy past timeout_request_body,
+ * another client goes on sending its body: the bytes waiting in its socket
+ * count as progress, so that body is served, not answered 408. */
+static void test_body_sent_while_the_loop_was_busy_is_not_a_stall(void)
+{
+    int uploader = client_connect();
+    send_str(uploader, "POST /size HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nhello");
+    sleep_ms(100); /* the worker has the head and the first half */
+    int slow = client_connect();
+    send_str(slow, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    sleep_ms(500);
+    send_str(uploader, "world");
+    CHECK_ANSWER(slow, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow");
+    CHECK_ANSWER(uploader, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n10");
+    close(slow);
+    close(uploader);
+}
+
 static void test_idle_connection_is_closed_after_keep_alive_timeout(void)
 {
     int fd = client_connect();
@@ -701,6 +723,7 @@ static void *client_main(void *arg)
     test_bodies_past_the_threshold_are_spooled();
     test_stalled_body_gets_408_and_costs_no_one_else();
     test_body_clock_counts_progress_only();
+    test_body_sent_while_the_loop_was_busy_is_not_a_stall();
     test_idle_connection_is_closed_after_keep_alive_timeout();
     test_slow_request_head_gets_408();
     test_head_trickled_a_line_at_a_time_gets_408();
