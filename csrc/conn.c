@@ -866,7 +866,8 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
     }
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);
-    if (c->state == PS_CONN_BODY) /* "100 Continue" is out: back to the body's clock */
+    /* Output is out: a body still awaited is back on its own clock. */
+    if (c->state == PS_CONN_BODY || c->body_wanted)
         arm_timer(c, c->w->cfg.timeout_request_body);
     if (c->state == PS_CONN_APP) {
         c->in_handler = 1;

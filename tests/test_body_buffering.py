@@ -169,6 +169,25 @@ def test_stalled_body_costs_only_its_connection_and_gets_408(stall_srv, shape):
     assert_answered_quickly(srv)
 
 
+def test_asgi_body_stalled_while_a_response_streams_is_cut_off(tmp_path_factory):
+    """The app streams a large response while it waits for the body: once the client has
+    read that response, the stalled body's clock still runs, and the connection is closed
+    (the response started, so no 408) with http.disconnect for the app."""
+    with body_server(tmp_path_factory, ASGI) as srv:
+        with connect(srv) as conn:
+            conn.send(post_head({"Content-Length": "10"}, "/duplex") + b"hello")
+            time.sleep(0.3)  # the app is in receive() with its response queued
+            head = conn.read_until(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            start = time.monotonic()
+            rest = conn.read_to_eof()  # within the 10 s socket timeout, or ReadTimeout
+            waited = time.monotonic() - start
+        assert len(rest) >= 8 << 20, len(rest)
+        assert not rest.endswith(b"0\r\n\r\n"), "the response was not cut off"
+        assert waited >= BODY_TIMEOUT * 0.9, waited
+        assert wait_for(lambda: f"{DISCONNECT_LINE} in /duplex" in srv.log()), srv.log_tail()
+
+
 # ---- WSGI: memory, spool file, and what the app reads
 
 

@@ -6,12 +6,16 @@ descriptors are files in $TMPDIR (the server's spool files for request bodies) w
 runs, so a test can tell a body held in memory from a spooled one.
 """
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
 from urllib.parse import parse_qs
 
 TEXT = [("Content-Type", "text/plain")]
+DISCONNECT_LINE = "body-apps: http.disconnect"
+DUPLEX_BYTES = 8 << 20
 
 
 def spool_fds():
@@ -91,7 +95,7 @@ async def asgi_app(scope, receive, send):
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                print(f"body-apps: http.disconnect after {total} bytes", flush=True)
+                print(f"{DISCONNECT_LINE} after {total} bytes", flush=True)
                 return
             part = message.get("body", b"")
             digest.update(part)
@@ -99,6 +103,23 @@ async def asgi_app(scope, receive, send):
             if not message.get("more_body", False):
                 break
         body = json.dumps({"bytes": total, "sha256": digest.hexdigest()}).encode()
+    elif path == "/duplex":
+        # Streams a large response while it waits for the request body.
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        chunk = {"type": "http.response.body", "body": b"x" * DUPLEX_BYTES, "more_body": True}
+        sender = asyncio.ensure_future(send(chunk))
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                print(f"{DISCONNECT_LINE} in /duplex", flush=True)
+                with contextlib.suppress(Exception):
+                    await sender
+                return
+            if not message.get("more_body", False):
+                break
+        await sender
+        await send({"type": "http.response.body", "body": b""})
+        return
     else:
         body = b"not found"
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
