@@ -464,6 +464,13 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     kick(c);
 }
 
+void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+{
+    if (c->w->handler->on_rejected && !c->resp_started)
+        c->w->handler->on_rejected(c, status, reason);
+    ps_conn_send_error(c, status);
+}
+
 /* ---- input ---- */
 
 /* Reads once into the buffer. Returns bytes read, 0 at EOF, -errno. */
@@ -559,7 +566,7 @@ static void body_failed(ps_conn_t *c)
     if (c->app_data)
         c->w->handler->on_disconnect(c);
     c->in_handler = 1;
-    ps_conn_send_error(c, c->error_status);
+    ps_conn_reject(c, c->error_status, c->parser.error_reason);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -732,12 +739,14 @@ static void dispatch(ps_conn_t *c)
     after_handler(c);
 }
 
-static void answer_error(ps_conn_t *c, int status)
+/* Refuses the request being read (reason: static words for the log) and
+ * closes after the answer. May close c. */
+static void answer_error(ps_conn_t *c, int status, const char *reason)
 {
     c->state = PS_CONN_APP;
     ev_io_stop(c->w->loop, &c->rio);
     c->in_handler = 1;
-    ps_conn_send_error(c, status);
+    ps_conn_reject(c, status, reason);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -750,7 +759,7 @@ static void process(ps_conn_t *c)
     ps_worker_t *w = c->w;
     while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
         if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
-            answer_error(c, c->parser.error_status);
+            answer_error(c, c->parser.error_status, c->parser.error_reason);
             return;
         }
         if (!r->head_complete) {
@@ -819,12 +828,12 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->head_started)
-            answer_error(c, 408);
+            answer_error(c, 408, "request head deadline");
         else
             ps_conn_close(c);
         break;
     case PS_CONN_BODY:
-        answer_error(c, 408);
+        answer_error(c, 408, "request body deadline");
         break;
     default:
         ps_conn_close(c);
