@@ -112,12 +112,6 @@ static int skip_trailer(ps_http1_parser_t *p, size_t len)
     return 0;
 }
 
-static int on_version_complete(llhttp_t *h)
-{
-    parser_of(h)->line_read = 1;
-    return 0;
-}
-
 static int on_header_field(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
@@ -356,7 +350,6 @@ static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_version = on_version,
-    .on_version_complete = on_version_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -394,8 +387,6 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->chunk_state = PS_CHUNK_NONE;
     p->last_chunk = 0;
     p->error_status = 0;
-    p->error_reason = NULL;
-    p->line_read = 0;
     if (p->paused) {
         llhttp_resume(&p->llhttp);
         p->paused = 0;
@@ -419,7 +410,8 @@ int ps_http1_request_line(const ps_http1_parser_t *p, ps_slice_t *method, ps_sli
     if (p->req.head_complete) {
         *method = p->req.method;
         *target = p->req.target;
-    } else if (p->line_read) {
+    } else if (p->nfields > 0 || p->version_len >= 3) {
+        /* Past the version, which is "d.d" (llhttp takes one digit each). */
         const char *m = llhttp_method_name((llhttp_method_t)p->llhttp.method);
         *method = (ps_slice_t){m, strlen(m)};
         *target = (ps_slice_t){p->arena.data + p->target_off, p->target_len};
@@ -472,7 +464,6 @@ static void set_error(ps_http1_parser_t *p, llhttp_errno_t err)
     if (err == HPE_INVALID_VERSION && version_is_numeric(p)) {
         p->error_status = 505;
         p->error_reason = "unsupported HTTP version";
-        p->line_read = 1; /* the whole version was read: the line is worth logging */
         return;
     }
     p->error_status = 400;

@@ -63,7 +63,7 @@ typedef struct {
     ps_buf_t *body;           /* decoded body goes here (owned by the caller) */
     size_t body_high;         /* pause once body holds this much */
     int error_status;         /* the answer to give after PS_HTTP1_ERROR */
-    const char *error_reason; /* and why, in words (static), for the log */
+    const char *error_reason; /* and why, in words (static), while error_status is set */
     uint32_t trailer_bytes;
     uint8_t chunk_state; /* where we are in a chunk-size line */
     unsigned last_chunk : 1;
@@ -72,7 +72,6 @@ typedef struct {
     unsigned has_te : 1;
     unsigned discard_body : 1;
     unsigned paused : 1;
-    unsigned line_read : 1; /* the request line is complete */
     uint8_t line_start;     /* how the last input ended: PS_LINE_* */
     const char *feed_start; /* start of the input being parsed */
     char last_fed;          /* last byte of the previous input */
