@@ -172,6 +172,17 @@ def test_unsupported_transfer_coding_is_logged_with_its_reason(interface):
         assert f"Rejected {status} " in why and "transfer" in why.lower(), why
 
 
+def test_wsgi_body_that_stalls_before_the_application_gets_408_with_its_reason():
+    with run_server(APPS["wsgi"], "--timeout-request-header", str(HEAD_TIMEOUT)) as server:
+        data = head(H, b"Content-Length: 10", line=POST, body=b"abc")
+        client_port, status = reject(server.port, data)
+        assert status == 408
+        peer = f"127.0.0.1:{client_port}"
+        log = server.log()
+        assert lines_of(log, f'{peer} - "POST /echo HTTP/1.1" 408'), log
+        assert lines_of(log, f"from {peer}: request body deadline"), log
+
+
 def test_good_requests_log_no_reason():
     with run_server(APPS["wsgi"]) as server:
         for _ in range(3):
@@ -336,3 +347,14 @@ def test_request_after_503_is_not_parsed_on_that_connection():
                 extra.send(build_request("GET", "/hello") * 2)
                 assert extra.read_response().status == 503
                 assert extra.wait_closed() == b""
+
+
+@pytest.mark.parametrize("interface", sorted(APPS))
+def test_rejections_are_logged_by_workers_under_a_master(interface):
+    with run_server(APPS[interface], "-w", "2") as server:
+        client_port, status = reject(server.port, head(H, line=b"GET /x HTTP/3.0"))
+        assert status == 505
+        peer = f"127.0.0.1:{client_port}"
+        log = server.log()
+        assert lines_of(log, f'{peer} - "GET /x HTTP/3.0" 505'), log
+        assert lines_of(log, f'Rejected 505 "GET /x HTTP/3.0" from {peer}: unsupported'), log
