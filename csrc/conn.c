@@ -485,6 +485,13 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     kick(c);
 }
 
+void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+{
+    if (c->w->handler->on_rejected && !c->resp_started)
+        c->w->handler->on_rejected(c, status, reason);
+    ps_conn_send_error(c, status);
+}
+
 /* ---- input ---- */
 
 /* Reads once into the buffer. Returns bytes read, 0 at EOF, -errno. */
@@ -578,14 +585,14 @@ static void update_reading(ps_conn_t *c)
 /* A malformed, oversized or stalled body while an asynchronous application
  * runs: the application hears a disconnect, the client gets the error (if
  * no response started; else the connection closes). May close c. */
-static void body_failed(ps_conn_t *c, int status)
+static void body_failed(ps_conn_t *c, int status, const char *reason)
 {
     c->error_status = status;
     c->keep_alive = 0;
     if (c->app_data)
         c->w->handler->on_disconnect(c);
     c->in_handler = 1;
-    ps_conn_send_error(c, c->error_status);
+    ps_conn_reject(c, status, reason);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -599,7 +606,7 @@ int ps_conn_body_want(ps_conn_t *c)
         return -EPROTO;
     if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->rbuf) > 0 &&
         parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c, c->parser.error_status);
+        body_failed(c, c->parser.error_status, c->parser.error_reason);
         return -EPROTO;
     }
     if (ps_buf_size(&c->body) > 0 || r->message_complete)
@@ -625,7 +632,7 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         return;
     }
     if (!r->message_complete && parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c, c->parser.error_status);
+        body_failed(c, c->parser.error_status, c->parser.error_reason);
         return;
     }
     if (c->body_wanted && (ps_buf_size(&c->body) > 0 || r->message_complete)) {
@@ -764,12 +771,14 @@ static void dispatch(ps_conn_t *c)
     after_handler(c);
 }
 
-static void answer_error(ps_conn_t *c, int status)
+/* Refuses the request being read (reason: static words for the log) and
+ * closes after the answer. May close c. */
+static void answer_error(ps_conn_t *c, int status, const char *reason)
 {
     c->state = PS_CONN_APP;
     ev_io_stop(c->w->loop, &c->rio);
     c->in_handler = 1;
-    ps_conn_send_error(c, status);
+    ps_conn_reject(c, status, reason);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -801,7 +810,7 @@ static void process(ps_conn_t *c)
     while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
         uint64_t before = r->body_received;
         if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
-            answer_error(c, c->parser.error_status);
+            answer_error(c, c->parser.error_status, c->parser.error_reason);
             return;
         }
         if (r->body_received != before)
@@ -836,7 +845,7 @@ static void process(ps_conn_t *c)
             continue;
         }
         if (spool_body(c) < 0) {
-            answer_error(c, 500);
+            answer_error(c, 500, "request body spool file failed");
             return;
         }
         if (r->message_complete) {
@@ -902,19 +911,19 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->head_started)
-            answer_error(c, 408);
+            answer_error(c, 408, "request head deadline");
         else
             ps_conn_close(c);
         break;
     case PS_CONN_BODY:
         if (body_stalled(c))
-            answer_error(c, 408);
+            answer_error(c, 408, "request body deadline");
         break;
     case PS_CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
         if (c->body_wanted && !ev_is_active(&c->wio)) {
             if (body_stalled(c) && c->body_wanted)
-                body_failed(c, 408);
+                body_failed(c, 408, "request body deadline");
             break;
         }
         ps_conn_close(c);

@@ -36,6 +36,10 @@ typedef struct {
     /* Asynchronous layers only: body bytes (or the body's end) arrived after
      * ps_conn_body_want() returned 0. */
     void (*on_body)(ps_conn_t *c);
+    /* Optional: the server refused a request with a canned answer (reason:
+     * static words, e.g. "header field too large"). Called outside any
+     * parser callback, before the answer is sent; the layer logs it. */
+    void (*on_rejected)(ps_conn_t *c, int status, const char *reason);
 } ps_handler_t;
 
 enum ps_conn_state {
@@ -165,5 +169,8 @@ void ps_conn_end(ps_conn_t *c);
 void ps_conn_abort(ps_conn_t *c);
 /* Answers a canned error (nothing may have been sent) and closes after. */
 void ps_conn_send_error(ps_conn_t *c, int status);
+/* The same for a request the server refuses (bad, too large, too slow, over
+ * a limit): the layer hears of it through on_rejected first. */
+void ps_conn_reject(ps_conn_t *c, int status, const char *reason);
 
 #endif

@@ -53,9 +53,12 @@ static ps_http1_parser_t *parser_of(llhttp_t *h)
     return ps_container_of(h, ps_http1_parser_t, llhttp);
 }
 
-static int fail(ps_http1_parser_t *p, int status)
+/* Records the answer to a bad request and why (a static string for the
+ * log); returns llhttp's "stop" for the callback. */
+static int fail(ps_http1_parser_t *p, int status, const char *reason)
 {
     p->error_status = status;
+    p->error_reason = reason;
     return -1;
 }
 
@@ -83,9 +86,9 @@ static int on_url(llhttp_t *h, const char *at, size_t len)
         p->target_off = (uint32_t)p->arena.len;
     p->target_len += (uint32_t)len;
     if (p->target_len > p->limits->max_request_line)
-        return fail(p, 414);
+        return fail(p, 414, "request line too long");
     if (ps_buf_append(&p->arena, at, len) < 0)
-        return fail(p, 500);
+        return fail(p, 500, "out of memory");
     return 0;
 }
 
@@ -105,7 +108,7 @@ static int skip_trailer(ps_http1_parser_t *p, size_t len)
 {
     p->trailer_bytes += len;
     if (p->trailer_bytes > p->limits->max_field_size)
-        return fail(p, 431);
+        return fail(p, 431, "trailer section too large");
     return 0;
 }
 
@@ -118,12 +121,12 @@ static int on_header_field(llhttp_t *h, const char *at, size_t len)
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX) {
         /* First piece of a new field. */
         if (p->nfields >= p->limits->max_fields)
-            return fail(p, 431);
+            return fail(p, 431, "too many header fields");
         if (p->nfields == p->fields_cap) {
             uint32_t cap = p->fields_cap ? p->fields_cap * 2 : 16;
             ps_field_t *nf = realloc(p->fields, cap * sizeof(*nf));
             if (nf == NULL)
-                return fail(p, 500);
+                return fail(p, 500, "out of memory");
             p->fields = nf;
             p->fields_cap = cap;
         }
@@ -136,9 +139,9 @@ static int on_header_field(llhttp_t *h, const char *at, size_t len)
     f = current_field(p);
     f->name_len += (uint32_t)len;
     if (f->name_len > p->limits->max_field_size)
-        return fail(p, 431);
+        return fail(p, 431, "header field too large");
     if (ps_buf_append(&p->arena, at, len) < 0)
-        return fail(p, 500);
+        return fail(p, 500, "out of memory");
     return 0;
 }
 
@@ -148,10 +151,10 @@ static int on_header_field_complete(llhttp_t *h)
     if (p->req.head_complete)
         return 0;
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX)
-        return fail(p, 400); /* empty field name */
+        return fail(p, 400, "empty header field name");
     ps_field_t *f = current_field(p);
     if (!is_token(p->arena.data + f->name_off, f->name_len))
-        return fail(p, 400);
+        return fail(p, 400, "invalid header field name");
     f->value_off = (uint32_t)p->arena.len;
     return 0;
 }
@@ -177,14 +180,14 @@ static int on_header_value(llhttp_t *h, const char *at, size_t len)
     /* A value continues in a second piece only across two feeds; a second
      * piece inside one feed is an obs-fold line, which we refuse. */
     if (f->value_len > 0 && (at != p->feed_start || p->last_fed == '\n'))
-        return fail(p, 400);
+        return fail(p, 400, "folded header line");
     if (f->value_len == 0 && in_fold_line(p, at))
-        return fail(p, 400); /* obs-fold after an empty value: "X:\r\n b" */
+        return fail(p, 400, "folded header line"); /* after an empty value: "X:\r\n b" */
     f->value_len += (uint32_t)len;
     if ((uint64_t)f->name_len + f->value_len > p->limits->max_field_size)
-        return fail(p, 431);
+        return fail(p, 431, "header field too large");
     if (ps_buf_append(&p->arena, at, len) < 0)
-        return fail(p, 500);
+        return fail(p, 500, "out of memory");
     return 0;
 }
 
@@ -204,13 +207,13 @@ static int check_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
             continue;
         ps_slice_t coding = {t, (size_t)(s - t)};
         if (!PS_SLICE_IEQ(coding, "chunked"))
-            return fail(p, 501);
+            return fail(p, 501, "unsupported transfer coding");
         if (saw_chunked)
-            return fail(p, 400);
+            return fail(p, 400, "chunked applied twice");
         saw_chunked = 1;
     }
     if (!saw_chunked || p->has_te)
-        return fail(p, 400);
+        return fail(p, 400, "invalid Transfer-Encoding");
     p->has_te = 1;
     return 0;
 }
@@ -231,11 +234,11 @@ static int on_header_value_complete(llhttp_t *h)
     ps_slice_t name = arena_slice(p, f->name_off, f->name_len);
     ps_slice_t value = arena_slice(p, f->value_off, f->value_len);
     if (!is_field_value(value.base, value.len))
-        return fail(p, 400);
+        return fail(p, 400, "invalid character in header value");
     switch (name.len) {
     case 4:
         if (PS_SLICE_IEQ(name, "host") && ++p->host_count > 1)
-            return fail(p, 400);
+            return fail(p, 400, "more than one Host");
         break;
     case 6:
         if (PS_SLICE_IEQ(name, "expect") && PS_SLICE_IEQ(value, "100-continue"))
@@ -254,15 +257,15 @@ static int on_headers_complete(llhttp_t *h)
     ps_http1_parser_t *p = parser_of(h);
     ps_request_t *r = &p->req;
     if (h->http_major != 1 || h->http_minor > 1)
-        return fail(p, 505);
+        return fail(p, 505, "unsupported HTTP version");
     if (h->http_minor == 1 && p->host_count == 0)
-        return fail(p, 400);
+        return fail(p, 400, "no Host");
     if (p->has_te && (h->flags & F_CONTENT_LENGTH))
-        return fail(p, 400);
+        return fail(p, 400, "both Content-Length and Transfer-Encoding");
     if (h->flags & F_CONTENT_LENGTH) {
         r->content_length = (int64_t)h->content_length;
         if (p->limits->max_body && h->content_length > p->limits->max_body)
-            return fail(p, 413);
+            return fail(p, 413, "body too large");
     }
     r->chunked = (h->flags & F_CHUNKED) != 0;
     r->http_minor = h->http_minor;
@@ -280,7 +283,7 @@ static int on_headers_complete(llhttp_t *h)
     if (p->headers_cap < p->nfields) {
         ps_header_t *nh = realloc(p->headers, p->fields_cap * sizeof(*nh));
         if (nh == NULL)
-            return fail(p, 500);
+            return fail(p, 500, "out of memory");
         p->headers = nh;
         p->headers_cap = p->fields_cap;
     }
@@ -323,11 +326,11 @@ static int on_body(llhttp_t *h, const char *at, size_t len)
     ps_http1_parser_t *p = parser_of(h);
     p->req.body_received += len;
     if (p->limits->max_body && p->req.body_received > p->limits->max_body)
-        return fail(p, 413);
+        return fail(p, 413, "body too large");
     if (p->discard_body)
         return 0;
     if (ps_buf_append(p->body, at, len) < 0)
-        return fail(p, 500);
+        return fail(p, 500, "out of memory");
     /* The last piece of a Content-Length body: on_message_complete pauses
      * right after, and pausing here would leave the end unreported until the
      * next feed, which a connection with nothing left to read never makes. */
@@ -401,6 +404,24 @@ void ps_http1_free(ps_http1_parser_t *p)
     p->nfields = p->fields_cap = 0;
 }
 
+int ps_http1_request_line(const ps_http1_parser_t *p, ps_slice_t *method, ps_slice_t *target,
+                          ps_slice_t *version)
+{
+    if (p->req.head_complete) {
+        *method = p->req.method;
+        *target = p->req.target;
+    } else if (p->nfields > 0 || p->version_len >= 3) {
+        /* Past the version, which is "d.d" (llhttp takes one digit each). */
+        const char *m = llhttp_method_name((llhttp_method_t)p->llhttp.method);
+        *method = (ps_slice_t){m, strlen(m)};
+        *target = (ps_slice_t){p->arena.data + p->target_off, p->target_len};
+    } else {
+        return 0;
+    }
+    *version = (ps_slice_t){p->version, p->version_len};
+    return 1;
+}
+
 /* "d.d" where llhttp refused the version: well formed but unsupported. */
 static int version_is_numeric(const ps_http1_parser_t *p)
 {
@@ -408,13 +429,45 @@ static int version_is_numeric(const ps_http1_parser_t *p)
            p->version[1] == '.' && p->version[2] >= '0' && p->version[2] <= '9';
 }
 
-static int error_status_for(ps_http1_parser_t *p, llhttp_errno_t err)
+/* Words for what llhttp refused, for the log; llhttp's own text otherwise. */
+static const char *llhttp_reason(const ps_http1_parser_t *p, llhttp_errno_t err)
+{
+    switch (err) {
+    case HPE_INVALID_METHOD:
+        return "invalid method";
+    case HPE_INVALID_URL:
+        return "invalid request target";
+    case HPE_INVALID_VERSION:
+        return "invalid HTTP version";
+    case HPE_INVALID_HEADER_TOKEN:
+        return "invalid header field";
+    case HPE_INVALID_CONTENT_LENGTH:
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+        return "invalid Content-Length";
+    case HPE_INVALID_CHUNK_SIZE:
+        return "invalid chunk size";
+    case HPE_INVALID_TRANSFER_ENCODING:
+        return "invalid Transfer-Encoding";
+    default: {
+        const char *r = llhttp_get_error_reason(&p->llhttp);
+        return r != NULL && *r ? r : "malformed request";
+    }
+    }
+}
+
+/* After llhttp stopped on err: the status and reason a callback gave, or
+ * the ones err means. */
+static void set_error(ps_http1_parser_t *p, llhttp_errno_t err)
 {
     if (p->error_status)
-        return p->error_status;
-    if (err == HPE_INVALID_VERSION && version_is_numeric(p))
-        return 505;
-    return 400;
+        return;
+    if (err == HPE_INVALID_VERSION && version_is_numeric(p)) {
+        p->error_status = 505;
+        p->error_reason = "unsupported HTTP version";
+        return;
+    }
+    p->error_status = 400;
+    p->error_reason = llhttp_reason(p, err);
 }
 
 /* Chunk extensions carry nothing the server uses, and llhttp 8.1 rejects
@@ -484,12 +537,12 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
             cur = skip_chunk_extensions(p, cur, end);
             if (cur == NULL) {
                 *consumed = len;
-                p->error_status = 400;
+                fail(p, 400, "chunk extension too long");
                 return PS_HTTP1_ERROR;
             }
             if (llhttp_get_errno(&p->llhttp) != HPE_OK) {
                 *consumed = len;
-                p->error_status = error_status_for(p, llhttp_get_errno(&p->llhttp));
+                set_error(p, llhttp_get_errno(&p->llhttp));
                 return PS_HTTP1_ERROR;
             }
             if (cur == end) {
@@ -526,7 +579,7 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
             return PS_HTTP1_PAUSED;
         default:
             *consumed = len;
-            p->error_status = error_status_for(p, err);
+            set_error(p, err);
             return PS_HTTP1_ERROR;
         }
     }

@@ -60,9 +60,10 @@ typedef struct {
     ps_header_t *headers; /* the fields as slices, once the head is complete */
     uint32_t headers_cap;
     uint32_t target_off, target_len;
-    ps_buf_t *body;   /* decoded body goes here (owned by the caller) */
-    size_t body_high; /* pause once body holds this much */
-    int error_status; /* the answer to give after PS_HTTP1_ERROR */
+    ps_buf_t *body;           /* decoded body goes here (owned by the caller) */
+    size_t body_high;         /* pause once body holds this much */
+    int error_status;         /* the answer to give after PS_HTTP1_ERROR */
+    const char *error_reason; /* and why, in words (static), while error_status is set */
     uint32_t trailer_bytes;
     uint8_t chunk_state; /* where we are in a chunk-size line */
     unsigned last_chunk : 1;
@@ -95,6 +96,13 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
 /* Forgets the current request so the next one can be parsed. */
 void ps_http1_next(ps_http1_parser_t *p);
 void ps_http1_free(ps_http1_parser_t *p);
+
+/* The request line of the current request, for logging one that was
+ * rejected: fills method, target and version ("1.1") and returns 1 when the
+ * whole line was read, else returns 0. The slices stay valid until
+ * ps_http1_next(). */
+int ps_http1_request_line(const ps_http1_parser_t *p, ps_slice_t *method, ps_slice_t *target,
+                          ps_slice_t *version);
 
 /* Splits a request target (origin- or absolute-form) into its path and its
  * query, dropping any fragment. The slices point into target. */

@@ -480,12 +480,19 @@ static void slot_on_body(ps_conn_t *c)
     c->w->inner_handler->on_body(c);
 }
 
+static void slot_on_rejected(ps_conn_t *c, int status, const char *reason)
+{
+    if (c->w->inner_handler->on_rejected)
+        c->w->inner_handler->on_rejected(c, status, reason);
+}
+
 static const ps_handler_t slot_handler = {
     .on_request = slot_on_request,
     .on_writable = slot_on_writable,
     .on_disconnect = slot_on_disconnect,
     .dispose = slot_dispose,
     .on_body = slot_on_body,
+    .on_rejected = slot_on_rejected,
 };
 
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)

@@ -202,7 +202,8 @@ def build_parser():
         "--limit-concurrency",
         metavar="N",
         type=_int("limit_concurrency"),
-        help="ASGI: answer 503 while N requests are in progress (default: no limit)",
+        help="answer new requests 503 while more than N connections are open or N requests "
+        "are in progress in a worker (default: no limit)",
     )
     add(
         http,

@@ -147,7 +147,7 @@ class PyserverWorker(_GunicornWorker):
                 "limit_request_field_size", gcfg.limit_request_field_size
             ),
             limit_connections=connections,
-            limit_concurrency=connections if interface == "asgi" else 0,
+            limit_concurrency=connections,
             access_log=False,  # gunicorn's access log is written by _AccessHooks below
             workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.

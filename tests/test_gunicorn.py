@@ -620,6 +620,9 @@ def test_gunicorn_request_limits_are_mapped():
         assert g.get("/?" + "a" * 200).status_code == 414
         headers = {f"x-h{i}": "1" for i in range(10)}
         assert g.get("/", headers=headers).status_code == 431
+        # Each refusal says why on gunicorn's error log (INFO, its default level).
+        assert "Rejected 414 from " in g.log() and ": request line too long" in g.log()
+        assert '"GET / HTTP/1.1" from ' in g.log() and ": too many header fields" in g.log()
 
 
 def _alive(pid):

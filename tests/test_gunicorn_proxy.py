@@ -63,6 +63,7 @@ def test_conflicting_scheme_headers_are_a_400_and_the_worker_keeps_serving(app):
         for _ in range(3):
             assert seen_once(g, [("X-Forwarded-Proto", "https")]) == ("https", "127.0.0.1")
         assert "Booting worker" in g.log() and g.proc.poll() is None
+        assert g.log().count(": secure scheme headers disagree") == 2, g.log()
 
 
 def test_forwarded_allow_ips_excluding_loopback_ignores_the_headers(app):

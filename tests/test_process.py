@@ -670,10 +670,32 @@ def test_second_int_stops_at_once():
         assert not any(alive(p) for p in workers)
 
 
-def test_preload_imports_the_app_once_in_the_master():
-    with master("--preload", "--log-level", "debug") as srv:
-        wait_workers(srv.pid, 2)
+def importers(path: Path) -> list[int]:
+    """The pids that imported apps.proc_app, in order (PROC_APP_IMPORT_LOG)."""
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def test_preload_imports_the_app_once_in_the_master(tmp_path):
+    imports = tmp_path / "imports"
+    with master("--preload", env={"PROC_APP_IMPORT_LOG": str(imports)}) as srv:
+        workers = wait_workers(srv.pid, 2)
         wait_serving(srv.port)
+        served = {int(get(srv.port, "/pid")[1]) for _ in range(20)}
+        assert served <= workers, (served, workers)
+        assert importers(imports) == [srv.pid]
+
+
+def test_without_preload_each_worker_imports_the_app(tmp_path):
+    """The counterpart of the test above: the master never imports the app itself."""
+    imports = tmp_path / "imports"
+    with master(env={"PROC_APP_IMPORT_LOG": str(imports)}) as srv:
+        workers = wait_workers(srv.pid, 2)
+        wait_serving(srv.port)
+        assert wait_for(lambda: sorted(importers(imports)) == sorted(workers), 10.0), (
+            importers(imports),
+            workers,
+        )
+        assert srv.pid not in importers(imports)
 
 
 def test_usr1_is_forwarded_and_the_server_keeps_serving():

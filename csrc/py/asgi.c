@@ -131,6 +131,7 @@ struct ps_asgi {
     PyObject *state; /* lifespan state, copied into each scope */
     PyObject *error_logger;
     PyObject *access_info;
+    ps_rejects_t rejects;
     PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
     PyObject *s[S_COUNT];
     PyObject *versions[2]; /* "1.0", "1.1" */
@@ -1369,11 +1370,14 @@ static void on_request(ps_conn_t *c)
     ps_asgi_t *ctx = c->w->handler_data;
     ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
     if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_send_error(c, 400); /* secure scheme headers that disagree */
+        ps_conn_reject(c, 400, "secure scheme headers disagree");
         return;
     }
-    if (ctx->limit_concurrency && ctx->active >= ctx->limit_concurrency) {
-        ps_conn_send_error(c, 503);
+    /* Like uvicorn: tasks in progress or open connections (this one
+     * included) over the limit. */
+    uint32_t limit = ctx->limit_concurrency;
+    if (limit && (ctx->active >= limit || c->w->nconns > limit)) {
+        ps_conn_reject(c, 503, "concurrency limit reached");
         return;
     }
     CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
@@ -1437,12 +1441,19 @@ static void dispose(ps_conn_t *c)
     c->conn_data = NULL;
 }
 
+static void on_rejected(ps_conn_t *c, int status, const char *reason)
+{
+    ps_asgi_t *ctx = c->w->handler_data;
+    ps_rejects_log(&ctx->rejects, c, status, reason);
+}
+
 const ps_handler_t ps_asgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_disconnect = on_disconnect,
     .dispose = dispose,
     .on_body = on_body,
+    .on_rejected = on_rejected,
 };
 
 /* ---- the server object the runner drives ---- */
@@ -1585,6 +1596,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->state);
     Py_XDECREF(ctx->error_logger);
     Py_XDECREF(ctx->access_info);
+    ps_rejects_clear(&ctx->rejects);
     Py_XDECREF(ctx->disconnected);
     for (int i = 0; i < S_COUNT; i++)
         Py_XDECREF(ctx->s[i]);
@@ -1612,14 +1624,18 @@ static int read_logging(ps_asgi_t *ctx, PyObject *config)
     }
     int on = PyObject_IsTrue(access_log);
     Py_DECREF(access_log);
-    if (on <= 0)
-        return on;
-    PyObject *logger = PyObject_GetAttrString(config, "access_logger");
-    if (logger == NULL)
+    if (on < 0)
         return -1;
-    ctx->access_info = PyObject_GetAttrString(logger, "info");
-    Py_DECREF(logger);
-    return ctx->access_info ? 0 : -1;
+    if (on) {
+        PyObject *logger = PyObject_GetAttrString(config, "access_logger");
+        if (logger == NULL)
+            return -1;
+        ctx->access_info = PyObject_GetAttrString(logger, "info");
+        Py_DECREF(logger);
+        if (ctx->access_info == NULL)
+            return -1;
+    }
+    return ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger);
 }
 
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config)
@@ -1665,6 +1681,12 @@ void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w)
 {
     ctx->w = w;
     w->async = 1;
+}
+
+void ps_asgi_detach(ps_asgi_t *ctx)
+{
+    if (ctx != NULL)
+        ps_rejects_stop(&ctx->rejects);
 }
 
 PyObject *ps_asgi_server_new(ps_asgi_t *ctx)

@@ -29,6 +29,8 @@ typedef struct ps_wsgi ps_wsgi_t;
 int ps_wsgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the WSGI layer for one serve() call. Returns NULL with an exception. */
 ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config);
+/* Before the worker's loop is destroyed: stops the layer's timers. */
+void ps_wsgi_detach(ps_wsgi_t *ctx);
 void ps_wsgi_free(ps_wsgi_t *ctx);
 extern const ps_handler_t ps_wsgi_handler;
 
@@ -38,6 +40,8 @@ int ps_asgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
+/* Before the worker's loop is destroyed: stops the layer's timers. */
+void ps_asgi_detach(ps_asgi_t *ctx);
 PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);
 void ps_asgi_free(ps_asgi_t *ctx);
 PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
@@ -65,6 +69,35 @@ static inline PyObject *ps_py_method(PyObject **cache, size_t n, const ps_reques
 void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
+
+/* Rejected requests (ps_conn_reject): one access line each, like any
+ * other request, and a reason line on the error logger at INFO, at most
+ * PS_REJECT_LINES_PER_SECOND a second per worker; the dropped ones are
+ * counted and summed up in one line once that second is over. */
+#define PS_REJECT_LINES_PER_SECOND 10
+
+typedef struct {
+    PyObject *access_info; /* access_logger.info, NULL: no access lines (owned) */
+    PyObject *error_info;  /* error_logger.info, NULL when it drops INFO (owned) */
+    struct ev_loop *loop;  /* the summary timer's, once it was started */
+    ev_timer summary;      /* fires at the end of a second with lines dropped */
+    ev_tstamp window_end;  /* the end of the current one-second window */
+    uint32_t lines;        /* reason lines logged in the window */
+    uint32_t suppressed;   /* reason lines dropped in it */
+} ps_rejects_t;
+
+/* access_info: the layer's access_logger.info, NULL when the access log is
+ * off (borrowed). Reads error_logger's level once. Returns 0 or -1 with an
+ * exception. */
+int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger);
+/* Logs a rejection of c's request; nothing at all when both logs are off.
+ * The access line is left out while the layer has the request (app_data
+ * set): the layer writes that one. Never raises. */
+void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason);
+/* Before the worker's loop goes away: writes a pending summary and stops
+ * the timer. */
+void ps_rejects_stop(ps_rejects_t *r);
+void ps_rejects_clear(ps_rejects_t *r);
 
 /* The libev selector (evselector.c), continued. ps_evselector_new above
  * builds an EvSelectorCore that borrows `loop` (the loop must already have

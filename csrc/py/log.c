@@ -1,6 +1,10 @@
-/* Error logging from C into Python's logging (pyserver.error). */
+/* Error logging from C into Python's logging (pyserver.error), and the
+ * lines for requests the server rejected. */
 #include <stdarg.h>
 #include <stdio.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "bridge.h"
 
@@ -64,4 +68,168 @@ void ps_log_error(PyObject *logger, const char *fmt, ...)
     log_with(logger, NULL, fmt, ap);
     va_end(ap);
     PyErr_Restore(type, value, tb);
+}
+
+/* ---- rejected requests ---- */
+
+int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger)
+{
+    memset(r, 0, sizeof(*r));
+    ev_init(&r->summary, NULL);
+    r->access_info = Py_XNewRef(access_info);
+    PyObject *on = PyObject_CallMethod(error_logger, "isEnabledFor", "i", 20);
+    if (on == NULL)
+        return -1;
+    int enabled = PyObject_IsTrue(on);
+    Py_DECREF(on);
+    if (enabled < 0)
+        return -1;
+    if (enabled && (r->error_info = PyObject_GetAttrString(error_logger, "info")) == NULL)
+        return -1;
+    return 0;
+}
+
+void ps_rejects_clear(ps_rejects_t *r)
+{
+    Py_CLEAR(r->access_info);
+    Py_CLEAR(r->error_info);
+}
+
+/* Appends s to out (room for cap bytes, NUL included) with control bytes,
+ * non-ASCII, '"' and '\\' as \xHH, so a hostile request cannot forge log
+ * lines. Returns the new length. */
+static size_t append_escaped(char *out, size_t len, size_t cap, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n && len + 5 < cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\') {
+            out[len++] = '\\';
+            out[len++] = 'x';
+            out[len++] = hex[ch >> 4];
+            out[len++] = hex[ch & 15];
+        } else {
+            out[len++] = (char)ch;
+        }
+    }
+    out[len] = '\0';
+    return len;
+}
+
+/* "METHOD TARGET HTTP/x.y" when the request line was read, else "-". */
+static void format_request_line(ps_conn_t *c, char *out, size_t cap)
+{
+    ps_slice_t m, t, v;
+    if (!ps_http1_request_line(&c->parser, &m, &t, &v)) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    size_t len = append_escaped(out, 0, cap, m.base, m.len);
+    len = append_escaped(out, len, cap, " ", 1);
+    len = append_escaped(out, len, cap, t.base, PS_MIN(t.len, 4096));
+    len = append_escaped(out, len, cap, " HTTP/", 6);
+    append_escaped(out, len, cap, v.base, v.len);
+}
+
+/* The peer as "address:port", "-" for a unix socket. */
+static void format_peer(const ps_conn_t *c, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN];
+    const struct sockaddr_storage *ss = &c->peer;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(a->sin6_port));
+    } else {
+        snprintf(out, cap, "-");
+    }
+}
+
+/* Calls a logger method with one str; failures are dropped (never raises). */
+static void emit(PyObject *meth, const char *fmt, ...)
+{
+    char msg[4096 + 1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    PyObject *text = PyUnicode_DecodeLatin1(msg, (Py_ssize_t)strlen(msg), NULL);
+    PyObject *res = text ? PyObject_CallOneArg(meth, text) : NULL;
+    if (res == NULL)
+        PyErr_Clear();
+    Py_XDECREF(res);
+    Py_XDECREF(text);
+}
+
+static void write_summary(ps_rejects_t *r)
+{
+    if (r->suppressed && r->error_info)
+        emit(r->error_info,
+             "Suppressed %u rejections in the last second (at most %d logged a second)",
+             r->suppressed, PS_REJECT_LINES_PER_SECOND);
+    r->suppressed = 0;
+}
+
+static void on_summary(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_rejects_t *r = ps_container_of(t, ps_rejects_t, summary);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    write_summary(r);
+}
+
+/* One more reason line in this second? Counts the ones that are not, and
+ * makes sure their summary follows when the second is over. */
+static int reason_line_allowed(ps_rejects_t *r, ps_conn_t *c)
+{
+    struct ev_loop *loop = c->w->loop;
+    ev_tstamp now = ev_now(loop);
+    if (now >= r->window_end) {
+        r->window_end = now + 1.0;
+        r->lines = 0;
+    }
+    if (r->lines < PS_REJECT_LINES_PER_SECOND) {
+        r->lines++;
+        return 1;
+    }
+    if (r->suppressed++ == 0 && !ev_is_active(&r->summary)) {
+        r->loop = loop;
+        ev_timer_init(&r->summary, on_summary, PS_MAX(r->window_end - now, 1e-3), 0.0);
+        ev_timer_start(loop, &r->summary);
+    }
+    return 0;
+}
+
+void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason)
+{
+    int access = r->access_info != NULL && c->app_data == NULL;
+    if (!access && r->error_info == NULL)
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
+    char line[4096 + 128], peer[INET6_ADDRSTRLEN + 8];
+    format_request_line(c, line, sizeof(line));
+    format_peer(c, peer, sizeof(peer));
+    if (access)
+        emit(r->access_info, "%s - \"%s\" %d", peer, line, status);
+    if (r->error_info && reason_line_allowed(r, c)) {
+        if (line[0] == '-' && line[1] == '\0')
+            emit(r->error_info, "Rejected %d from %s: %s", status, peer,
+                 reason ? reason : "refused");
+        else
+            emit(r->error_info, "Rejected %d \"%s\" from %s: %s", status, line, peer,
+                 reason ? reason : "refused");
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+void ps_rejects_stop(ps_rejects_t *r)
+{
+    if (r->loop != NULL && ev_is_active(&r->summary))
+        ev_timer_stop(r->loop, &r->summary);
+    write_summary(r);
 }

@@ -524,6 +524,8 @@ done:
         PyMem_RawFree(sup);
     }
     if (w != NULL) {
+        ps_wsgi_detach(ctx);
+        ps_asgi_detach(actx);
         ps_worker_free(w);
         PyMem_RawFree(w);
     }

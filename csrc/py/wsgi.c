@@ -59,6 +59,8 @@ struct ps_wsgi {
     PyObject *base_environ;
     PyObject *error_logger;
     PyObject *access_info; /* access_logger.info, or NULL when off */
+    ps_rejects_t rejects;
+    uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
     PyObject *methods[64]; /* by llhttp method id */
     PyObject *protocols[2];
@@ -462,10 +464,10 @@ static void fail(RequestObject *req)
         ps_log_exception(req->ctx->error_logger, "Exception in WSGI application (%.*s %.*s)",
                          (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
                          r->target.base);
-        if (!req->headers_sent)
-            ps_conn_send_error(c, 500);
-        else
+        if (req->headers_sent)
             ps_conn_abort(c);
+        else
+            ps_conn_send_error(c, 500);
     }
     request_done(req);
 }
@@ -677,7 +679,13 @@ static void on_request(ps_conn_t *c)
     ps_wsgi_t *ctx = c->w->handler_data;
     ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
     if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_send_error(c, 400); /* secure scheme headers that disagree */
+        ps_conn_reject(c, 400, "secure scheme headers disagree");
+        return;
+    }
+    /* One request runs at a time here: what the limit bounds is the open
+     * connections, this one included (uvicorn counts connections or tasks). */
+    if (ctx->limit_concurrency && c->w->nconns > ctx->limit_concurrency) {
+        ps_conn_reject(c, 503, "concurrency limit reached");
         return;
     }
     RequestObject *req = request_new(ctx, c);
@@ -731,11 +739,18 @@ static void dispose(ps_conn_t *c)
     c->conn_data = NULL;
 }
 
+static void on_rejected(ps_conn_t *c, int status, const char *reason)
+{
+    ps_wsgi_t *ctx = c->w->handler_data;
+    ps_rejects_log(&ctx->rejects, c, status, reason);
+}
+
 const ps_handler_t ps_wsgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_disconnect = on_disconnect,
     .dispose = dispose,
+    .on_rejected = on_rejected,
 };
 
 /* ---- start_response (the Request type) ---- */
@@ -1366,6 +1381,20 @@ static PyObject *read_root_path(ps_wsgi_t *ctx, PyObject *config)
     return stripped;
 }
 
+/* Returns 0, or -1 with an exception. */
+static int read_limit_concurrency(ps_wsgi_t *ctx, PyObject *config)
+{
+    PyObject *v = PyObject_GetAttrString(config, "limit_concurrency");
+    if (v == NULL)
+        return -1;
+    long long n = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    ctx->limit_concurrency = n > 0 ? (uint32_t)PS_MIN(n, UINT32_MAX) : 0;
+    return 0;
+}
+
 ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
 {
     ps_wsgi_t *ctx = PyMem_Calloc(1, sizeof(*ctx));
@@ -1403,6 +1432,9 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
         if (on && (ctx->access_info = PyObject_GetAttrString(access_logger, "info")) == NULL)
             goto error;
     }
+    if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0 ||
+        read_limit_concurrency(ctx, config) < 0)
+        goto error;
     root_path = read_root_path(ctx, config);
     if (root_path == NULL)
         goto error;
@@ -1421,6 +1453,12 @@ error:
     return NULL;
 }
 
+void ps_wsgi_detach(ps_wsgi_t *ctx)
+{
+    if (ctx != NULL)
+        ps_rejects_stop(&ctx->rejects);
+}
+
 void ps_wsgi_free(ps_wsgi_t *ctx)
 {
     if (ctx == NULL)
@@ -1429,6 +1467,7 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     Py_XDECREF(ctx->base_environ);
     Py_XDECREF(ctx->error_logger);
     Py_XDECREF(ctx->access_info);
+    ps_rejects_clear(&ctx->rejects);
     for (int i = 0; i < K_COUNT; i++)
         Py_XDECREF(ctx->keys[i]);
     for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)

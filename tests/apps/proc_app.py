@@ -8,12 +8,17 @@ anything else   a short 200
 
 PROC_APP_IMPORT_SLEEP=SECONDS in the environment makes the import itself slow
 (a worker still booting, or one stuck at boot past --timeout).
+PROC_APP_IMPORT_LOG=PATH makes every import append the importing process's pid to PATH.
 """
 
 import os
 import time
 
 HOARD = []
+
+if os.environ.get("PROC_APP_IMPORT_LOG"):
+    with open(os.environ["PROC_APP_IMPORT_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\n")
 
 time.sleep(float(os.environ.get("PROC_APP_IMPORT_SLEEP", "0")))
 

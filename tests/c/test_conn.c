@@ -141,11 +141,28 @@ static void dispose(ps_conn_t *c)
     PS_UNUSED(c);
 }
 
+/* What on_rejected last heard (written by the server thread before the
+ * answer is sent, read by the client thread after it arrived). */
+static struct {
+    int count;
+    int status;
+    const char *reason;
+} rejected;
+
+static void on_rejected(ps_conn_t *c, int status, const char *reason)
+{
+    PS_UNUSED(c);
+    __atomic_store_n(&rejected.status, status, __ATOMIC_RELAXED);
+    __atomic_store_n(&rejected.reason, reason, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rejected.count, 1, __ATOMIC_RELEASE);
+}
+
 static const ps_handler_t hello_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_disconnect = on_disconnect,
     .dispose = dispose,
+    .on_rejected = on_rejected,
 };
 
 /* ---- the server's side ------------------------------------------------- */
@@ -661,6 +678,33 @@ static void test_slow_request_head_gets_408(void)
     close(fd);
 }
 
+static void check_rejected(int count, int status, const char *reason, int line)
+{
+    int got = __atomic_load_n(&rejected.count, __ATOMIC_ACQUIRE);
+    const char *why = __atomic_load_n(&rejected.reason, __ATOMIC_RELAXED);
+    if (!CHECK_EQ(got, count) || !CHECK_EQ(rejected.status, status) ||
+        !CHECK(why != NULL && strcmp(why, reason) == 0))
+        fprintf(stderr, "  from line %d: reason %s, expected %s\n", line, why, reason);
+}
+
+/* Every canned refusal reaches the handler once, with its reason; a good
+ * request does not. */
+static void test_rejections_reach_the_handler_with_a_reason(void)
+{
+    int base = __atomic_load_n(&rejected.count, __ATOMIC_ACQUIRE);
+    CHECK_ERROR_ANSWER("GET / HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n", 400);
+    check_rejected(base + 1, 400, "more than one Host", __LINE__);
+    int fd = client_connect();
+    send_str(fd, HELLO_GET);
+    CHECK_ANSWER(fd, HELLO);
+    close(fd);
+    check_rejected(base + 1, 400, "more than one Host", __LINE__);
+    CHECK_ERROR_ANSWER("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n", 413);
+    check_rejected(base + 2, 413, "body too large", __LINE__);
+    test_slow_request_head_gets_408();
+    check_rejected(base + 3, 408, "request head deadline", __LINE__);
+}
+
 /* A head that keeps arriving a line at a time still has one deadline
  * (0.5 s here): the 408 comes after a few lines, not after the last. */
 static void test_head_trickled_a_line_at_a_time_gets_408(void)
@@ -725,7 +769,7 @@ static void *client_main(void *arg)
     test_body_clock_counts_progress_only();
     test_body_sent_while_the_loop_was_busy_is_not_a_stall();
     test_idle_connection_is_closed_after_keep_alive_timeout();
-    test_slow_request_head_gets_408();
+    test_rejections_reach_the_handler_with_a_reason(); /* with the slow head's 408 */
     test_head_trickled_a_line_at_a_time_gets_408();
     ev_async_send(server.w.loop, &server.stop);
     return NULL;

@@ -133,6 +133,7 @@ static int run_connection(const char *in, size_t len, const size_t *arrivals, si
         ps_buf_reset(&t.body);
         if (rc == PS_HTTP1_ERROR) {
             outcome_add(o, "error %d\n", t.p.error_status);
+            CHECK(t.p.error_reason != NULL && t.p.error_reason[0] != '\0'); /* for the log */
             status = t.p.error_status;
             break;
         }
@@ -1235,6 +1236,70 @@ static void test_unknown_error_status_falls_back_to_400(void)
     CHECK(r.len > 12 && memcmp(r.base, "HTTP/1.1 400 ", 13) == 0);
 }
 
+/* Feeds in at once; the parser must refuse it with status and reason. */
+static void check_reason(const char *in, const ps_http1_limits_t *lim, int status,
+                         const char *reason)
+{
+    parser_t t;
+    size_t used;
+    parser_open(&t, lim, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, in, &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, status);
+    if (!CHECK(t.p.error_reason != NULL && strcmp(t.p.error_reason, reason) == 0))
+        fprintf(stderr, "  reason: %s, expected %s\n", t.p.error_reason, reason);
+    parser_close(&t);
+}
+
+static void test_errors_carry_a_reason_in_words(void)
+{
+    ps_http1_limits_t lim = limits;
+    lim.max_fields = 2;
+    lim.max_field_size = 16;
+    lim.max_body = 4;
+    check_reason("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n", &lim, 431,
+                 "too many header fields");
+    check_reason("GET / HTTP/1.1\r\nX-Big: aaaaaaaaaaaaaaaaaa\r\n", &lim, 431,
+                 "header field too large");
+    check_reason("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", &lim, 413,
+                 "body too large");
+    check_reason("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", &limits,
+                 400, "invalid chunk size");
+    check_reason("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", &limits, 400,
+                 "more than one Host");
+    check_reason("GET / HTTP/1.1\r\n\r\n", &limits, 400, "no Host");
+    check_reason("GET / HTTP/3.0\r\nHost: a\r\n\r\n", &limits, 505, "unsupported HTTP version");
+    check_reason("G(T / HTTP/1.1\r\n", &limits, 400, "invalid method");
+    check_reason("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", &limits, 400,
+                 "folded header line");
+}
+
+static void test_request_line_is_known_once_read(void)
+{
+    parser_t t;
+    size_t used;
+    ps_slice_t m, tg, v;
+    parser_open(&t, &limits, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, "PUT /a?b HTTP/1", &used), PS_HTTP1_MORE);
+    CHECK_EQ(ps_http1_request_line(&t.p, &m, &tg, &v), 0); /* not the whole line yet */
+    CHECK_EQ(feed_str(&t, ".1\r\nHost: a\r\nBad Name: x\r\n", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(ps_http1_request_line(&t.p, &m, &tg, &v), 1);
+    CHECK_SLICE_EQ(m, "PUT");
+    CHECK_SLICE_EQ(tg, "/a?b");
+    CHECK_SLICE_EQ(v, "1.1");
+    parser_close(&t);
+
+    parser_open(&t, &limits, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, "GET /a HTTP/1.x\r\n", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(ps_http1_request_line(&t.p, &m, &tg, &v), 0); /* refused within the line */
+    parser_close(&t);
+
+    parser_open(&t, &limits, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, "GET /a HTTP/1.1\r\nHost: a\r\n\r\n", &used), PS_HTTP1_PAUSED);
+    ps_http1_next(&t.p);
+    CHECK_EQ(ps_http1_request_line(&t.p, &m, &tg, &v), 0); /* forgotten with the request */
+    parser_close(&t);
+}
+
 static void test_continue_response_is_exact(void)
 {
     CHECK_SLICE_EQ(ps_http1_continue, "HTTP/1.1 100 Continue\r\n\r\n");
@@ -1307,6 +1372,8 @@ int main(void)
 
     test_error_responses_announce_their_body_and_close();
     test_unknown_error_status_falls_back_to_400();
+    test_errors_carry_a_reason_in_words();
+    test_request_line_is_known_once_read();
     test_continue_response_is_exact();
     return check_finish("test_http1");
 }

@@ -147,6 +147,7 @@ static void check_request(const ps_request_t *r, const ps_http1_limits_t *lim, u
 
 static void check_error(ps_http1_parser_t *p, int status)
 {
+    INVARIANT(p->error_reason != NULL); /* every refusal says why, for the log */
     INVARIANT(status == 400 || status == 413 || status == 414 || status == 431 || status == 501 ||
               status == 505);
     ps_slice_t answer = ps_http1_error_response(status);
