@@ -173,7 +173,7 @@ def test_unsupported_transfer_coding_is_logged_with_its_reason(interface):
 
 
 def test_wsgi_body_that_stalls_before_the_application_gets_408_with_its_reason():
-    with run_server(APPS["wsgi"], "--timeout-request-header", str(HEAD_TIMEOUT)) as server:
+    with run_server(APPS["wsgi"], "--timeout-request-body", str(HEAD_TIMEOUT)) as server:
         data = head(H, b"Content-Length: 10", line=POST, body=b"abc")
         client_port, status = reject(server.port, data)
         assert status == 408
