@@ -113,6 +113,8 @@ def parse_args(argv=None):
         help="run nothing: recompute summaries from results/*.json, redraw charts and doc",
     )
     args = ap.parse_args(argv)
+    # A scenario's own round count (idle: 1, streams: 5) yields to --rounds and --quick.
+    args.rounds_given = args.rounds is not None or args.quick
     defaults = QUICK if args.quick else FULL
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -286,6 +288,7 @@ def target_starter(ctx, sc, args, extra_env):
 def run_memory_scenario(ctx, sc, args, servers, extra_env):
     """Runs of an idle or streams scenario over the targets whose server can run."""
     targets = [t for t in sc.targets if t.server in servers]
+    sc = dataclasses.replace(sc, rounds=scenario_rounds(sc, args))
     start = target_starter(ctx, sc, args, extra_env)
     if not targets:
         return targets, []
@@ -293,6 +296,10 @@ def run_memory_scenario(ctx, sc, args, servers, extra_env):
         return targets, memory.run_idle(sc, args, targets, start, log)
     stream_file = extra_env["BENCH_STREAM_FILE"]
     return targets, memory.run_streams(sc, args, targets, start, log, ctx.tmpdir, stream_file)
+
+
+def scenario_rounds(sc, args):
+    return args.rounds if args.rounds_given or not sc.rounds else sc.rounds
 
 
 def summarize(sc_kind, runs, names):
@@ -422,7 +429,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         summary.append(
             {"server": name, "status": "skipped", "error": why, "rounds": 0, "rounds_ok": 0}
         )
-    rounds = sc.rounds or args.rounds
+    rounds = scenario_rounds(sc, args)
     log(f"\n{sc.name}: median of {rounds} round(s), {time.monotonic() - started:.0f} s\n")
     log(report.text_table(summary))
     for s in summary:

@@ -62,6 +62,27 @@ def _read_json_line(proc, timeout):
     return json.loads(line)
 
 
+def unread_bytes(port):
+    """Bytes received on established 127.0.0.1:PORT server sockets that no one has read."""
+    total = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                total += int(queues.split(":")[1], 16)
+    return total
+
+
+def wait_read(port, timeout=20.0):
+    """Wait until the server has read everything sent to it (or TIMEOUT); bytes left."""
+    deadline = time.monotonic() + timeout
+    while (left := unread_bytes(port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def _rss_total(pid):
     return sum(procs.tree_rss(pid).values())
 
@@ -79,7 +100,12 @@ def idle_once(sc, target, phase, port, server, client_cpus):
     )
     try:
         res["client"] = _read_json_line(client, 180)
+        # The server's RSS holds a head only once it has read it from its socket.
+        res["wait_read_s"] = time.monotonic()
+        wait_read(port)
+        res["wait_read_s"] = round(time.monotonic() - res["wait_read_s"], 2)
         time.sleep(1.0)  # let the server finish whatever it does with the last ones
+        res["unread_bytes"] = unread_bytes(port)
         held = procs.tree_rss(server.pid)
         res["rss_held_kib"] = sum(held.values())
         res["rss_held_procs_kib"] = {str(p): v for p, v in sorted(held.items())}
@@ -153,6 +179,7 @@ def _idle_progress(n, total, rec):
         f"{head} held {rec['open']:,}/{rec['connections']:,}  answers {answers_text(c)}  "
         f"RSS {rec['rss_before_kib'] / KiB:.1f} -> {rec['rss_held_kib'] / KiB:.1f} MiB "
         f"(after close {rec['rss_after_close_kib'] / KiB:.1f})  {per}"
+        + (f"  unread {rec['unread_bytes']:,} bytes" if rec.get("unread_bytes") else "")
     )
 
 
@@ -195,7 +222,10 @@ def summarize_idle(runs, labels):
                 [r.get("rss_after_close_kib") for r in good.values()]
             )
             row["per_conn_kib"] = _median([r.get("per_conn_kib") for r in good.values()])
-            row["answers"] = answers_text(good[max(good)]["client"])
+            last = good[max(good)]
+            row["answers"] = answers_text(last["client"])
+            if last.get("unread_bytes"):  # the server had not read all it was sent
+                row["answers"] += f"; {last['unread_bytes'] / KiB:,.0f} KiB unread"
             for ref in REFERENCES:
                 row[f"vs_{ref}"] = _ratio(ok.get(ref, {}), good, "per_conn_kib")
             rows.append(row)

@@ -317,6 +317,10 @@ def markdown(results, charts):
         "ceiling). The 1-minute load average before each run is recorded: well above 0 "
         "means other work shared the machine and absolute numbers are low.",
         "",
+        "The `idle` and `streams` scenarios measure memory (and, for streams, "
+        "throughput of 1 GiB bodies) rather than requests per second; the notes under "
+        "their tables explain their columns.",
+        "",
         "Run it: `make bench`, or `.venv/bin/python benchmarks/run.py --help` "
         "(`--quick` for a 2 s smoke run). Peers live in `benchmarks/.venv-peers`, "
         "created on the first run; raw results are in `benchmarks/results/`.",
@@ -420,7 +424,9 @@ MEMORY_NOTES = {
         "the status codes the client got (`closed`: the server closed the connection, "
         "`reset`: it reset it); *RSS* VmRSS summed over the server's process tree (nginx: "
         "master and worker; granian: main process and worker) just before the client "
-        "connects, one second after the last connection is settled, and one second after "
+        "connects, one second after the last connection is settled and the server has read "
+        "every byte sent to it (its sockets' receive queues in /proc/net/tcp are empty; "
+        "`unread_bytes` in the results), and one second after "
         "the client has reset them all; *KiB per connection* (RSS held − RSS before) ÷ "
         "connections held, only when at least 90% are still held (n/a otherwise); "
         "*pyserver-… ÷ it* pyserver's KiB per connection divided by this server's "

@@ -176,8 +176,8 @@ SCENARIOS = {
             "bytes, no blank line). Resident memory (VmRSS summed over the server's "
             "process tree) before and after, per connection held. Every server's "
             f"keep-alive and head timeouts are set to {IDLE_TIMEOUTS} s (or its maximum) "
-            "and its connection limits above 10,000. One round: these figures repeat to "
-            "within a few KiB in all from run to run, whatever else the machine does.",
+            "and its connection limits above 10,000. One round: RSS does not move with the "
+            "machine's load (the per-connection figures repeated to within 1% in trial runs).",
             app=HELLO_WSGI,
             interface="wsgi",
             servers=[],
