@@ -7,15 +7,17 @@ peer servers in their own virtualenv, benchmarks/.venv-peers.  Standard library 
 """
 
 import argparse
+import dataclasses
 import datetime
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import environment, loadgen, procs, report
+from harness import environment, loadgen, memory, procs, report
 from harness.scenarios import SCENARIOS
 from harness.servers import HOST, SERVERS, Context
 
@@ -111,6 +113,8 @@ def parse_args(argv=None):
         help="run nothing: recompute summaries from results/*.json, redraw charts and doc",
     )
     args = ap.parse_args(argv)
+    # A scenario's own round count (idle: 1, streams: 5) yields to --rounds and --quick.
+    args.rounds_given = args.rounds is not None or args.quick
     defaults = QUICK if args.quick else FULL
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -195,6 +199,7 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
     argv, files = spec.argv(ctx, sc, port)
+    argv += sc.server_args.get(spec.name, [])
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
     log_path = os.path.join(LOGS_DIR, f"{sc.name}-{spec.name}-r{rnd}.log")
@@ -248,6 +253,61 @@ def measure(sc, args, port, server, log_path):
     res = load(sc, args, port, warmup=False)
     after = procs.tree_cpu(server.pid)
     return res, before, after, server.alive()
+
+
+def target_starter(ctx, sc, args, extra_env):
+    """start(target, rnd, tag) for harness/memory.py: a ready server and its run record."""
+
+    def start(target, rnd, tag):
+        spec = SERVERS[target.server]
+        tsc = dataclasses.replace(sc, app=target.app, interface=target.interface)
+        argv, files = spec.argv(ctx, tsc, args.port)
+        argv += sc.server_args.get(spec.name, [])
+        exe = argv[0]
+        argv = loadgen.pinned(sc.server_cpus, argv)
+        log_path = os.path.join(LOGS_DIR, f"{sc.name}-{target.label}-{tag}-r{rnd}.log")
+        rec = {"server": target.label, "round": rnd, "command": argv, "files": files}
+        rec["loadavg_before"] = os.getloadavg()[0]
+        if not procs.wait_port_free(args.port):
+            raise procs.LaunchError(f"port {args.port} still busy before start")
+        if not os.path.exists(os.path.join(ROOT, exe)) and not shutil.which(exe):
+            raise procs.LaunchError(f"{exe} not found")
+        server = procs.Server(argv, ROOT, server_env(spec, sc, extra_env), log_path)
+        try:
+            server.start()
+            server.wait_ready(HOST, args.port, "/", b"Hello World!")
+        except (procs.LaunchError, OSError) as exc:
+            server.stop()
+            procs.wait_port_free(args.port)
+            raise procs.LaunchError(str(exc)) from exc
+        return server, rec
+
+    return start
+
+
+def run_memory_scenario(ctx, sc, args, servers, extra_env):
+    """Runs of an idle or streams scenario over the targets whose server can run."""
+    targets = [t for t in sc.targets if t.server in servers]
+    sc = dataclasses.replace(sc, rounds=scenario_rounds(sc, args))
+    start = target_starter(ctx, sc, args, extra_env)
+    if not targets:
+        return targets, []
+    if sc.kind == "idle":
+        return targets, memory.run_idle(sc, args, targets, start, log)
+    stream_file = extra_env["BENCH_STREAM_FILE"]
+    return targets, memory.run_streams(sc, args, targets, start, log, ctx.tmpdir, stream_file)
+
+
+def scenario_rounds(sc, args):
+    return args.rounds if args.rounds_given or not sc.rounds else sc.rounds
+
+
+def summarize(sc_kind, runs, names):
+    if sc_kind == "idle":
+        return memory.summarize_idle(runs, names)
+    if sc_kind == "streams":
+        return memory.summarize_streams(runs, names)
+    return report.summarize(runs, names)
 
 
 def progress_line(n, total, rec):
@@ -321,7 +381,24 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         log(f"   setup failed: {exc}")
         servers, extra_env = [], {}
         skipped = {n: f"scenario setup failed: {exc}" for n in names}
-    for rnd in range(1, args.rounds + 1):
+    if sc.kind != "load":
+        targets, runs = run_memory_scenario(ctx, sc, args, servers, extra_env)
+        for rec in runs:
+            cmd = commands.setdefault(
+                rec["server"], {"summary": SERVERS[_server_of(sc, rec)].summary}
+            )
+            if "command" in rec and "server" not in cmd:
+                cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
+                files = rec.get("files", {}).items()
+                cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
+            if rec.get("load_command"):
+                cmd.setdefault("loads", [])
+                load_cmd = [_untmp(a, ctx) for a in rec["load_command"]]
+                if load_cmd not in cmd["loads"]:
+                    cmd["loads"].append(load_cmd)
+        servers = [t.label for t in targets]
+        skipped = {t.label: skipped[t.server] for t in sc.targets if t.server in skipped}
+    for rnd in range(1, (args.rounds if sc.kind == "load" else 0) + 1):
         for name in servers:
             n += 1
             spec = SERVERS[name]
@@ -347,26 +424,29 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             if rec.get("fixed_rate_command"):
                 cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
             log(progress_line(n, total, rec))
-    summary = report.summarize(runs, servers)
+    summary = summarize(sc.kind, runs, servers)
     for name, why in skipped.items():
         summary.append(
             {"server": name, "status": "skipped", "error": why, "rounds": 0, "rounds_ok": 0}
         )
-    log(f"\n{sc.name}: median of {args.rounds} round(s), {time.monotonic() - started:.0f} s\n")
+    rounds = scenario_rounds(sc, args)
+    log(f"\n{sc.name}: median of {rounds} round(s), {time.monotonic() - started:.0f} s\n")
     log(report.text_table(summary))
     for s in summary:
         if s["status"] != "ok":
             log(f"  {s['server']}: {s['status']}: {s.get('error', '')[:400]}")
     return {
         "scenario": sc.name,
+        "kind": sc.kind,
         "description": sc.description,
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "mode": "quick" if args.quick else "full",
+        "elapsed_s": round(time.monotonic() - started),
         "params": {
             "load": sc.load,
             "duration": args.duration,
             "warmup": args.warmup,
-            "rounds": args.rounds,
+            "rounds": rounds,
             "connections": connections(sc, args),
             "rate": sc.rate,
             "rate_duration": sc.rate_duration,
@@ -381,11 +461,20 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         "client_cpus": sc.client_cpus,
         "machine": environment.machine_info(),
         "versions": scenario_versions(sc, names, versions),
-        "roles": {name: SERVERS[name].role for name in names},
+        "roles": {name: SERVERS[_server_of(sc, name)].role for name in servers + list(skipped)},
         "commands": commands,
         "summary": summary,
         "runs": [{k: v for k, v in r.items() if k not in ("files", "launch_failed")} for r in runs],
     }
+
+
+def _server_of(sc, rec_or_label):
+    """The SERVERS name behind a run record's or a target's label."""
+    label = rec_or_label["server"] if isinstance(rec_or_label, dict) else rec_or_label
+    for t in sc.targets:
+        if t.label == label:
+            return t.server
+    return label
 
 
 def collect_versions(project_python):
@@ -399,6 +488,7 @@ def collect_versions(project_python):
     v["nginx"] = environment.tool_version(["nginx", "-v"], r"nginx/(\S+)")
     v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
+    v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
     return v
 
 
@@ -423,7 +513,7 @@ def scenario_versions(sc, names, versions):
         wanted += ["django (project .venv)", "django"]
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
-    wanted += ["wrk"] if sc.load == "fixed-rate+wrk" else [sc.load]
+    wanted += {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"]}.get(sc.load, [sc.load])
     seen = []
     for key in wanted:
         if key not in seen:
@@ -448,8 +538,10 @@ def resummarize():
     results = report.load_results(RESULTS_DIR)
     for data in results:
         skipped = [s for s in data["summary"] if s["status"] == "skipped"]
-        names = [s["server"] for s in data["summary"] if s["status"] != "skipped"]
-        data["summary"] = report.summarize(data["runs"], names) + skipped
+        names = list(
+            dict.fromkeys(s["server"] for s in data["summary"] if s["status"] != "skipped")
+        )
+        data["summary"] = summarize(data.get("kind", "load"), data["runs"], names) + skipped
     return results
 
 
@@ -484,6 +576,18 @@ def draw_charts(results):
     return charts
 
 
+def raise_nofile(want):
+    """Raise RLIMIT_NOFILE towards WANT (servers and clients inherit it); the limit got."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limits in ((want, max(want, hard)), (min(want, hard), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.report_only:
@@ -500,6 +604,7 @@ def main(argv=None):
             log(f"setup: still missing Debian packages: {', '.join(still_missing)}")
         install_status = environment.ensure_peers_venv(PEERS_VENV, args.reinstall_peers)
     os.makedirs(LOGS_DIR, exist_ok=True)
+    raise_nofile(65536)
     peers_python = environment.venv_python(PEERS_VENV)
     modules = {s.module for s in SERVERS.values() if s.module}
     modules |= {m for sc in SCENARIOS.values() for m in sc.modules}

@@ -195,3 +195,25 @@ def _group_alive(pgid, timeout):
             return True
         time.sleep(0.05)
     return False
+
+
+def status_kib(pid, field):
+    """A kB field of /proc/PID/status (VmRSS, VmHWM) in KiB, or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(field.encode() + b":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return 0
+
+
+def tree_rss(pid, pids=None):
+    """{pid: VmRSS in KiB} for the process tree of PID (or for the PIDS given)."""
+    out = {}
+    for p in pids if pids is not None else process_tree(pid):
+        kib = status_kib(p, "VmRSS")
+        if kib is not None:
+            out[p] = kib
+    return out

@@ -5,7 +5,7 @@ import os
 import shlex
 import statistics
 
-SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi"]
+SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -142,7 +142,100 @@ def fr_table_rows(summary, reference="pyserver"):
     return rows
 
 
+# --- memory scenarios (idle, streams) ---------------------------------------------------
+
+IDLE_TITLES = {
+    "idle": "10,000 idle keep-alive connections (one GET answered on each)",
+    "head": "1,000 connections each holding an incomplete 60 KiB head",
+}
+IDLE_COLUMNS = ["server", "held", "server's answers", "RSS before MiB", "RSS held MiB"]
+IDLE_COLUMNS += ["after closing MiB", "KiB per connection", "pyserver-wsgi ÷ it"]
+IDLE_COLUMNS += ["pyserver-asgi ÷ it", "rounds"]
+STREAM_TITLES = {
+    "file": "1 GiB download, zero-copy (wsgi.file_wrapper, http.response.pathsend, nginx "
+    "static file)",
+    "gen": "1 GiB download from the application (WSGI generator, ASGI send() per 64 KiB)",
+    "upload": "1 GiB upload read to the end by the application",
+}
+STREAM_COLUMNS = ["server", "MiB/s", "client CPU", "server CPU-s", "MiB/CPU-s"]
+STREAM_COLUMNS += ["RSS before MiB", "peak RSS growth MiB", "pyserver-wsgi ÷ it"]
+STREAM_COLUMNS += ["pyserver-asgi ÷ it", "rounds"]
+_MiB = 1024.0
+
+
+def _kind(summary):
+    if any("phase" in s for s in summary):
+        return "idle"
+    if any("transfer" in s for s in summary):
+        return "streams"
+    return "load"
+
+
+def _ratio_cells(s):
+    return [
+        "1" if s["server"] == ref else _num(s.get(f"vs_{ref}"), "{:.2f}×")
+        for ref in ("pyserver-wsgi", "pyserver-asgi")
+    ]
+
+
+def _failed_row(s, width):
+    rounds = f"{s['rounds_ok']}/{s['rounds']}"
+    word = "NOT SUPPORTED" if s["status"] == "unsupported" else s["status"].upper()
+    return [s["server"], word] + [""] * (width - 3) + [rounds]
+
+
+def idle_rows(summary, phase):
+    rows = []
+    for s in summary:
+        if s.get("phase", phase) != phase:
+            continue
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(IDLE_COLUMNS)))
+            continue
+        rows.append(
+            [s["server"], f"{s['open']:,.0f}/{s['connections']:,.0f}", s["answers"]]
+            + [_num(s[k] / _MiB, "{:.1f}") for k in ("rss_before_kib", "rss_held_kib")]
+            + [_num(s["rss_after_close_kib"] / _MiB, "{:.1f}")]
+            + [_num(s["per_conn_kib"], "{:.2f}") if s["per_conn_kib"] is not None else "n/a"]
+            + _ratio_cells(s)
+            + [f"{s['rounds_ok']}/{s['rounds']}"]
+        )
+    return rows
+
+
+def stream_rows(summary, transfer):
+    rows = []
+    for s in summary:
+        if s.get("transfer") != transfer:
+            continue
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(STREAM_COLUMNS)))
+            continue
+        rows.append(
+            [s["server"], _num(s["mib_s"]), _num(s["client_cpu_pct"], "{:.0f}%")]
+            + [_num(s["server_cpu_s"], "{:.2f}"), _num(s["mib_per_cpu_s"])]
+            + [_num(s["rss_before_kib"] / _MiB, "{:.1f}")]
+            + [_num(s["rss_growth_kib"] / _MiB, "{:+.1f}")]
+            + _ratio_cells(s)
+            + [f"{s['rounds_ok']}/{s['rounds']}"]
+        )
+    return rows
+
+
+def _memory_tables(summary):
+    """[(title, columns, rows)] of an idle or streams summary."""
+    if _kind(summary) == "idle":
+        return [(t, IDLE_COLUMNS, idle_rows(summary, p)) for p, t in IDLE_TITLES.items()]
+    return [
+        (t, STREAM_COLUMNS, stream_rows(summary, k))
+        for k, t in STREAM_TITLES.items()
+        if stream_rows(summary, k)
+    ]
+
+
 def text_table(summary):
+    if _kind(summary) != "load":
+        return "\n\n".join(f"{t}\n{_text(c, r)}" for t, c, r in _memory_tables(summary))
     if _fixed_rate(summary):
         return _text(FR_COLUMNS, fr_table_rows(summary))
     return _text(COLUMNS, table_rows(summary))
@@ -158,6 +251,14 @@ def _text(columns, body):
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _md(columns, body):
+    lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
+    for r in body:
+        name = f"**{r[0]}**" if r[0].startswith("pyserver") else r[0]
+        lines.append("| " + " | ".join([name] + r[1:]) + " |")
     return "\n".join(lines)
 
 
@@ -216,12 +317,19 @@ def markdown(results, charts):
         "ceiling). The 1-minute load average before each run is recorded: well above 0 "
         "means other work shared the machine and absolute numbers are low.",
         "",
+        "The `idle` and `streams` scenarios measure memory (and, for streams, "
+        "throughput of 1 GiB bodies) rather than requests per second; the notes under "
+        "their tables explain their columns.",
+        "",
         "Run it: `make bench`, or `.venv/bin/python benchmarks/run.py --help` "
         "(`--quick` for a 2 s smoke run). Peers live in `benchmarks/.venv-peers`, "
         "created on the first run; raw results are in `benchmarks/results/`.",
         "",
     ]
     for data in results:
+        if data.get("kind", "load") != "load":
+            out += _memory_markdown(data, charts.get(data["scenario"]))
+            continue
         out += _scenario_markdown(data, charts.get(data["scenario"]))
     return "\n".join(out).rstrip() + "\n"
 
@@ -298,6 +406,98 @@ def _scenario_markdown(data, chart):
     out += ["```", ""]
     for name, info in data["commands"].items():
         for path, text in info.get("files", {}).items():
+            out += [
+                f"`{name}` configuration (`{os.path.basename(path)}`):",
+                "",
+                "```nginx",
+                text.rstrip(),
+                "```",
+                "",
+            ]
+    return out
+
+
+MEMORY_NOTES = {
+    "idle": [
+        "Goal (issue 8): at most 4 KiB per idle connection for pyserver.",
+        "*held* connections still open when RSS was read / opened; *server's answers* "
+        "the status codes the client got (`closed`: the server closed the connection, "
+        "`reset`: it reset it); *RSS* VmRSS summed over the server's process tree (nginx: "
+        "master and worker; granian: main process and worker) just before the client "
+        "connects, one second after the last connection is settled and the server has read "
+        "every byte sent to it (its sockets' receive queues in /proc/net/tcp are empty; "
+        "`unread_bytes` in the results), and one second after "
+        "the client has reset them all; *KiB per connection* (RSS held − RSS before) ÷ "
+        "connections held, only when at least 90% are still held (n/a otherwise); "
+        "*pyserver-… ÷ it* pyserver's KiB per connection divided by this server's "
+        "(below 1: pyserver uses less). RSS does not depend on the machine's load; the "
+        "kernel's socket buffers are not in it. nginx answers a head larger than its "
+        "`large_client_header_buffers` (default 4 × 8 KiB) with 400 and closes: the "
+        "incomplete-head row shows that, not a memory figure.",
+    ],
+    "streams": [
+        "*MiB/s* bytes moved ÷ curl's total time (median over rounds); *client CPU* "
+        "curl's user+system time ÷ its wall time (near 100%: the client limits the "
+        "figure); *server CPU-s* CPU time of the server's process tree during the "
+        "transfer; *MiB/CPU-s* MiB per second of server CPU (steadier on a shared "
+        "machine); *peak RSS growth* the server's peak resident memory during the transfer "
+        "minus its RSS before it (worst round): the sum of its processes' VmHWM, reset "
+        "through /proc/PID/clear_refs just before the transfer (VmRSS sampled every 10 ms "
+        "where that reset is refused); "
+        "*pyserver-… ÷ it* pyserver's MiB/s divided by this server's (median of "
+        "per-round ratios). NOT SUPPORTED: the server does not offer the interface the "
+        "row needs (the app answers 501). nginx takes part in the zero-copy download "
+        "only: it has no application to stream from or to read an upload (proxying one "
+        "would measure the proxy and its upstream together).",
+    ],
+}
+
+
+def _memory_markdown(data, chart):
+    p, m = data["params"], data["machine"]
+    mode = "full run" if data["mode"] == "full" else "**quick smoke run: indicative only**"
+    took = f", {data['elapsed_s']} s in all" if data.get("elapsed_s") is not None else ""
+    out = [
+        f"## {data['scenario']}",
+        "",
+        data["description"],
+        "",
+        f"- Run: {data['date']} ({mode}), {p['rounds']} round(s){took}.",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['os']}, Linux {m['kernel']}.",
+        f"- Load average (1 min) before the runs: {_loadavg_range(data['runs'])}.",
+        f"- Pinning: server `{data['server_cpus'] or 'not pinned'}`, client "
+        f"`{data['client_cpus'] or 'not pinned'}` (taskset CPU lists).",
+        "",
+    ]
+    for title, columns, rows in _memory_tables(data["summary"]):
+        out += [f"**{title}**", "", _md(columns, rows), ""]
+    out += MEMORY_NOTES.get(data["kind"], []) + [""]
+    failed = [s for s in data["summary"] if s["status"] != "ok"]
+    for s in failed:
+        what = s.get("phase") or s.get("transfer") or ""
+        out.append(f"- **{s['server']}** ({what}) {s['status']}: {s.get('error', '').strip()}")
+    if failed:
+        out.append("")
+    if chart:
+        out += [f"![{data['scenario']}]({chart})", ""]
+    out += ["### Versions", "", "| component | version |", "| --- | --- |"]
+    out += [f"| {k} | {v or 'not installed'} |" for k, v in data["versions"].items()]
+    where = "Run from the repository root; `$TMP` is the run's temporary directory."
+    out += ["", "### Commands", "", where, "", "```sh"]
+    loads = []
+    for name, info in data["commands"].items():
+        out.append(f"# {name}: {info['summary']}")
+        out.append(_cmd(info["server"]) if info.get("server") else "# (not started)")
+        loads += [c for c in info.get("loads", []) if c not in loads]
+    out.append("# the client, against each server in turn (for the rows it has)")
+    out += [_cmd(c) for c in loads] or ["# (not run)"]
+    out += ["```", ""]
+    seen = set()
+    for name, info in data["commands"].items():
+        for path, text in info.get("files", {}).items():
+            if text in seen:
+                continue
+            seen.add(text)
             out += [
                 f"`{name}` configuration (`{os.path.basename(path)}`):",
                 "",

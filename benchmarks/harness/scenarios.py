@@ -7,6 +7,17 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class Target:
+    """One server with one app in a memory scenario (idle, streams)."""
+
+    label: str  # the row's name: "pyserver-wsgi", "uvicorn", ...
+    server: str  # a name from servers.SERVERS
+    app: str
+    interface: str
+    transfers: tuple = ()  # streams: which of STREAM_TRANSFERS it is asked for
+
+
+@dataclass
 class Scenario:
     name: str
     description: str
@@ -31,6 +42,17 @@ class Scenario:
     setup: tuple = ()  # argv after the project python, run once before the runs
     check: Callable = None  # (host, port) -> None, raises ValueError if a URL is wrong
     launcher: str = ""  # "gunicorn": pyserver runs as `gunicorn -k pyserver.workers...`
+    # Memory scenarios: kind "idle" or "streams" (harness/memory.py) run each target
+    # (a server with its app) instead of `servers` with `app` under `load`.
+    kind: str = "load"
+    targets: tuple = ()
+    server_args: dict = field(default_factory=dict)  # {server: extra argv for it}
+    nginx: dict = field(default_factory=dict)  # main, worker_connections, http, server
+    rounds: int = 0  # 0: the --rounds option
+
+    def __post_init__(self):
+        if self.targets and not self.servers:
+            self.servers = list(dict.fromkeys(t.server for t in self.targets))
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -68,6 +90,20 @@ def check_django(host, port):
     if instance.get("uri") != "bench.example" or "stats" not in instance:
         raise ValueError(f"{DJANGO_PATHS[2]}: {instance!r}")
 
+
+IDLE_TIMEOUTS = 120  # seconds: every server keeps idle connections and heads this long
+STREAM_FILE = "stream-1g.bin"  # in the run's tmpdir, made and removed by the scenario
+HELLO_WSGI = "benchmarks.apps.hello_wsgi:app"
+HELLO_ASGI = "benchmarks.apps.hello_asgi:app"
+STREAMS_WSGI = "benchmarks.apps.streams_wsgi:app"
+STREAMS_ASGI = "benchmarks.apps.streams_asgi:app"
+# name -> (what it measures, path); the order of the streams tables.
+STREAM_TRANSFERS = {
+    "file": ("1 GiB download, zero-copy: wsgi.file_wrapper, pathsend, nginx static", "/file"),
+    "gen": ("1 GiB download from the app: WSGI generator, ASGI send() per 64 KiB", "/gen"),
+    "upload": ("1 GiB upload (POST) read to the end by the app in 64 KiB reads", "/upload"),
+}
+ALL_TRANSFERS = tuple(STREAM_TRANSFERS)
 
 SCENARIOS = {
     s.name: s
@@ -129,6 +165,93 @@ SCENARIOS = {
             setup=("-m", "benchmarks.apps.django_bench.setup_db"),
             check=check_django,
             launcher="gunicorn",
+        ),
+        Scenario(
+            "idle",
+            "Memory of idle connections. One worker process per server; a client process "
+            "(harness/idleclient.py, pinned to the other CPU) opens 10,000 keep-alive "
+            "connections, each sends one `GET /` and reads the answer, then stays open and "
+            "silent; then, against a freshly started server, 1,000 connections that each "
+            "send an incomplete 60 KiB head (request line and 15 header fields of 4,000 "
+            "bytes, no blank line). Resident memory (VmRSS summed over the server's "
+            "process tree) before and after, per connection held. Every server's "
+            f"keep-alive and head timeouts are set to {IDLE_TIMEOUTS} s (or its maximum) "
+            "and its connection limits above 10,000. One round: RSS does not move with the "
+            "machine's load (the per-connection figures repeated to within 1% in trial runs).",
+            app=HELLO_WSGI,
+            interface="wsgi",
+            servers=[],
+            load="idle",
+            kind="idle",
+            targets=(
+                Target("pyserver-wsgi", "pyserver", HELLO_WSGI, "wsgi"),
+                Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
+                Target("uvicorn", "uvicorn", HELLO_ASGI, "asgi"),
+                Target("granian-asgi", "granian", HELLO_ASGI, "asgi"),
+                Target("nginx", "nginx", "", ""),
+            ),
+            server_args={
+                "pyserver": [
+                    "--timeout-keep-alive",
+                    str(IDLE_TIMEOUTS),
+                    "--timeout-request-header",
+                    str(IDLE_TIMEOUTS),
+                    "--limit-connections",
+                    "20000",
+                ],
+                "uvicorn": ["--timeout-keep-alive", str(IDLE_TIMEOUTS)],
+                # 60 s is the most granian accepts; the measurement takes a few seconds.
+                "granian": [
+                    "--http1-header-read-timeout",
+                    "60000",
+                    "--backlog",
+                    "4096",
+                    "--backpressure",
+                    "20000",
+                ],
+            },
+            nginx={
+                "main": "worker_rlimit_nofile 20000;",
+                "worker_connections": "16384",
+                "http": f"keepalive_timeout {IDLE_TIMEOUTS}s;\n"
+                f"client_header_timeout {IDLE_TIMEOUTS}s;",
+            },
+            rounds=1,
+        ),
+        Scenario(
+            "streams",
+            "Large bodies. A 1 GiB file (in the run's temporary directory, page-cached) "
+            "downloaded with sendfile (wsgi.file_wrapper, ASGI http.response.pathsend, "
+            "nginx serving it as a static file) and from the application (a WSGI generator "
+            "of 64 KiB chunks, ASGI one send() per 64 KiB), and 1 GiB uploaded (POST with "
+            "Content-Length) and read to the end by the application in 64 KiB reads. "
+            "Client: curl pinned to the other CPU, one transfer at a time. Throughput, the "
+            "client's CPU, the server's CPU time, and the server's peak resident memory "
+            "(VmHWM summed over its process tree, reset before each transfer) above what it "
+            "used before the transfer: it must stay flat. Five rounds: a transfer takes "
+            "well under a second, so its throughput moves with whatever else runs.",
+            app=STREAMS_WSGI,
+            interface="wsgi",
+            servers=[],
+            load="streams",
+            kind="streams",
+            targets=(
+                Target("pyserver-wsgi", "pyserver", STREAMS_WSGI, "wsgi", ALL_TRANSFERS),
+                Target("pyserver-asgi", "pyserver", STREAMS_ASGI, "asgi", ALL_TRANSFERS),
+                Target("gunicorn", "gunicorn", STREAMS_WSGI, "wsgi", ALL_TRANSFERS),
+                Target("uvicorn", "uvicorn", STREAMS_ASGI, "asgi", ALL_TRANSFERS),
+                Target("granian-wsgi", "granian", STREAMS_WSGI, "wsgi", ALL_TRANSFERS),
+                Target("granian-asgi", "granian", STREAMS_ASGI, "asgi", ALL_TRANSFERS),
+                Target("nginx", "nginx", "", "", ("file",)),
+            ),
+            tmp_env={"BENCH_STREAM_FILE": STREAM_FILE},
+            server_args={"gunicorn": ["--timeout", "300"]},
+            nginx={
+                "http": "sendfile on;\nclient_max_body_size 0;",
+                "server": "location = /file { default_type application/octet-stream; "
+                f"alias {{tmp}}/{STREAM_FILE}; }}",
+            },
+            rounds=5,
         ),
     ]
 }

@@ -134,12 +134,12 @@ daemon off;
 master_process on;
 pid {tmp}/nginx.pid;
 error_log {tmp}/error.log warn;
-events {{ worker_connections 4096; }}
+{main}events {{ worker_connections {worker_connections}; }}
 http {{
     access_log off;
     default_type text/plain;
     keepalive_requests 1000000;
-    client_body_temp_path {tmp}/client_body;
+{http}    client_body_temp_path {tmp}/client_body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
@@ -147,16 +147,31 @@ http {{
     server {{
         listen {host}:{port};
         location / {{ return 200 "Hello World!"; }}
-    }}
+{server}    }}
 }}
 """
+
+
+def _nginx_lines(text, indent):
+    """Extra directives of a scenario, one a line, indented; {tmp} is the run's tmpdir."""
+    return "".join(f"{indent}{line.strip()}\n" for line in text.splitlines() if line.strip())
 
 
 def nginx_argv(ctx, sc, port):
     tmp = os.path.join(ctx.tmpdir, "nginx")
     os.makedirs(tmp, exist_ok=True)
     conf = os.path.join(tmp, "nginx.conf")
-    text = NGINX_CONF.format(workers=sc.workers, tmp=tmp, host=HOST, port=port)
+    extra = {k: v.replace("{tmp}", ctx.tmpdir) for k, v in sc.nginx.items()}
+    text = NGINX_CONF.format(
+        workers=sc.workers,
+        tmp=tmp,
+        host=HOST,
+        port=port,
+        main=_nginx_lines(extra.get("main", ""), ""),
+        worker_connections=extra.get("worker_connections", "4096"),
+        http=_nginx_lines(extra.get("http", ""), "    "),
+        server=_nginx_lines(extra.get("server", ""), "        "),
+    )
     with open(conf, "w") as f:
         f.write(text)
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
