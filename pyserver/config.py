@@ -12,6 +12,7 @@ hold final values:
     limit_request_line        int
     limit_request_fields      int
     limit_request_field_size  int
+    limit_request_head        int, bytes of request line plus header fields
     limit_request_body        int, 0 = no limit
     limit_connections         int
     access_log                bool (False also when the access logger is disabled)
@@ -62,6 +63,7 @@ INT_BOUNDS = {
     "limit_request_line": (1, 65536),
     "limit_request_fields": (1, 32768),
     "limit_request_field_size": (1, 65536),
+    "limit_request_head": (1, 1 << 30),
     "limit_request_body": (0, None),
     "limit_connections": (1, None),
     "limit_concurrency": (0, None),
@@ -212,6 +214,7 @@ class Config:
         limit_request_line=8190,
         limit_request_fields=100,
         limit_request_field_size=8190,
+        limit_request_head=65536,
         limit_request_body=0,
         limit_connections=10000,
         limit_concurrency=0,
@@ -261,6 +264,7 @@ class Config:
         self.limit_request_field_size = check_int(
             "limit_request_field_size", limit_request_field_size
         )
+        self.limit_request_head = check_int("limit_request_head", limit_request_head)
         self.limit_request_body = check_int("limit_request_body", limit_request_body)
         self.limit_connections = check_int("limit_connections", limit_connections)
         self.limit_concurrency = check_int("limit_concurrency", limit_concurrency or 0)
