@@ -707,6 +707,10 @@ static int take_method(ps_http1_parser_t *p, const char **cur, const char *end)
 int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed)
 {
     const char *cur = data, *end = data + len;
+    if (ps_unlikely(p->error_status)) { /* an error is final, ours as llhttp's */
+        *consumed = len;
+        return PS_HTTP1_ERROR;
+    }
     if (p->paused) {
         if (p->req.message_complete) {
             *consumed = 0;

@@ -1149,6 +1149,20 @@ static void test_an_error_is_final(void)
     parser_close(&t);
 }
 
+/* Found by the fuzzer: an error pyserver finds in the method (before llhttp
+ * sees a byte) is final too. */
+static void test_an_error_in_the_method_is_final(void)
+{
+    parser_t t;
+    size_t used;
+    parser_open(&t, &limits, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, "[2001:db8::1]:8080", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, 400);
+    CHECK_EQ(feed_str(&t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, 400);
+    parser_close(&t);
+}
+
 static void test_a_good_request_then_a_bad_one(void)
 {
     outcome_t o;
@@ -1632,6 +1646,7 @@ int main(void)
     test_parse_authority();
     test_bad_targets_are_400();
     test_an_error_is_final();
+    test_an_error_in_the_method_is_final();
     test_a_good_request_then_a_bad_one();
 
     test_expect_continue_is_flagged();
