@@ -104,7 +104,9 @@ static int on_url(llhttp_t *h, const char *at, size_t len)
         p->target_off = (uint32_t)p->arena.len;
     }
     p->target_len += (uint32_t)len;
-    if (line_length(p, 0) > p->limits->max_request_line)
+    /* --limit-request-line counts the whole line, as gunicorn does: the
+     * target is followed by " HTTP/d.d" (llhttp takes no other version). */
+    if (line_length(p, 9) > p->limits->max_request_line)
         return fail(p, 414);
     if (ps_buf_append(&p->arena, at, len) < 0)
         return fail(p, 500);
@@ -128,18 +130,18 @@ static int absolute_scheme(ps_slice_t t, size_t *skip)
 
 /* RFC 9112 section 3.2: origin-form for every method but CONNECT, which
  * takes authority-form only; "*" with OPTIONS only; absolute-form with an
- * http(s) scheme and a valid authority, which is kept for the Host field. */
-static int on_url_complete(llhttp_t *h)
+ * http(s) scheme and a valid authority, which is kept for the Host field.
+ * Returns 0 or -1 with the status set. */
+static int check_target(ps_http1_parser_t *p)
 {
-    ps_http1_parser_t *p = parser_of(h);
+    if (p->target_len == 0) /* llhttp can end an empty CONNECT target */
+        return fail(p, 400);
     ps_slice_t t = arena_slice(p, p->target_off, p->target_len), host;
     int connect = p->method_id == HTTP_CONNECT, port;
-    if (t.len == 0)
-        return fail(p, 400);
+    if (ps_likely(t.base[0] == '/' && !connect))
+        return 0;
     if (connect)
         return ps_http1_parse_authority(t, &host, &port) == 0 && port >= 0 ? 0 : fail(p, 400);
-    if (t.base[0] == '/')
-        return 0;
     if (t.base[0] == '*')
         return t.len == 1 && p->method_id == HTTP_OPTIONS ? 0 : fail(p, 400);
     size_t skip = 0;
@@ -170,15 +172,6 @@ static int on_version(llhttp_t *h, const char *at, size_t len)
     size_t n = PS_MIN(room, len);
     memcpy(p->version + p->version_len, at, n);
     p->version_len += (uint8_t)n;
-    return 0;
-}
-
-/* --limit-request-line counts the whole line, as gunicorn does. */
-static int on_version_complete(llhttp_t *h)
-{
-    ps_http1_parser_t *p = parser_of(h);
-    if (line_length(p, 6 + p->version_len) > p->limits->max_request_line)
-        return fail(p, 414);
     return 0;
 }
 
@@ -369,6 +362,8 @@ static int on_headers_complete(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
     ps_request_t *r = &p->req;
+    if (check_target(p) < 0)
+        return -1;
     if (h->http_major != 1 || h->http_minor > 1)
         return fail(p, 505);
     if (h->http_minor == 1 && p->host_count == 0)
@@ -470,9 +465,7 @@ static int on_message_complete(llhttp_t *h)
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
-    .on_url_complete = on_url_complete,
     .on_version = on_version,
-    .on_version_complete = on_version_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -635,7 +628,7 @@ static const struct {
 /* The index in known_methods of the method s (case-sensitive), or -1. */
 static int known_method(const char *s, size_t n)
 {
-    if (n == 3 && memcmp(s, "GET", 3) == 0)
+    if (n == 3 && s[0] == 'G' && s[1] == 'E' && s[2] == 'T')
         return HTTP_GET; /* DELETE is 0 and GET is 1 in every llhttp */
     for (size_t i = 0; i < PS_ARRAY_LEN(known_methods); i++)
         if (known_methods[i].len == n && memcmp(known_methods[i].name, s, n) == 0)

@@ -1163,6 +1163,16 @@ static void test_an_error_in_the_method_is_final(void)
     parser_close(&t);
 }
 
+/* Found by the fuzzer: llhttp ends an empty CONNECT target without a
+ * single on_url call, before anything is in the arena. */
+static void test_connect_with_an_empty_target_is_400(void)
+{
+    CHECK_STATUS("CONNECT \n\x8d\n", 400);
+    CHECK_STATUS("CONNECT  HTTP/1.1\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT \r\n\r\n", 400);
+    CHECK_STATUS("CONNECT  HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+}
+
 static void test_a_good_request_then_a_bad_one(void)
 {
     outcome_t o;
@@ -1647,6 +1657,7 @@ int main(void)
     test_bad_targets_are_400();
     test_an_error_is_final();
     test_an_error_in_the_method_is_final();
+    test_connect_with_an_empty_target_is_400();
     test_a_good_request_then_a_bad_one();
 
     test_expect_continue_is_flagged();
