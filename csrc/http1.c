@@ -226,7 +226,9 @@ static int on_header_field_complete(llhttp_t *h)
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX)
         return fail(p, 400); /* empty field name */
     ps_field_t *f = current_field(p);
-    if (!is_token(p->arena.data + f->name_off, f->name_len))
+    /* An empty name may come before anything is in the arena (an empty
+     * CONNECT target then a field line starting with ':'). */
+    if (f->name_len == 0 || !is_token(p->arena.data + f->name_off, f->name_len))
         return fail(p, 400);
     f->value_off = (uint32_t)p->arena.len;
     return 0;

@@ -1170,6 +1170,7 @@ static void test_connect_with_an_empty_target_is_400(void)
     CHECK_STATUS("CONNECT \n\x8d\n", 400);
     CHECK_STATUS("CONNECT  HTTP/1.1\r\n\r\n", 400);
     CHECK_STATUS("CONNECT \r\n\r\n", 400);
+    CHECK_STATUS("CONNECT \n:1\rH\r.\n", 400);
     CHECK_STATUS("CONNECT  HTTP/1.1\r\nHost: a\r\n\r\n", 400);
 }
 
