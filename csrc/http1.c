@@ -821,6 +821,10 @@ int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port)
         he = close;
         if (close == NULL || he == h || (size_t)(he - h) >= sizeof(text))
             return -EINVAL;
+        /* inet_pton would stop at a NUL: only what an IPv6 address holds. */
+        for (const char *c = h; c < he; c++)
+            if (hexval(*c) < 0 && *c != ':' && *c != '.')
+                return -EINVAL;
         memcpy(text, h, (size_t)(he - h));
         text[he - h] = '\0';
         if (inet_pton(AF_INET6, text, &a6) != 1)

@@ -1128,6 +1128,10 @@ static void test_parse_authority(void)
     CHECK_AUTHORITY("[::1]x", -EINVAL, "", 0);
     CHECK_AUTHORITY("[1.2.3.4]", -EINVAL, "", 0);
     CHECK_AUTHORITY("[fe80::1%25eth0]", -EINVAL, "", 0);
+    /* Found by the fuzzer: inet_pton stops at a NUL, the check must not. */
+    ps_slice_t host;
+    int port;
+    CHECK_EQ(ps_http1_parse_authority((ps_slice_t){"[28::1\0x]:80", 12}, &host, &port), -EINVAL);
 }
 
 static void test_bad_targets_are_400(void)
