@@ -23,6 +23,10 @@
 #define SPOOL_READ (64 * 1024)
 /* Buffers larger than this are released when a connection goes idle. */
 #define KEEP_BUF (64 * 1024)
+/* The read buffer only passes input on to the parser: an idle connection
+ * keeps no more of it than an ordinary head needs, whatever a large head or
+ * body made it grow to. */
+#define KEEP_RBUF (16 * 1024)
 #define LINGER_SECONDS 2.0
 #define SENDFILE_CHUNK (4 * 1024 * 1024)
 /* Input read ahead while an asynchronous application runs (pipelined
@@ -705,8 +709,8 @@ static void reset_for_next(ps_conn_t *c)
     c->resp_bytes = 0;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);
-    ps_buf_shrink(&c->rbuf, KEEP_BUF);
-    ps_buf_shrink(&c->parser.arena, KEEP_BUF);
+    ps_buf_shrink(&c->rbuf, KEEP_RBUF);
+    ps_http1_shrink(&c->parser);
 }
 
 /* The response is out. Either go on to the next request or close. */

@@ -1,5 +1,6 @@
 #include "http1.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,11 @@ static int is_field_value(const char *s, size_t n)
     return 1;
 }
 
+int ps_http1_is_token(ps_slice_t s)
+{
+    return is_token(s.base, s.len);
+}
+
 int ps_http1_valid_field(ps_slice_t name, ps_slice_t value)
 {
     return is_token(name.base, name.len) && is_field_value(value.base, value.len);
@@ -79,22 +85,92 @@ static int on_message_begin(llhttp_t *h)
     return 0;
 }
 
+/* Where `at` (inside the input being parsed) lies in the message's bytes. */
+static uint64_t message_offset(const ps_http1_parser_t *p, const char *at)
+{
+    return p->chunk_base + (uint64_t)(at - p->feed_start);
+}
+
+/* The request line so far, from the method to `extra` bytes past the target. */
+static uint64_t line_length(const ps_http1_parser_t *p, uint64_t extra)
+{
+    return (uint64_t)p->method_len + 1 + p->target_len + extra;
+}
+
 static int on_url(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
-    if (p->target_len == 0)
+    if (p->target_len == 0) {
+        /* llhttp lets more than one SP through; the grammar has exactly one. */
+        if (message_offset(p, at) != p->method_at + p->method_len + 1)
+            return fail(p, 400, "more than one space after the method");
         p->target_off = (uint32_t)p->arena.len;
+    }
     p->target_len += (uint32_t)len;
-    if (p->target_len > p->limits->max_request_line)
+    /* --limit-request-line counts the whole line, as gunicorn does: the
+     * target is followed by " HTTP/d.d" (llhttp takes no other version). */
+    if (line_length(p, 9) > p->limits->max_request_line)
         return fail(p, 414, "request line too long");
     if (ps_buf_append(&p->arena, at, len) < 0)
         return fail(p, 500, "out of memory");
     return 0;
 }
 
+/* The scheme's default port when the target is "http://" or "https://"
+ * (any case), with *skip the length of that prefix; 0 otherwise. */
+static int absolute_scheme(ps_slice_t t, size_t *skip)
+{
+    if (t.len >= 7 && strncasecmp(t.base, "http://", 7) == 0) {
+        *skip = 7;
+        return 80;
+    }
+    if (t.len >= 8 && strncasecmp(t.base, "https://", 8) == 0) {
+        *skip = 8;
+        return 443;
+    }
+    return 0;
+}
+
+/* RFC 9112 section 3.2: origin-form for every method but CONNECT, which
+ * takes authority-form only; "*" with OPTIONS only; absolute-form with an
+ * http(s) scheme and a valid authority, which is kept for the Host field.
+ * Returns 0 or -1 with the status set. */
+static int check_target(ps_http1_parser_t *p)
+{
+    if (p->target_len == 0) /* llhttp can end an empty CONNECT target */
+        return fail(p, 400, "empty request target");
+    ps_slice_t t = arena_slice(p, p->target_off, p->target_len), host;
+    int connect = p->method_id == HTTP_CONNECT, port;
+    if (ps_likely(t.base[0] == '/' && !connect))
+        return 0;
+    if (connect)
+        return ps_http1_parse_authority(t, &host, &port) == 0 && port >= 0 ? 0 : fail(p, 400, "invalid CONNECT authority");
+    if (t.base[0] == '*')
+        return t.len == 1 && p->method_id == HTTP_OPTIONS ? 0 : fail(p, 400, "\"*\" target without OPTIONS");
+    size_t skip = 0;
+    int default_port = absolute_scheme(t, &skip);
+    if (default_port == 0)
+        return fail(p, 400, "invalid request target");
+    size_t end = skip;
+    while (end < t.len && t.base[end] != '/' && t.base[end] != '?' && t.base[end] != '#')
+        end++;
+    ps_slice_t authority = {t.base + skip, end - skip};
+    if (ps_http1_parse_authority(authority, &host, &port) < 0)
+        return fail(p, 400, "invalid authority in the target");
+    p->authority_off = p->target_off + (uint32_t)skip;
+    p->authority_len = (uint32_t)authority.len;
+    p->host_off = p->target_off + (uint32_t)(host.base - t.base);
+    p->host_len = (uint32_t)host.len;
+    p->req.target_port = (uint16_t)(port >= 0 ? port : default_port);
+    return 0;
+}
+
 static int on_version(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
+    /* One SP, then "HTTP/" (5 bytes), then these digits. */
+    if (p->version_len == 0 && message_offset(p, at) != p->method_at + line_length(p, 6))
+        return fail(p, 400, "more than one space before the version");
     size_t room = sizeof(p->version) - p->version_len;
     size_t n = PS_MIN(room, len);
     memcpy(p->version + p->version_len, at, n);
@@ -153,7 +229,9 @@ static int on_header_field_complete(llhttp_t *h)
     if (p->nfields == 0 || current_field(p)->value_off != UINT32_MAX)
         return fail(p, 400, "empty header field name");
     ps_field_t *f = current_field(p);
-    if (!is_token(p->arena.data + f->name_off, f->name_len))
+    /* An empty name may come before anything is in the arena (an empty
+     * CONNECT target then a field line starting with ':'). */
+    if (f->name_len == 0 || !is_token(p->arena.data + f->name_off, f->name_len))
         return fail(p, 400, "invalid header field name");
     f->value_off = (uint32_t)p->arena.len;
     return 0;
@@ -191,12 +269,12 @@ static int on_header_value(llhttp_t *h, const char *at, size_t len)
     return 0;
 }
 
-/* Transfer-Encoding: only "chunked", once, and last. Other codings are
- * understood by HTTP but not implemented here: 501. */
-static int check_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
+/* Notes the codings of one Transfer-Encoding field; the fields together
+ * are judged once the head is complete (see check_transfer_codings). */
+static void note_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
 {
     const char *s = v.base, *end = v.base + v.len;
-    int saw_chunked = 0;
+    int any = 0;
     while (s < end) {
         while (s < end && (*s == ' ' || *s == '\t' || *s == ','))
             s++;
@@ -206,15 +284,31 @@ static int check_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
         if (s == t)
             continue;
         ps_slice_t coding = {t, (size_t)(s - t)};
-        if (!PS_SLICE_IEQ(coding, "chunked"))
-            return fail(p, 501, "unsupported transfer coding");
-        if (saw_chunked)
-            return fail(p, 400, "chunked applied twice");
-        saw_chunked = 1;
+        any = 1;
+        if (PS_SLICE_IEQ(coding, "chunked")) {
+            if (p->te_state & PS_TE_SAW_CHUNKED)
+                p->te_state |= PS_TE_CHUNKED_TWICE;
+            p->te_state |= PS_TE_SAW_CHUNKED | PS_TE_LAST_CHUNKED;
+        } else {
+            p->te_state = (uint8_t)((p->te_state & ~PS_TE_LAST_CHUNKED) | PS_TE_OTHER);
+        }
     }
-    if (!saw_chunked || p->has_te)
-        return fail(p, 400, "invalid Transfer-Encoding");
+    if (!any)
+        p->te_state |= PS_TE_EMPTY;
     p->has_te = 1;
+}
+
+/* RFC 9112 section 6.3: a request whose final coding is not chunked (or
+ * that names chunked twice, or no coding) cannot be framed: 400. Codings
+ * before the final chunked are understood by HTTP but not implemented
+ * here: 501. Returns 0 or -1 with the status set. */
+static int check_transfer_codings(ps_http1_parser_t *p)
+{
+    uint8_t te = p->te_state;
+    if ((te & (PS_TE_EMPTY | PS_TE_CHUNKED_TWICE)) || !(te & PS_TE_LAST_CHUNKED))
+        return fail(p, 400, "invalid Transfer-Encoding");
+    if (te & PS_TE_OTHER)
+        return fail(p, 501, "unsupported transfer coding");
     return 0;
 }
 
@@ -237,8 +331,11 @@ static int on_header_value_complete(llhttp_t *h)
         return fail(p, 400, "invalid character in header value");
     switch (name.len) {
     case 4:
-        if (PS_SLICE_IEQ(name, "host") && ++p->host_count > 1)
-            return fail(p, 400, "more than one Host");
+        if (PS_SLICE_IEQ(name, "host")) {
+            if (++p->host_count > 1)
+                return fail(p, 400, "more than one Host");
+            p->host_index = p->nfields - 1;
+        }
         break;
     case 6:
         if (PS_SLICE_IEQ(name, "expect") && PS_SLICE_IEQ(value, "100-continue"))
@@ -246,22 +343,43 @@ static int on_header_value_complete(llhttp_t *h)
         break;
     case 17:
         if (PS_SLICE_IEQ(name, "transfer-encoding"))
-            return check_transfer_encoding(p, value);
+            note_transfer_encoding(p, value);
         break;
     }
     return 0;
+}
+
+/* RFC 9112 section 3.2.2: with an absolute-form target the Host field is
+ * ignored and the target's authority takes its place (added when the
+ * request had none, as HTTP/1.0 allows). The headers array has room. */
+static void use_target_authority(ps_http1_parser_t *p)
+{
+    ps_request_t *r = &p->req;
+    ps_slice_t authority = arena_slice(p, p->authority_off, p->authority_len);
+    if (p->host_count == 0)
+        p->headers[r->nheaders++] = (ps_header_t){PS_SLICE_LIT("Host"), authority};
+    else
+        p->headers[p->host_index].value = authority;
+    r->target_host = arena_slice(p, p->host_off, p->host_len);
 }
 
 static int on_headers_complete(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
     ps_request_t *r = &p->req;
+    if (check_target(p) < 0)
+        return -1;
     if (h->http_major != 1 || h->http_minor > 1)
         return fail(p, 505, "unsupported HTTP version");
     if (h->http_minor == 1 && p->host_count == 0)
         return fail(p, 400, "no Host");
     if (p->has_te && (h->flags & F_CONTENT_LENGTH))
-        return fail(p, 400, "both Content-Length and Transfer-Encoding");
+return fail(p, 400, "both Content-Length and Transfer-Encoding");
+    if (p->has_te && check_transfer_codings(p) < 0)
+        return -1;
+    /* A tunnel is not something an application server can open. */
+    if (p->method_id == HTTP_CONNECT)
+        return fail(p, 501, "CONNECT is not served");
     if (h->flags & F_CONTENT_LENGTH) {
         r->content_length = (int64_t)h->content_length;
         if (p->limits->max_body && h->content_length > p->limits->max_body)
@@ -269,23 +387,24 @@ static int on_headers_complete(llhttp_t *h)
     }
     r->chunked = (h->flags & F_CHUNKED) != 0;
     r->http_minor = h->http_minor;
-    r->method_id = h->method;
-    r->is_head = h->method == HTTP_HEAD;
-    const char *m = llhttp_method_name((llhttp_method_t)h->method);
-    r->method = (ps_slice_t){m, strlen(m)};
+    r->method_id = p->method_id;
+    r->is_head = p->method_id == HTTP_HEAD;
+    r->method = p->method_name ? (ps_slice_t){p->method_name, p->method_len}
+                               : arena_slice(p, p->method_off, p->method_len);
     r->keep_alive = llhttp_should_keep_alive(h) != 0;
     r->upgrade = h->upgrade != 0;
     if (r->upgrade)
         r->keep_alive = 0;
     r->target = arena_slice(p, p->target_off, p->target_len);
 
-    /* The arena no longer grows for this request: fix the slices. */
-    if (p->headers_cap < p->nfields) {
-        ps_header_t *nh = realloc(p->headers, p->fields_cap * sizeof(*nh));
+    /* The arena no longer grows for this request: fix the slices (with
+     * room for a Host field an absolute-form target may add). */
+    if (p->headers_cap < p->nfields + 1) {
+        ps_header_t *nh = realloc(p->headers, (p->fields_cap + 1) * sizeof(*nh));
         if (nh == NULL)
             return fail(p, 500, "out of memory");
         p->headers = nh;
-        p->headers_cap = p->fields_cap;
+        p->headers_cap = p->fields_cap + 1;
     }
     ps_header_t *hs = p->headers;
     for (uint32_t i = 0; i < p->nfields; i++) {
@@ -295,6 +414,8 @@ static int on_headers_complete(llhttp_t *h)
     }
     r->headers = hs;
     r->nheaders = p->nfields;
+    if (p->authority_len)
+        use_target_authority(p);
     r->head_complete = 1;
     if (r->chunked) {
         p->chunk_state = PS_CHUNK_SIZE;
@@ -370,6 +491,7 @@ void ps_http1_init(ps_http1_parser_t *p, const ps_http1_limits_t *limits, ps_buf
     p->body_high = body_high;
     llhttp_init(&p->llhttp, HTTP_REQUEST, &settings);
     p->req.content_length = -1;
+    p->want_method = 1;
 }
 
 void ps_http1_next(ps_http1_parser_t *p)
@@ -379,6 +501,14 @@ void ps_http1_next(ps_http1_parser_t *p)
     ps_buf_reset(&p->arena);
     p->nfields = 0;
     p->target_off = p->target_len = 0;
+    p->method_off = p->method_len = 0;
+    p->method_name = NULL;
+    p->method_in_arena = 0;
+    p->want_method = 1;
+    p->authority_off = p->authority_len = 0;
+    p->head_bytes = p->chunk_base = 0;
+    p->method_at = 0;
+    p->te_state = 0;
     p->host_count = 0;
     p->has_te = 0;
     p->discard_body = 0;
@@ -390,6 +520,22 @@ void ps_http1_next(ps_http1_parser_t *p)
     if (p->paused) {
         llhttp_resume(&p->llhttp);
         p->paused = 0;
+    }
+}
+
+/* Heads under these sizes keep their storage from request to request. */
+#define KEEP_ARENA (16 * 1024)
+#define KEEP_FIELDS 64
+
+void ps_http1_shrink(ps_http1_parser_t *p)
+{
+    ps_buf_shrink(&p->arena, KEEP_ARENA);
+    if (p->nfields == 0 && p->fields_cap > KEEP_FIELDS) {
+        free(p->fields);
+        free(p->headers);
+        p->fields = NULL;
+        p->headers = NULL;
+        p->fields_cap = p->headers_cap = 0;
     }
 }
 
@@ -521,9 +667,98 @@ static void note_line_start(ps_http1_parser_t *p, const char *cur, const char *e
     }
 }
 
+/* ---- the method ---- */
+
+/* The methods llhttp parses as HTTP; any other token is carried with a
+ * stand-in (see take_method). */
+static const struct {
+    const char *name;
+    uint8_t len, id;
+} known_methods[] = {
+#define PS_METHOD_ENTRY(num, name, string) {#string, sizeof(#string) - 1, num},
+    HTTP_METHOD_MAP(PS_METHOD_ENTRY)
+#undef PS_METHOD_ENTRY
+};
+
+/* The index in known_methods of the method s (case-sensitive), or -1. */
+static int known_method(const char *s, size_t n)
+{
+    if (n == 3 && s[0] == 'G' && s[1] == 'E' && s[2] == 'T')
+        return HTTP_GET; /* DELETE is 0 and GET is 1 in every llhttp */
+    for (size_t i = 0; i < PS_ARRAY_LEN(known_methods); i++)
+        if (known_methods[i].len == n && memcmp(known_methods[i].name, s, n) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* At the start of a message the method is taken here, so that any RFC 9110
+ * token reaches the application exactly as sent. A method llhttp knows is
+ * left in the input for llhttp to parse; one that arrived split is fed to
+ * llhttp from the arena; any other token is kept in the arena and llhttp
+ * parses the request as a GET, whose framing (Content-Length, chunked or
+ * none) is the same. Empty lines before the request are skipped (RFC 9112
+ * section 2.2). Returns 1 with *cur where llhttp goes on, 0 when all the
+ * input was used and more is needed, -1 with the error status set. */
+static int take_method(ps_http1_parser_t *p, const char **cur, const char *end)
+{
+    const char *s = *cur;
+    if (!p->method_in_arena) {
+        while (s < end && (*s == '\r' || *s == '\n'))
+            s++;
+        p->head_bytes += (uint64_t)(s - *cur);
+        *cur = s;
+        p->method_at = p->head_bytes;
+    }
+    const char *t = s;
+    while (s < end && token_chars[(uint8_t)*s])
+        s++;
+    size_t n = (size_t)(s - t), total = p->method_len + n;
+    if (total + 1 > p->limits->max_request_line)
+        return fail(p, 414, "request line too long");
+    if (p->limits->max_head && p->method_at + total > p->limits->max_head)
+        return fail(p, 431, "request head too large");
+    if (s < end && (*s != ' ' || total == 0))
+        return fail(p, 400, "invalid method");
+    if (s == end && n == 0) {
+        *cur = end;
+        return 0;
+    }
+    if (s < end && !p->method_in_arena) {
+        int k = known_method(t, n);
+        if (k >= 0) { /* the usual case: llhttp parses it where it is */
+            p->method_id = known_methods[k].id;
+            p->method_name = known_methods[k].name;
+            p->method_len = (uint32_t)n;
+            return 1;
+        }
+    }
+    if (!p->method_in_arena) {
+        p->method_off = (uint32_t)p->arena.len;
+        p->method_in_arena = 1;
+    }
+    if (ps_buf_append(&p->arena, t, n) < 0)
+        return fail(p, 500, "out of memory");
+    p->method_len = (uint32_t)total;
+    p->head_bytes += n;
+    *cur = s;
+    if (s == end)
+        return 0;
+    ps_slice_t m = arena_slice(p, p->method_off, p->method_len);
+    int k = known_method(m.base, m.len);
+    p->method_id = k >= 0 ? known_methods[k].id : PS_METHOD_OTHER;
+    if (k >= 0)
+        p->method_name = known_methods[k].name;
+    llhttp_execute(&p->llhttp, k >= 0 ? m.base : "GET", k >= 0 ? m.len : 3);
+    return 1;
+}
+
 int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *consumed)
 {
     const char *cur = data, *end = data + len;
+    if (ps_unlikely(p->error_status)) { /* an error is final, ours as llhttp's */
+        *consumed = len;
+        return PS_HTTP1_ERROR;
+    }
     if (p->paused) {
         if (p->req.message_complete) {
             *consumed = 0;
@@ -550,14 +785,45 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
                 return PS_HTTP1_MORE;
             }
         }
+        if (p->want_method) {
+            int rc = take_method(p, &cur, end);
+            if (rc <= 0) {
+                *consumed = len;
+                return rc < 0 ? PS_HTTP1_ERROR : PS_HTTP1_MORE;
+            }
+            p->want_method = 0;
+        }
+        /* The head is fed no further than --limit-request-head allows: a
+         * head that needs more is refused before it is all buffered. */
+        size_t n = (size_t)(end - cur);
+        int capped = 0;
+        if (!p->req.head_complete) {
+            uint64_t max = p->limits->max_head;
+            p->chunk_base = p->head_bytes;
+            if (max && n > max - PS_MIN(max, p->head_bytes)) {
+                n = (size_t)(max - PS_MIN(max, p->head_bytes));
+                capped = 1;
+            }
+            p->head_bytes += n;
+        }
         p->feed_start = cur;
-        llhttp_errno_t err = llhttp_execute(&p->llhttp, cur, (size_t)(end - cur));
-        if (end > cur) {
-            p->last_fed = end[-1];
-            note_line_start(p, cur, end);
+        llhttp_errno_t err = llhttp_execute(&p->llhttp, cur, n);
+        if (n > 0) {
+            p->last_fed = cur[n - 1];
+            note_line_start(p, cur, cur + n);
         }
         switch (err) {
         case HPE_OK:
+            if (capped) {
+                if (!p->req.head_complete) {
+                    *consumed = len;
+                    p->error_status = 431;
+                    p->error_reason = "request head too large";
+                    return PS_HTTP1_ERROR;
+                }
+                cur += n;
+                continue;
+            }
             *consumed = len;
             return PS_HTTP1_MORE;
         case HPE_PAUSED:
@@ -586,6 +852,67 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
 }
 
 /* ---- request targets ---- */
+
+/* RFC 3986 reg-name: unreserved, sub-delims and pct-encoded ('%'). */
+static int reg_name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("-._~!$&'()*+,;=%", c) != NULL);
+}
+
+static int hexval(char c);
+
+int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port)
+{
+    const char *s = authority.base, *end = s + authority.len, *h, *he;
+    if (authority.len == 0)
+        return -EINVAL;
+    if (*s == '[') {
+        const char *close = memchr(s, ']', authority.len);
+        char text[INET6_ADDRSTRLEN];
+        struct in6_addr a6;
+        h = s + 1;
+        he = close;
+        if (close == NULL || he == h || (size_t)(he - h) >= sizeof(text))
+            return -EINVAL;
+        /* inet_pton would stop at a NUL: only what an IPv6 address holds. */
+        for (const char *c = h; c < he; c++)
+            if (hexval(*c) < 0 && *c != ':' && *c != '.')
+                return -EINVAL;
+        memcpy(text, h, (size_t)(he - h));
+        text[he - h] = '\0';
+        if (inet_pton(AF_INET6, text, &a6) != 1)
+            return -EINVAL;
+        s = close + 1;
+    } else {
+        for (h = s; s < end && *s != ':'; s++) {
+            if (!reg_name_char(*s))
+                return -EINVAL;
+            if (*s == '%' && (end - s < 3 || hexval(s[1]) < 0 || hexval(s[2]) < 0))
+                return -EINVAL;
+        }
+        he = s;
+        if (he == h)
+            return -EINVAL; /* an http(s) URI must not have an empty host */
+    }
+    *port = -1;
+    if (s < end) {
+        if (*s++ != ':' || end - s > 5)
+            return -EINVAL;
+        int v = 0;
+        for (const char *d = s; d < end; d++) {
+            if (*d < '0' || *d > '9')
+                return -EINVAL;
+            v = v * 10 + (*d - '0');
+        }
+        if (v > 65535)
+            return -EINVAL;
+        if (s < end)
+            *port = v;
+    }
+    *host = (ps_slice_t){h, (size_t)(he - h)};
+    return 0;
+}
 
 static int hexval(char c)
 {

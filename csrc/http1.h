@@ -20,20 +20,30 @@ typedef struct {
 } ps_header_t;
 
 typedef struct {
-    uint32_t max_request_line;
+    uint32_t max_request_line; /* the whole line: method, target, version, separators */
     uint32_t max_fields;
     uint32_t max_field_size;
+    uint32_t max_head; /* request line plus header fields, as received; 0: no limit */
     uint64_t max_body; /* 0: no limit */
 } ps_http1_limits_t;
+
+/* method_id of a method llhttp has no name for: the method is carried as
+ * sent (any RFC 9110 token) and llhttp parses the request with a stand-in. */
+#define PS_METHOD_OTHER 255
 
 /* A parsed request. Slices point into the parser's arena and stay valid
  * until ps_http1_next(). */
 typedef struct {
-    ps_slice_t method;
+    ps_slice_t method; /* exactly as sent: case-sensitive, never upper-cased */
     ps_slice_t target;
+    /* An absolute-form target's host (no brackets around an IPv6 literal)
+     * and port (the explicit one, else the scheme's); base is NULL for the
+     * other forms. Its authority then also replaces the Host header. */
+    ps_slice_t target_host;
+    uint16_t target_port;
     ps_header_t *headers;
     uint32_t nheaders;
-    uint8_t method_id; /* llhttp_method_t */
+    uint8_t method_id; /* llhttp_method_t, or PS_METHOD_OTHER */
     uint8_t http_minor;
     unsigned keep_alive : 1;
     unsigned chunked : 1;
@@ -60,8 +70,20 @@ typedef struct {
     ps_header_t *headers; /* the fields as slices, once the head is complete */
     uint32_t headers_cap;
     uint32_t target_off, target_len;
-    ps_buf_t *body;           /* decoded body goes here (owned by the caller) */
-    size_t body_high;         /* pause once body holds this much */
+    uint32_t method_off, method_len; /* method bytes kept in the arena (unknown or split) */
+    uint64_t method_at;              /* offset of the method in the message's bytes */
+    uint32_t authority_off, authority_len;
+    uint32_t host_off, host_len; /* inside the authority */
+    uint32_t host_index;         /* the Host field's index, when host_count is 1 */
+    uint64_t head_bytes;         /* bytes of the message's head taken so far */
+    uint64_t chunk_base;         /* message offset of feed_start while in the head */
+    const char *method_name;     /* a known method's name (static), else NULL */
+    uint8_t method_id;
+    uint8_t want_method; /* 1 until the method of a new message is taken */
+    uint8_t method_in_arena;
+    uint8_t te_state; /* PS_TE_* bits across Transfer-Encoding fields */
+    ps_buf_t *body;   /* decoded body goes here (owned by the caller) */
+    size_t body_high; /* pause once body holds this much */
     int error_status;         /* the answer to give after PS_HTTP1_ERROR */
     const char *error_reason; /* and why, in words (static), while error_status is set */
     uint32_t trailer_bytes;
@@ -81,6 +103,15 @@ typedef struct {
 
 enum { PS_CHUNK_NONE, PS_CHUNK_SIZE, PS_CHUNK_EXT };
 
+/* What the Transfer-Encoding fields said, coding by coding. */
+enum {
+    PS_TE_LAST_CHUNKED = 1, /* the last coding so far is chunked */
+    PS_TE_SAW_CHUNKED = 2,
+    PS_TE_CHUNKED_TWICE = 4,
+    PS_TE_OTHER = 8,  /* a coding other than chunked */
+    PS_TE_EMPTY = 16, /* a field with no coding */
+};
+
 enum { PS_LINE_OTHER, PS_LINE_LF, PS_LINE_FOLD }; /* LF, LF then SP/HTAB */
 
 enum {
@@ -96,6 +127,16 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
 /* Forgets the current request so the next one can be parsed. */
 void ps_http1_next(ps_http1_parser_t *p);
 void ps_http1_free(ps_http1_parser_t *p);
+/* Between requests: releases the arena and the field arrays when a large
+ * head made them grow past what ordinary heads need. */
+void ps_http1_shrink(ps_http1_parser_t *p);
+
+/* Parses an authority "host[:port]" (reg-name, IPv4 or [IPv6]; no
+ * userinfo). *host gets the host without brackets, *port the port or -1
+ * when there is none (or it is empty). Returns 0 or -EINVAL. */
+int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port);
+/* 1 when s is an RFC 9110 token. */
+int ps_http1_is_token(ps_slice_t s);
 
 /* The request line of the current request, for logging one that was
  * rejected: fills method, target and version ("1.1") and returns 1 when the

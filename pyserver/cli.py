@@ -223,7 +223,8 @@ def build_parser():
         "--limit-request-line",
         metavar="BYTES",
         type=_int("limit_request_line"),
-        help=f"maximum size of the request line, 1-65536 (default: {D['limit_request_line']})",
+        help="maximum size of the request line (method, target and version), 1-65536 "
+        f"(default: {D['limit_request_line']})",
     )
     add(
         http,
@@ -240,6 +241,14 @@ def build_parser():
         type=_int("limit_request_field_size"),
         help="maximum size of one request header field, 1-65536 "
         f"(default: {D['limit_request_field_size']})",
+    )
+    add(
+        http,
+        "--limit-request-head",
+        metavar="BYTES",
+        type=_int("limit_request_head"),
+        help="maximum size of a request head (request line plus header fields); "
+        f"431 beyond it (default: {D['limit_request_head']})",
     )
     add(
         http,

@@ -13,6 +13,7 @@ hold final values:
     limit_request_line        int
     limit_request_fields      int
     limit_request_field_size  int
+    limit_request_head        int, bytes of request line plus header fields
     limit_request_body        int, 0 = no limit
     body_spool_threshold      int bytes: WSGI bodies larger than this are spooled to a
                               temporary file (in $TMPDIR) while they arrive
@@ -65,6 +66,7 @@ INT_BOUNDS = {
     "limit_request_line": (1, 65536),
     "limit_request_fields": (1, 32768),
     "limit_request_field_size": (1, 65536),
+    "limit_request_head": (1, 1 << 30),
     "limit_request_body": (0, None),
     "body_spool_threshold": (0, None),
     "limit_connections": (1, None),
@@ -218,6 +220,7 @@ class Config:
         limit_request_line=8190,
         limit_request_fields=100,
         limit_request_field_size=8190,
+        limit_request_head=65536,
         limit_request_body=0,
         body_spool_threshold=1 << 20,
         limit_connections=10000,
@@ -269,6 +272,7 @@ class Config:
         self.limit_request_field_size = check_int(
             "limit_request_field_size", limit_request_field_size
         )
+        self.limit_request_head = check_int("limit_request_head", limit_request_head)
         self.limit_request_body = check_int("limit_request_body", limit_request_body)
         self.body_spool_threshold = check_int("body_spool_threshold", body_spool_threshold)
         self.limit_connections = check_int("limit_connections", limit_connections)

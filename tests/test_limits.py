@@ -33,7 +33,13 @@ BAD_REQUESTS = [
     ),
     ("header-field-too-long", request(HOST, b"X-Big: " + b"a" * 8200), 431),
     ("header-name-too-long", request(HOST, b"X-" + b"n" * 8200 + b": v"), 431),
-    ("unknown-transfer-coding", request(HOST, b"Transfer-Encoding: foo", line=POST_ECHO), 501),
+    # The final coding is not chunked: the body cannot be framed (RFC 9112 section 6.3).
+    ("unknown-transfer-coding", request(HOST, b"Transfer-Encoding: foo", line=POST_ECHO), 400),
+    (
+        "unknown-coding-before-chunked",
+        request(HOST, b"Transfer-Encoding: foo, chunked", line=POST_ECHO, body=b"0\r\n\r\n"),
+        501,
+    ),
     ("unsupported-http-version", request(HOST, line=b"GET /hello HTTP/3.0"), 505),
     ("garbage-http-version", request(HOST, line=b"GET /hello HTTP/1.x"), 400),
     ("no-http-version", request(HOST, line=b"GET /hello FOO"), 400),

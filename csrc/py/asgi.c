@@ -439,6 +439,15 @@ static int add_paths(ps_asgi_t *ctx, PyObject *scope, ps_slice_t path)
     return rc;
 }
 
+/* (host, port) of an absolute-form target, which names the server (RFC
+ * 9112 section 3.2.2). New reference, or NULL with an exception. */
+static PyObject *target_server(const ps_request_t *r)
+{
+    PyObject *host =
+        PyUnicode_DecodeLatin1(r->target_host.base, (Py_ssize_t)r->target_host.len, NULL);
+    return host ? Py_BuildValue("(Ni)", host, (int)r->target_port) : NULL;
+}
+
 /* fwd: what a trusted proxy said (the scheme, the client: then kept by the
  * cycle for the access log). */
 static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
@@ -477,7 +486,9 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
         PyDict_SetItem(scope, s[S_ROOT_PATH], ctx->root_path) < 0 ||
         set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
         PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
-        PyDict_SetItem(scope, s[S_SERVER], ci->server) < 0 ||
+        (ps_likely(r->target_host.base == NULL)
+             ? PyDict_SetItem(scope, s[S_SERVER], ci->server)
+             : set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
         set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
         (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
         Py_DECREF(scope);

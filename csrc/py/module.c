@@ -60,12 +60,13 @@ static int get_optional_double(PyObject *config, const char *name, double dflt, 
 
 static int read_config(PyObject *config, ps_config_t *cfg)
 {
-    double line, fields, field_size, body, conns, spool;
+    double line, fields, field_size, head, body, conns, spool;
     int server_header, date_header;
     memset(cfg, 0, sizeof(*cfg));
     if (get_double(config, "limit_request_line", &line) < 0 ||
         get_double(config, "limit_request_fields", &fields) < 0 ||
         get_double(config, "limit_request_field_size", &field_size) < 0 ||
+        get_optional_double(config, "limit_request_head", 65536, &head) < 0 ||
         get_double(config, "limit_request_body", &body) < 0 ||
         get_double(config, "timeout_keep_alive", &cfg->timeout_keep_alive) < 0 ||
         get_optional_double(config, "timeout_request_header", 60.0, &cfg->timeout_request_header) <
@@ -77,13 +78,15 @@ static int read_config(PyObject *config, ps_config_t *cfg)
         get_bool(config, "server_header", &server_header) < 0 ||
         get_bool(config, "date_header", &date_header) < 0)
         return -1;
-    if (line < 1 || fields < 1 || field_size < 1 || body < 0 || conns < 1 || spool < 0) {
+    if (line < 1 || fields < 1 || field_size < 1 || head < 1 || body < 0 || conns < 1 ||
+        spool < 0) {
         PyErr_SetString(PyExc_ValueError, "pyserver: request limits must be positive");
         return -1;
     }
     cfg->limits.max_request_line = (uint32_t)PS_MIN(line, 1 << 20);
     cfg->limits.max_fields = (uint32_t)PS_MIN(fields, 1 << 16);
     cfg->limits.max_field_size = (uint32_t)PS_MIN(field_size, 1 << 20);
+    cfg->limits.max_head = (uint32_t)PS_MIN(head, 1 << 30);
     cfg->limits.max_body = (uint64_t)body;
     cfg->body_spool_threshold = (uint64_t)PS_MIN(spool, (double)(1ULL << 62));
     cfg->limit_connections = (uint32_t)PS_MIN(conns, 1 << 24);

@@ -353,6 +353,22 @@ static int add_forwarded(ps_wsgi_t *ctx, PyObject *env, RequestObject *req,
     return 0;
 }
 
+static int add_server(PyObject *env, PyObject **k, conn_info_t *ci)
+{
+    if (PyDict_SetItem(env, k[K_SERVER_NAME], ci->server_name) < 0)
+        return -1;
+    return PyDict_SetItem(env, k[K_SERVER_PORT], ci->server_port);
+}
+
+/* An absolute-form target names the server (RFC 9112 section 3.2.2), as
+ * it names the Host field. Returns 0 or -1 with an exception. */
+static int add_target_server(PyObject *env, PyObject **k, const ps_request_t *r)
+{
+    if (set_item(env, k[K_SERVER_NAME], latin1(r->target_host.base, r->target_host.len)) < 0)
+        return -1;
+    return set_item(env, k[K_SERVER_PORT], port_str(r->target_port));
+}
+
 /* Returns a new environ dict, or NULL with an exception. */
 static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
                                const ps_proxy_result_t *fwd)
@@ -368,8 +384,8 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
     if (set_item(env, k[K_REQUEST_METHOD], method_str(ctx, r)) < 0 ||
         add_target(ctx, env, r->target) < 0 ||
         PyDict_SetItem(env, k[K_SERVER_PROTOCOL], ctx->protocols[r->http_minor & 1]) < 0 ||
-        PyDict_SetItem(env, k[K_SERVER_NAME], ci->server_name) < 0 ||
-        PyDict_SetItem(env, k[K_SERVER_PORT], ci->server_port) < 0 ||
+        (ps_likely(r->target_host.base == NULL) ? add_server(env, k, ci)
+                                                : add_target_server(env, k, r)) < 0 ||
         PyDict_SetItem(env, k[K_REMOTE_ADDR], ci->remote_addr) < 0 ||
         (ci->remote_port ? PyDict_SetItem(env, k[K_REMOTE_PORT], ci->remote_port)
                          : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||

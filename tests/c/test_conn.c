@@ -428,7 +428,10 @@ static void test_bad_requests_get_their_error_and_a_close(void)
     CHECK_ERROR_ANSWER("GET / HTTP/1.1\r\nHost: t\r\nX-A: a\r\n b\r\n\r\n", 400);
     CHECK_ERROR_ANSWER("GET / HTTP/1.1\r\n\r\n", 400);
     CHECK_ERROR_ANSWER("GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505);
-    CHECK_ERROR_ANSWER("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 501);
+    CHECK_ERROR_ANSWER("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 400);
+    CHECK_ERROR_ANSWER("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                       501);
+    CHECK_ERROR_ANSWER("CONNECT t:443 HTTP/1.1\r\nHost: t:443\r\n\r\n", 501);
     CHECK_ERROR_ANSWER("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n", 413);
     CHECK_ERROR_ANSWER("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400);
 }

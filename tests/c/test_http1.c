@@ -501,15 +501,115 @@ static void test_bodies_are_not_capped_without_max_body(void)
 
 /* ---- limits -------------------------------------------------------------- */
 
-static void test_request_target_over_max_is_414(void)
+static void test_request_line_over_max_is_414(void)
 {
+    /* The whole line counts (without its CRLF), as in gunicorn: 3 + 1 + 19
+     * + 1 + 8 = 32 bytes. */
     ps_http1_limits_t lim = limits;
     lim.max_request_line = 32;
-    CHECK_STATUS_LIM("GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 0);
-    CHECK_STATUS_LIM("GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim,
-                     414);
+    CHECK_STATUS_LIM("GET /aaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 0);
+    CHECK_STATUS_LIM("GET /aaaaaaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 414);
+    /* The method counts too, a known one or not. */
+    CHECK_STATUS_LIM("OPTIONS /aaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 0);
+    CHECK_STATUS_LIM("OPTIONS /aaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 414);
+    CHECK_STATUS_LIM("BREWING /aaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 0);
+    CHECK_STATUS_LIM("BREWING /aaaaaaaaaaaaaaa HTTP/1.1\r\nHost: a\r\n\r\n", &lim, 414);
     /* Refused while still arriving: no need to wait for the end of it. */
     CHECK_STATUS_LIM("GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", &lim, 414);
+    CHECK_STATUS_LIM("AVERYLONGMETHODNAMEWHICHGOESONANDON", &lim, 414);
+}
+
+/* --limit-request-head: the request line, the fields, their line ends and
+ * the blank line; the body and the next request are not counted. */
+static void test_head_over_max_head_is_431(void)
+{
+    ps_http1_limits_t lim = limits;
+    const char exact[] = "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n"; /* 46 */
+    lim.max_head = sizeof(exact) - 1;
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n", &lim, 0);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 01234567890\r\n\r\n", &lim, 431);
+    CHECK_STATUS_LIM("BREW / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n", &lim, 431);
+    CHECK_STATUS_LIM("\r\nGET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n", &lim, 431);
+    /* Refused as soon as the head outgrows the limit, ended or not. */
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 012345678901234567890", &lim, 431);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\nXY", &lim, -1);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\nXYZ", &lim, 431);
+    /* A body and pipelined requests are not part of the head. */
+    lim.max_head = 48;
+    CHECK_STATUS_LIM("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 60\r\n\r\n"
+                     "012345678901234567890123456789012345678901234567890123456789",
+                     &lim, 0);
+    lim.max_head = sizeof(exact) - 1;
+    outcome_t o;
+    const char two[] = "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n"
+                       "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: 0123456789\r\n\r\n";
+    CHECK_EQ(run_whole(two, sizeof(two) - 1, &lim, &o), 0);
+    const char *second = strstr(o.text, "GET / 1.1");
+    CHECK(second != NULL && strstr(second + 1, "GET / 1.1") != NULL);
+    CHECK(strstr(o.text, "error") == NULL);
+}
+
+/* The limit holds while the head arrives: a huge head in one feed is not
+ * copied before it is refused. */
+static void test_head_limit_holds_before_the_head_is_buffered(void)
+{
+    ps_http1_limits_t lim = limits;
+    lim.max_head = 1024;
+    lim.max_field_size = 1 << 20;
+    size_t len = 1 << 20;
+    char *in = malloc(len);
+    const char start[] = "GET / HTTP/1.1\r\nHost: a\r\nX-Big: ";
+    memcpy(in, start, sizeof(start) - 1);
+    memset(in + sizeof(start) - 1, 'v', len - (sizeof(start) - 1));
+    parser_t t;
+    size_t used;
+    parser_open(&t, &lim, BODY_HIGH);
+    CHECK_EQ(ps_http1_feed(&t.p, in, len, &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, 431);
+    CHECK(t.p.arena.cap <= 2048);
+    parser_close(&t);
+    free(in);
+}
+
+/* After a large head the next requests do not keep its storage. */
+static void test_buffers_shrink_after_a_large_head(void)
+{
+    ps_http1_limits_t lim = limits;
+    lim.max_head = 65536;
+    ps_buf_t big = {0};
+    ps_buf_append_slice(&big, PS_SLICE_LIT("GET /big HTTP/1.1\r\nHost: a\r\n"));
+    char field[800];
+    for (int i = 0; i < 75; i++) { /* 75 fields of 800 bytes: a 60 KiB head */
+        int n = snprintf(field, sizeof(field), "X-Pad-%02d: ", i);
+        memset(field + n, 'p', sizeof(field) - (size_t)n - 2);
+        memcpy(field + sizeof(field) - 2, "\r\n", 2);
+        ps_buf_append(&big, field, sizeof(field));
+    }
+    ps_buf_append(&big, "\r\n", 2);
+    CHECK(ps_buf_size(&big) > 60000 && ps_buf_size(&big) < 65536);
+    parser_t t;
+    size_t used;
+    parser_open(&t, &lim, BODY_HIGH);
+    CHECK_EQ(ps_http1_feed(&t.p, ps_buf_head(&big), ps_buf_size(&big), &used), PS_HTTP1_PAUSED);
+    CHECK_EQ(t.p.req.nheaders, 76);
+    CHECK(t.p.arena.cap >= 60000);
+    CHECK(t.p.fields_cap >= 76);
+    ps_http1_next(&t.p);
+    ps_http1_shrink(&t.p);
+    CHECK(t.p.arena.cap <= 16 * 1024);
+    CHECK(t.p.fields_cap <= 64 && t.p.headers_cap <= 65);
+    const char small[] = "GET /small HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n\r\n";
+    CHECK_EQ(ps_http1_feed(&t.p, small, sizeof(small) - 1, &used), PS_HTTP1_PAUSED);
+    CHECK_SLICE_EQ(t.p.req.target, "/small");
+    CHECK_EQ(t.p.req.nheaders, 2);
+    /* An ordinary head keeps its storage: no allocation per request. */
+    size_t cap = t.p.arena.cap;
+    const ps_field_t *fields = t.p.fields;
+    ps_http1_next(&t.p);
+    ps_http1_shrink(&t.p);
+    CHECK(cap > 0 && t.p.arena.cap == cap && t.p.fields == fields);
+    parser_close(&t);
+    ps_buf_free(&big);
 }
 
 static void test_too_many_fields_is_431(void)
@@ -686,9 +786,24 @@ static void test_malformed_versions_are_400(void)
     CHECK_STATUS("GET / FTP/1.1\r\nHost: a\r\n\r\n", 400);
 }
 
-static void test_transfer_codings_other_than_chunked_are_501(void)
+/* RFC 9112 section 6.3: a final coding other than chunked leaves the body
+ * unframed: 400 and close, whatever the coding. */
+static void test_final_coding_other_than_chunked_is_400(void)
 {
-    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: foo\r\n\r\n", 501);
+    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: foo\r\n\r\n", 400);
+    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 400);
+    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 400);
+    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400);
+    CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                 "Transfer-Encoding: identity\r\n\r\n",
+                 400);
+    CHECK_STATUS("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 400);
+}
+
+/* Codings before the final chunked are real codings pyserver does not
+ * decode: 501. */
+static void test_transfer_codings_before_chunked_are_501(void)
+{
     CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501);
     CHECK_STATUS("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
                  "Transfer-Encoding: chunked\r\n\r\n",
@@ -783,12 +898,241 @@ static void test_tls_client_hello_is_400(void)
     CHECK_STATUS("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x8a\x1f\x00\x00\x00", 400);
 }
 
-static void test_unknown_methods_are_400(void)
+/* The method of a request, parsed from `in`, and its id. */
+static void check_method_at(const char *file, int line, const char *in, const char *method, int id)
 {
-    CHECK_STATUS("FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
-    CHECK_STATUS("get / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    parser_t t;
+    size_t used;
+    parser_open(&t, &limits, BODY_HIGH);
+    int rc = ps_http1_feed(&t.p, in, strlen(in), &used);
+    check_eq_at(rc, PS_HTTP1_PAUSED, file, line, in);
+    if (rc == PS_HTTP1_PAUSED) {
+        check_mem_eq_at(t.p.req.method.base, t.p.req.method.len, method, strlen(method), file, line,
+                        "the method as sent");
+        check_eq_at(t.p.req.method_id, id, file, line, "method_id");
+        check_eq_at(t.p.req.is_head, strcmp(method, "HEAD") == 0, file, line, "is_head");
+    }
+    parser_close(&t);
+}
+
+#define CHECK_METHOD(in, method, id) check_method_at(__FILE__, __LINE__, in, method, id)
+
+/* Methods are tokens, case-sensitive (RFC 9110 section 9.1): every token
+ * reaches the application exactly as sent, known to llhttp or not. */
+static void test_any_token_method_is_carried_as_sent(void)
+{
+    CHECK_METHOD("QUERY /q HTTP/1.1\r\nHost: a\r\n\r\n", "QUERY", PS_METHOD_OTHER);
+    CHECK_METHOD("BREW /pot HTTP/1.1\r\nHost: a\r\n\r\n", "BREW", PS_METHOD_OTHER);
+    CHECK_METHOD("-BLARGH / HTTP/1.1\r\nHost: a\r\n\r\n", "-BLARGH", PS_METHOD_OTHER);
+    CHECK_METHOD("get / HTTP/1.1\r\nHost: a\r\n\r\n", "get", PS_METHOD_OTHER);
+    CHECK_METHOD("head / HTTP/1.1\r\nHost: a\r\n\r\n", "head", PS_METHOD_OTHER);
+    CHECK_METHOD("Get / HTTP/1.1\r\nHost: a\r\n\r\n", "Get", PS_METHOD_OTHER);
+    CHECK_METHOD("GETS / HTTP/1.1\r\nHost: a\r\n\r\n", "GETS", PS_METHOD_OTHER);
+    CHECK_METHOD("HEADER / HTTP/1.1\r\nHost: a\r\n\r\n", "HEADER", PS_METHOD_OTHER);
+    CHECK_METHOD("PLAY / HTTP/1.1\r\nHost: a\r\n\r\n", "PLAY", PS_METHOD_OTHER);
+    CHECK_METHOD("!#$%&'*+.^_`|~09azAZ / HTTP/1.1\r\nHost: a\r\n\r\n", "!#$%&'*+.^_`|~09azAZ",
+                 PS_METHOD_OTHER);
+    CHECK_METHOD("PURGE / HTTP/1.1\r\nHost: a\r\n\r\n", "PURGE", HTTP_PURGE);
+    CHECK_METHOD("M-SEARCH / HTTP/1.1\r\nHost: a\r\n\r\n", "M-SEARCH", HTTP_MSEARCH);
+    CHECK_METHOD("HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", "HEAD", HTTP_HEAD);
+    CHECK_METHOD("GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", HTTP_GET);
+    CHECK_METHOD("DELETE / HTTP/1.1\r\nHost: a\r\n\r\n", "DELETE", HTTP_DELETE);
+    CHECK_METHOD("\r\nBREW / HTTP/1.1\r\nHost: a\r\n\r\n", "BREW", PS_METHOD_OTHER);
+    /* Whatever arrives split, the outcome is the same. */
+    CHECK_SPLIT_INVARIANT("BREW /a?b HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+                          "get / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "3\r\nxyz\r\n0\r\n\r\n"
+                          "PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n"
+                          "\r\nhead / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+}
+
+/* An unknown method's body is framed like any other request's. */
+static void test_unknown_methods_keep_their_body_framing(void)
+{
+    outcome_t o;
+    const char in[] = "BREW / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+                      "query / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "2\r\nxy\r\n0\r\n\r\n";
+    CHECK_EQ(run_whole(in, sizeof(in) - 1, &limits, &o), 0);
+    CHECK(strstr(o.text, "BREW / 1.1 ka=1 chunked=0 expect=0 upgrade=0 head=0 cl=3 got=3") != NULL);
+    CHECK(strstr(o.text, "body=abc\n") != NULL);
+    CHECK(strstr(o.text, "query / 1.1 ka=1 chunked=1") != NULL);
+    CHECK(strstr(o.text, "body=xy\n") != NULL);
+}
+
+static void test_non_token_methods_are_400(void)
+{
+    CHECK_STATUS("G@T / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("GE\x80T / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     CHECK_STATUS(" GET / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     CHECK_STATUS("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400);
+}
+
+/* One SP between the parts of the request line (llhttp takes several). */
+static void test_extra_spaces_in_the_request_line_are_400(void)
+{
+    CHECK_STATUS("GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("GET /  HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("BREW  / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+}
+
+/* "*" is the target of OPTIONS alone (RFC 9112 section 3.2.4). */
+static void test_asterisk_form_only_with_options(void)
+{
+    CHECK_STATUS("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", 0);
+    CHECK_STATUS("GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("BREW * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("options * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("OPTIONS *x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("OPTIONS */ HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("OPTIONS *?x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+}
+
+/* Authority form is CONNECT's alone, and a tunnel is not something an
+ * application server opens: 501 once the head is read. */
+static void test_authority_form_only_with_connect(void)
+{
+    CHECK_STATUS("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 501);
+    CHECK_STATUS("CONNECT [::1]:443 HTTP/1.1\r\nHost: a\r\n\r\n", 501);
+    CHECK_STATUS("CONNECT 127.0.0.1:1 HTTP/1.0\r\n\r\n", 501);
+    CHECK_STATUS("CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT example.com: HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT a@b:1 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT a:1/x HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT http://a:1 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT a:65536 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT [zz]:1 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT example.com:443 HTTP/1.1\r\n\r\n", 400); /* no Host */
+    CHECK_STATUS("GET example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("BREW example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    CHECK_STATUS("connect example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+}
+
+/* RFC 9112 section 3.2.2: the target's authority wins over Host. */
+static void check_absolute_at(const char *file, int line, const char *in, const char *host_field,
+                              const char *host, int port, const char *path, const char *query)
+{
+    parser_t t;
+    size_t used;
+    parser_open(&t, &limits, BODY_HIGH);
+    int rc = ps_http1_feed(&t.p, in, strlen(in), &used);
+    check_eq_at(rc, PS_HTTP1_PAUSED, file, line, in);
+    if (rc == PS_HTTP1_PAUSED) {
+        ps_request_t *r = &t.p.req;
+        ps_slice_t v = find_header(r, "host"), p, q;
+        int hosts = 0;
+        for (uint32_t i = 0; i < r->nheaders; i++)
+            hosts += ps_slice_ieq(r->headers[i].name, "host", 4);
+        check_eq_at(hosts, 1, file, line, "one Host field");
+        check_mem_eq_at(v.base, v.len, host_field, strlen(host_field), file, line, "Host field");
+        check_mem_eq_at(r->target_host.base, r->target_host.len, host, strlen(host), file, line,
+                        "target_host");
+        check_eq_at(r->target_port, port, file, line, "target_port");
+        ps_http1_split_target(r->target, &p, &q);
+        check_mem_eq_at(p.base, p.len, path, strlen(path), file, line, "path");
+        check_mem_eq_at(q.base, q.len, query, strlen(query), file, line, "query");
+    }
+    parser_close(&t);
+}
+
+#define CHECK_ABSOLUTE(in, host_field, host, port, path, query)                                    \
+    check_absolute_at(__FILE__, __LINE__, in, host_field, host, port, path, query)
+
+static void test_absolute_form_authority_replaces_host(void)
+{
+    CHECK_ABSOLUTE("GET http://other/abs?q=1 HTTP/1.1\r\nHost: x\r\n\r\n", "other", "other", 80,
+                   "/abs", "q=1");
+    CHECK_ABSOLUTE("GET https://other:8443/a HTTP/1.1\r\nHost: x\r\n\r\n", "other:8443", "other",
+                   8443, "/a", "");
+    CHECK_ABSOLUTE("GET HTTPS://Other/ HTTP/1.1\r\nHost: x\r\n\r\n", "Other", "Other", 443, "/",
+                   "");
+    CHECK_ABSOLUTE("GET http://[::1]:8080/v6 HTTP/1.1\r\nX-A: 1\r\nHost: x\r\n\r\n", "[::1]:8080",
+                   "::1", 8080, "/v6", "");
+    CHECK_ABSOLUTE("GET http://10.0.0.1:/x HTTP/1.1\r\nHost: x\r\n\r\n", "10.0.0.1:", "10.0.0.1",
+                   80, "/x", "");
+    CHECK_ABSOLUTE("GET http://other?q HTTP/1.1\r\nHost: x\r\n\r\n", "other", "other", 80, "", "q");
+    CHECK_ABSOLUTE("BREW http://pot.example/tea HTTP/1.1\r\nHost: x\r\n\r\n", "pot.example",
+                   "pot.example", 80, "/tea", "");
+    CHECK_ABSOLUTE("OPTIONS http://other HTTP/1.1\r\nHost: x\r\n\r\n", "other", "other", 80, "",
+                   "");
+    /* HTTP/1.0 may leave Host out: the target's authority is added. */
+    CHECK_ABSOLUTE("GET http://other/ HTTP/1.0\r\nX-A: 1\r\n\r\n", "other", "other", 80, "/", "");
+    /* HTTP/1.1 still needs a Host field, and only one. */
+    CHECK_STATUS("GET http://other/ HTTP/1.1\r\n\r\n", 400);
+    CHECK_STATUS("GET http://other/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);
+    CHECK_SPLIT_INVARIANT("GET http://other:81/abs?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                          "BREW https://[::1]/ HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                          "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+}
+
+static void test_bad_absolute_forms_are_400(void)
+{
+    CHECK_STATUS("GET http://user@other/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://u:p@other/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http:///x HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http:// HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://:80/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://other:99999/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://other:8a/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://ot%zzher/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://[zz]/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http://[::1/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET ftp://other/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    CHECK_STATUS("GET http:/other HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+}
+
+static void check_authority_at(const char *file, int line, const char *in, int rc, const char *host,
+                               int port)
+{
+    ps_slice_t h = {0};
+    int p = -2;
+    int got = ps_http1_parse_authority((ps_slice_t){in, strlen(in)}, &h, &p);
+    check_eq_at(got, rc, file, line, in);
+    if (rc == 0 && got == 0) {
+        check_mem_eq_at(h.base, h.len, host, strlen(host), file, line, "host");
+        check_eq_at(p, port, file, line, "port");
+    }
+}
+
+#define CHECK_AUTHORITY(in, rc, host, port)                                                        \
+    check_authority_at(__FILE__, __LINE__, in, rc, host, port)
+
+static void test_parse_authority(void)
+{
+    CHECK_AUTHORITY("example.com", 0, "example.com", -1);
+    CHECK_AUTHORITY("example.com:8080", 0, "example.com", 8080);
+    CHECK_AUTHORITY("example.com:", 0, "example.com", -1);
+    CHECK_AUTHORITY("a:0", 0, "a", 0);
+    CHECK_AUTHORITY("a:65535", 0, "a", 65535);
+    CHECK_AUTHORITY("1.2.3.4:5", 0, "1.2.3.4", 5);
+    CHECK_AUTHORITY("[::1]", 0, "::1", -1);
+    CHECK_AUTHORITY("[2001:db8::7]:443", 0, "2001:db8::7", 443);
+    CHECK_AUTHORITY("a%41b", 0, "a%41b", -1);
+    CHECK_AUTHORITY("x-y_z~!$&'()*+,;=", 0, "x-y_z~!$&'()*+,;=", -1);
+    CHECK_AUTHORITY("", -EINVAL, "", 0);
+    CHECK_AUTHORITY(":80", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a:65536", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a:123456", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a:-1", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a:1:2", -EINVAL, "", 0);
+    CHECK_AUTHORITY("u@a", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a/b", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a b", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a%4", -EINVAL, "", 0);
+    CHECK_AUTHORITY("a%g1", -EINVAL, "", 0);
+    CHECK_AUTHORITY("[]", -EINVAL, "", 0);
+    CHECK_AUTHORITY("[::1", -EINVAL, "", 0);
+    CHECK_AUTHORITY("[::1]x", -EINVAL, "", 0);
+    CHECK_AUTHORITY("[1.2.3.4]", -EINVAL, "", 0);
+    CHECK_AUTHORITY("[fe80::1%25eth0]", -EINVAL, "", 0);
+    /* Found by the fuzzer: inet_pton stops at a NUL, the check must not. */
+    ps_slice_t host;
+    int port;
+    CHECK_EQ(ps_http1_parse_authority((ps_slice_t){"[28::1\0x]:80", 12}, &host, &port), -EINVAL);
 }
 
 static void test_bad_targets_are_400(void)
@@ -808,6 +1152,31 @@ static void test_an_error_is_final(void)
     CHECK_EQ(feed_str(&t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", &used), PS_HTTP1_ERROR);
     CHECK_EQ(t.p.error_status, 400);
     parser_close(&t);
+}
+
+/* Found by the fuzzer: an error pyserver finds in the method (before llhttp
+ * sees a byte) is final too. */
+static void test_an_error_in_the_method_is_final(void)
+{
+    parser_t t;
+    size_t used;
+    parser_open(&t, &limits, BODY_HIGH);
+    CHECK_EQ(feed_str(&t, "[2001:db8::1]:8080", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, 400);
+    CHECK_EQ(feed_str(&t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n", &used), PS_HTTP1_ERROR);
+    CHECK_EQ(t.p.error_status, 400);
+    parser_close(&t);
+}
+
+/* Found by the fuzzer: llhttp ends an empty CONNECT target without a
+ * single on_url call, before anything is in the arena. */
+static void test_connect_with_an_empty_target_is_400(void)
+{
+    CHECK_STATUS("CONNECT \n\x8d\n", 400);
+    CHECK_STATUS("CONNECT  HTTP/1.1\r\n\r\n", 400);
+    CHECK_STATUS("CONNECT \r\n\r\n", 400);
+    CHECK_STATUS("CONNECT \n:1\rH\r.\n", 400);
+    CHECK_STATUS("CONNECT  HTTP/1.1\r\nHost: a\r\n\r\n", 400);
 }
 
 static void test_a_good_request_then_a_bad_one(void)
@@ -891,10 +1260,7 @@ static void test_upgrade_request_is_not_kept_alive(void)
     CHECK_EQ(t.p.req.upgrade, 1);
     CHECK_EQ(t.p.req.keep_alive, 0);
     parser_close(&t);
-    CHECK_EQ(first_request("CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", &t), PS_HTTP1_PAUSED);
-    CHECK_EQ(t.p.req.upgrade, 1);
-    CHECK_EQ(t.p.req.keep_alive, 0);
-    parser_close(&t);
+    /* CONNECT is answered 501 (test_authority_form_only_with_connect). */
 }
 
 /* What follows an upgrade request is another protocol: never parsed. */
@@ -1319,7 +1685,10 @@ int main(void)
     test_chunked_body_pauses_per_chunk_at_body_high();
     test_bodies_are_not_capped_without_max_body();
 
-    test_request_target_over_max_is_414();
+    test_request_line_over_max_is_414();
+    test_head_over_max_head_is_431();
+    test_head_limit_holds_before_the_head_is_buffered();
+    test_buffers_shrink_after_a_large_head();
     test_too_many_fields_is_431();
     test_field_over_max_field_size_is_431();
     test_trailers_over_max_field_size_are_431();
@@ -1336,7 +1705,8 @@ int main(void)
     test_bare_lf_line_endings_are_rejected();
     test_unsupported_versions_are_505();
     test_malformed_versions_are_400();
-    test_transfer_codings_other_than_chunked_are_501();
+    test_final_coding_other_than_chunked_is_400();
+    test_transfer_codings_before_chunked_are_501();
     test_chunked_not_last_or_twice_is_400();
     test_transfer_encoding_case_and_spacing_is_accepted();
     test_content_length_with_transfer_encoding_is_400();
@@ -1345,9 +1715,19 @@ int main(void)
     test_host_is_required_once_on_http11();
     test_http10_without_host_is_accepted();
     test_tls_client_hello_is_400();
-    test_unknown_methods_are_400();
+    test_any_token_method_is_carried_as_sent();
+    test_unknown_methods_keep_their_body_framing();
+    test_non_token_methods_are_400();
+    test_extra_spaces_in_the_request_line_are_400();
+    test_asterisk_form_only_with_options();
+    test_authority_form_only_with_connect();
+    test_absolute_form_authority_replaces_host();
+    test_bad_absolute_forms_are_400();
+    test_parse_authority();
     test_bad_targets_are_400();
     test_an_error_is_final();
+    test_an_error_in_the_method_is_final();
+    test_connect_with_an_empty_target_is_400();
     test_a_good_request_then_a_bad_one();
 
     test_expect_continue_is_flagged();

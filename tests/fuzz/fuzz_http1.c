@@ -8,6 +8,11 @@
  * request follows ps_http1_next(), a request not kept alive ends it) and:
  *   - every accepted request must keep the parser's promises (token names,
  *     clean values, one Host on HTTP/1.1, body length as framed, limits);
+ *     its method is a token, exactly llhttp's name when it has an id and
+ *     HEAD-ness is the exact method HEAD; its target is origin-form (not
+ *     with CONNECT, which is never accepted), "*" with OPTIONS, or an
+ *     http(s) absolute-form whose authority parses, names target_host and
+ *     is the one Host field; the request line and head fit their limits;
  *   - every error must be a status with a canned answer, and stay final;
  *   - feeding the same bytes in one piece must give the same requests and
  *     end the same way (an error's status may differ: a limit can be hit
@@ -19,12 +24,14 @@
  * Then the input is read as a response head for ps_http1_scan_head (first
  * line: the status; next lines: "name: value"), and whatever it accepts,
  * ps_http1_write_head must turn into a head that strict llhttp parses.
- * Last, the input is read as a trust list for ps_proxy_init. */
+ * Then the input is read as a trust list for ps_proxy_init, and last as an
+ * authority for ps_http1_parse_authority. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "http1.h"
 #include "proxy.h"
@@ -37,10 +44,16 @@
         }                                                                                          \
     } while (0)
 
-static const ps_http1_limits_t tight_limits = {
-    .max_request_line = 64, .max_fields = 8, .max_field_size = 64, .max_body = 256};
-static const ps_http1_limits_t roomy_limits = {
-    .max_request_line = 8190, .max_fields = 100, .max_field_size = 8190, .max_body = 1 << 20};
+static const ps_http1_limits_t tight_limits = {.max_request_line = 64,
+                                               .max_fields = 8,
+                                               .max_field_size = 64,
+                                               .max_head = 200,
+                                               .max_body = 256};
+static const ps_http1_limits_t roomy_limits = {.max_request_line = 8190,
+                                               .max_fields = 100,
+                                               .max_field_size = 8190,
+                                               .max_head = 65536,
+                                               .max_body = 1 << 20};
 
 #define BODY_HIGH 16
 
@@ -104,21 +117,90 @@ static int name_is(ps_slice_t name, const char *lit)
     return ps_slice_ieq(name, lit, strlen(lit));
 }
 
+static int slice_is(ps_slice_t s, const char *lit)
+{
+    return s.len == strlen(lit) && memcmp(s.base, lit, s.len) == 0;
+}
+
+static void check_method(const ps_request_t *r)
+{
+    INVARIANT(r->method.len > 0);
+    for (size_t i = 0; i < r->method.len; i++)
+        INVARIANT(is_tchar((unsigned char)r->method.base[i]));
+    INVARIANT(ps_http1_is_token(r->method));
+    if (r->method_id != PS_METHOD_OTHER)
+        INVARIANT(slice_is(r->method, llhttp_method_name((llhttp_method_t)r->method_id)));
+    else
+        INVARIANT(!slice_is(r->method, "GET") && !slice_is(r->method, "HEAD") &&
+                  !slice_is(r->method, "POST") && !slice_is(r->method, "CONNECT"));
+    INVARIANT(r->is_head == slice_is(r->method, "HEAD"));
+    INVARIANT(r->method_id != HTTP_CONNECT); /* always answered 501 */
+}
+
+static int inside(ps_slice_t part, ps_slice_t whole);
+
+/* The target's form fits the method; an absolute-form authority is the Host
+ * field's value and names target_host. Returns the Host field's index when
+ * the target is absolute-form, else -1. */
+static int check_target(const ps_request_t *r)
+{
+    ps_slice_t t = r->target;
+    INVARIANT(t.len > 0);
+    for (size_t i = 0; i < t.len; i++) {
+        unsigned char c = (unsigned char)t.base[i];
+        INVARIANT(c > 0x20 && c != 0x7f);
+    }
+    if (t.base[0] == '/') {
+        INVARIANT(r->target_host.base == NULL);
+        return -1;
+    }
+    if (t.base[0] == '*') {
+        INVARIANT(t.len == 1 && slice_is(r->method, "OPTIONS"));
+        INVARIANT(r->target_host.base == NULL);
+        return -1;
+    }
+    size_t skip = t.len >= 7 && strncasecmp(t.base, "http://", 7) == 0 ? 7 : 8;
+    INVARIANT(skip == 7 || (t.len >= 8 && strncasecmp(t.base, "https://", 8) == 0));
+    INVARIANT(r->target_host.base != NULL && r->target_host.len > 0);
+    int host_index = -1, hosts = 0;
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (name_is(r->headers[i].name, "host")) {
+            host_index = (int)i;
+            hosts++;
+        }
+    INVARIANT(hosts == 1);
+    ps_slice_t authority = r->headers[host_index].value, host;
+    int port;
+    INVARIANT(authority.base == t.base + skip && authority.len <= t.len - skip);
+    INVARIANT(ps_http1_parse_authority(authority, &host, &port) == 0);
+    INVARIANT(inside(host, authority));
+    INVARIANT(host.base == r->target_host.base && host.len == r->target_host.len);
+    INVARIANT(r->target_port == (port >= 0 ? port : skip == 7 ? 80 : 443));
+    return host_index;
+}
+
 static void check_request(const ps_request_t *r, const ps_http1_limits_t *lim, uint64_t body_total)
 {
     int hosts = 0, has_te = 0, has_cl = 0, long_cl = 0;
     INVARIANT(r->head_complete && r->message_complete);
-    INVARIANT(r->method.len > 0);
-    INVARIANT(r->target.len > 0 && r->target.len <= lim->max_request_line);
-    for (size_t i = 0; i < r->target.len; i++) {
-        unsigned char c = (unsigned char)r->target.base[i];
-        INVARIANT(c > 0x20 && c != 0x7f);
-    }
+    check_method(r);
+    int abs_host = check_target(r);
+    /* "METHOD SP TARGET SP HTTP/1.x" */
+    INVARIANT(r->method.len + 1 + r->target.len + 9 <= lim->max_request_line);
+    /* The head held at least the request line, each field as "name:value"
+     * and the CRLFs (the Host field of an absolute-form target may have
+     * been added or rewritten, so it is not counted). */
+    uint64_t head_min = r->method.len + 1 + r->target.len + 9 + 2 + 2;
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if ((int)i != abs_host)
+            head_min += r->headers[i].name.len + 1 + r->headers[i].value.len + 2;
+    INVARIANT(lim->max_head == 0 || head_min <= lim->max_head);
     INVARIANT(r->http_minor <= 1);
-    INVARIANT(r->nheaders <= lim->max_fields);
+    INVARIANT(r->nheaders <= lim->max_fields + (abs_host >= 0));
     for (uint32_t i = 0; i < r->nheaders; i++) {
         const ps_header_t *f = &r->headers[i];
-        check_field(f, lim);
+        if ((int)i != abs_host)
+            check_field(f, lim);
         hosts += name_is(f->name, "host");
         has_te |= name_is(f->name, "transfer-encoding");
         if (name_is(f->name, "content-length")) {
@@ -229,6 +311,31 @@ static void check_trust_list(const uint8_t *data, size_t len)
         start = i + 1;
     }
     ps_proxy_free(&p);
+}
+
+/* ---- authorities ------------------------------------------------------- */
+
+static void check_authority(const uint8_t *data, size_t len)
+{
+    ps_slice_t a = {(const char *)data, len}, host = {0};
+    int port = -2;
+    if (ps_http1_parse_authority(a, &host, &port) < 0)
+        return;
+    INVARIANT(host.len > 0 && inside(host, a));
+    INVARIANT(port >= -1 && port <= 65535);
+    INVARIANT(memchr(a.base, '@', a.len) == NULL && memchr(a.base, '/', a.len) == NULL);
+    for (size_t i = 0; i < a.len; i++)
+        INVARIANT(a.base[i] > 0x20 && a.base[i] < 0x7f);
+    if (a.base[0] == '[')
+        INVARIANT(host.base == a.base + 1 && host.base[host.len] == ']');
+    else
+        INVARIANT(host.base == a.base && memchr(host.base, ':', host.len) == NULL);
+    const char *rest = host.base + host.len + (a.base[0] == '[');
+    size_t rest_len = (size_t)(a.base + a.len - rest);
+    if (port < 0)
+        INVARIANT(rest_len == 0 || (rest_len == 1 && rest[0] == ':'));
+    else
+        INVARIANT(rest_len >= 2 && rest[0] == ':');
 }
 
 /* ---- feeding like a connection ---------------------------------------------- */
@@ -400,5 +507,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     INVARIANT(split == whole);
     check_response_head(data, size);
     check_trust_list(data, size);
+    check_authority(data, size);
     return 0;
 }
