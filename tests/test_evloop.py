@@ -55,6 +55,21 @@ class _Echo(socketserver.StreamRequestHandler):
             self.wfile.write(line)
 
 
+class _SlowEcho(socketserver.StreamRequestHandler):
+    def handle(self):
+        while line := self.rfile.readline():
+            time.sleep(0.6)
+            self.wfile.write(line)
+
+
+def _serve_in_thread(handler):
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, thread
+
+
 @pytest.fixture
 def echo_port():
     """A threaded line echo server outside any event loop."""
@@ -323,22 +338,20 @@ def test_evloop_over_another_selector_keeps_the_self_pipe():
 
 
 @pytest.fixture(scope="module")
-def server_echo_port():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-    thread.join()
-
-
-@pytest.fixture(scope="module")
-def srv(server_echo_port):
-    env = {"ASGI_LOOP_ECHO_PORT": str(server_echo_port)}
-    with run_server("apps.asgi_loop:app", "--no-access-log", env=env) as srv:
-        yield srv
+def srv():
+    servers = [_serve_in_thread(_Echo), _serve_in_thread(_SlowEcho)]
+    env = {
+        "ASGI_LOOP_ECHO_PORT": str(servers[0][0].server_address[1]),
+        "ASGI_LOOP_SLOW_PORT": str(servers[1][0].server_address[1]),
+    }
+    try:
+        with run_server("apps.asgi_loop:app", "--no-access-log", env=env) as srv:
+            yield srv
+    finally:
+        for server, thread in servers:
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
 
 def test_server_runs_apps_on_the_ev_event_loop(srv):
@@ -357,6 +370,28 @@ def test_server_outgoing_connection(srv):
     for _ in range(3):
         resp = fetch(srv.port, "GET", "/connect")
         assert (resp.status, resp.body) == (200, b"ping")
+
+
+def test_request_task_waiting_on_a_stream_survives_a_garbage_collection(srv):
+    """asyncio holds tasks weakly; a request task waiting for a StreamReader is reachable only
+    through the server, which must hold it until the application ends."""
+    result = {}
+
+    def slow():
+        try:
+            result["slow"] = fetch(srv.port, "GET", "/slow", timeout=10)
+        except (OSError, AssertionError) as exc:  # the task was collected: never answered
+            result["slow"] = exc
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.2)  # /slow now waits for its echo
+    assert fetch(srv.port, "GET", "/gc").status == 200
+    thread.join()
+    resp = result["slow"]
+    assert not isinstance(resp, Exception), f"/slow not answered: {resp!r}; {srv.log_tail()}"
+    assert (resp.status, resp.body) == (200, b"ping")
+    assert "Task was destroyed" not in srv.log_tail()
 
 
 def test_server_subprocess(srv):

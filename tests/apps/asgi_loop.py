@@ -3,10 +3,13 @@
     /loop        the loop's class, module-qualified
     /threads     64 run_in_executor calls and 64 sync_to_async calls, results checked
     /connect     an asyncio.open_connection round trip to $ASGI_LOOP_ECHO_PORT (an echo server)
+    /slow        the same to $ASGI_LOOP_SLOW_PORT (an echo server that waits before answering)
+    /gc          gc.collect(), the number of objects it found unreachable
     /subprocess  asyncio.create_subprocess_exec of `python -c print(...)`, its output
 """
 
 import asyncio
+import gc
 import os
 import sys
 import threading
@@ -33,14 +36,24 @@ async def threads():
     return f"{len(results)} ok"
 
 
-async def connect():
-    reader, writer = await asyncio.open_connection("127.0.0.1", int(os.environ["ASGI_LOOP_ECHO_PORT"]))
+async def connect(port_var="ASGI_LOOP_ECHO_PORT"):
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(os.environ[port_var]))
     writer.write(b"ping\n")
     await writer.drain()
-    line = await asyncio.wait_for(reader.readline(), 5)
+    line = await reader.readline()  # no wait_for: its timer would hold the task
     writer.close()
     await writer.wait_closed()
     return line.decode().strip()
+
+
+async def slow():
+    # While it waits, the task is referenced only through the StreamReader's waiter (its
+    # protocol holds the reader weakly): only the server keeps it alive.
+    return await connect("ASGI_LOOP_SLOW_PORT")
+
+
+async def collect():
+    return str(gc.collect())
 
 
 async def subprocess():
@@ -51,7 +64,14 @@ async def subprocess():
     return f"{proc.returncode} {out.decode().strip()}"
 
 
-ROUTES = {"/loop": loop_name, "/threads": threads, "/connect": connect, "/subprocess": subprocess}
+ROUTES = {
+    "/loop": loop_name,
+    "/threads": threads,
+    "/connect": connect,
+    "/slow": slow,
+    "/gc": collect,
+    "/subprocess": subprocess,
+}
 
 
 async def app(scope, receive, send):
