@@ -6,7 +6,6 @@ socket before closing an idle connection.
 """
 
 import socket
-import threading
 import time
 
 from helpers import HOST, ConnectionClosed, HTTPConn, run_server

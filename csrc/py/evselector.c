@@ -230,8 +230,7 @@ static PyObject *EvSelectorCore_register(PyObject *op, PyObject *const *args, Py
     evsel_object *self = (evsel_object *)op;
     int fd, events;
     PyObject *key;
-    if (check_usable(self) < 0 ||
-        parse_fd_events(args, nargs, "register", &fd, &events, &key) < 0)
+    if (check_usable(self) < 0 || parse_fd_events(args, nargs, "register", &fd, &events, &key) < 0)
         return NULL;
     if (lookup(self, fd) != NULL) {
         PyErr_Format(PyExc_KeyError, "fd %d is already registered", fd);
@@ -314,8 +313,8 @@ static int take_ready(slot_t *s, PyObject *list, int by_key)
     s->ready = 0;
     if (mask == 0 || (by_key && s->key == NULL))
         return 0;
-    PyObject *item = by_key ? Py_BuildValue("(Oi)", s->key, mask)
-                            : Py_BuildValue("(ii)", s->io.fd, mask);
+    PyObject *item =
+        by_key ? Py_BuildValue("(Oi)", s->key, mask) : Py_BuildValue("(ii)", s->io.fd, mask);
     if (item == NULL)
         return -1;
     int rc = PyList_Append(list, item);

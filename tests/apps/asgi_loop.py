@@ -1,11 +1,11 @@
 """An ASGI app exercising the asyncio loop pyserver runs it on (tests/test_evloop.py).
 
-    /loop        the loop's class, module-qualified
-    /threads     64 run_in_executor calls and 64 sync_to_async calls, results checked
-    /connect     an asyncio.open_connection round trip to $ASGI_LOOP_ECHO_PORT (an echo server)
-    /slow        the same to $ASGI_LOOP_SLOW_PORT (an echo server that waits before answering)
-    /gc          gc.collect(), the number of objects it found unreachable
-    /subprocess  asyncio.create_subprocess_exec of `python -c print(...)`, its output
+/loop        the loop's class, module-qualified
+/threads     64 run_in_executor calls and 64 sync_to_async calls, results checked
+/connect     an asyncio.open_connection round trip to $ASGI_LOOP_ECHO_PORT (an echo server)
+/slow        the same to $ASGI_LOOP_SLOW_PORT (an echo server that waits before answering)
+/gc          gc.collect(), the number of objects it found unreachable
+/subprocess  asyncio.create_subprocess_exec of `python -c print(...)`, its output
 """
 
 import asyncio
