@@ -45,7 +45,7 @@ def test_requests_sent_at_the_idle_deadline_are_always_answered():
     that previous request, is at most a few hundred microseconds later. One thread drives all
     four so that no GIL hand-off delays a send. A send this machine's scheduler made late
     (finished past the 1 s) proves nothing either way: its connection is opened anew."""
-    rounds, clients = 8, 4
+    rounds, clients = 6, 4
     args = ("--timeout-keep-alive", "1", "--no-access-log")
     with run_server("apps.keepalive_app:app", *args) as srv:
 
@@ -89,3 +89,61 @@ def test_requests_sent_at_the_idle_deadline_are_always_answered():
                 conn.close()
     assert failures == []
     assert in_time >= (rounds - 1) * clients // 2, f"only {in_time} sends in time ({late} late)"
+
+
+def _exchange(sock):
+    """Sends HELLO and reads its answer on a raw socket: "answered", "eof" (the server had
+    closed cleanly) or "reset" (it closed with the request unread)."""
+    buf = b""
+    try:
+        sock.sendall(HELLO)
+        while not (b"\r\n\r\n" in buf and buf.endswith(b"hello")):
+            data = sock.recv(4096)
+            if not data:
+                return "eof"
+            buf += data
+    except (ConnectionResetError, BrokenPipeError):
+        return "reset"
+    return "answered" if buf.startswith(b"HTTP/1.1 200") else f"answer {buf[:40]!r}"
+
+
+def test_requests_sent_exactly_one_timeout_after_the_last_are_never_reset():
+    """Each next request exactly 1.0 s (the keep-alive timeout) after the previous one went
+    out, four connections: the server's timer and the request meet. A request that reached
+    the server by the time its timer ran is answered; one that only arrived after the close
+    finds the connection closed cleanly (EOF, and the client opens a new one), never reset
+    with the request unread. (Before the fix, most of these were resets.)"""
+    sends, clients = 24, 4
+    args = ("--timeout-keep-alive", "1", "--no-access-log")
+    outcomes = {"answered": 0, "eof": 0, "reset": 0}
+    with run_server("apps.keepalive_app:app", *args) as srv:
+
+        def connect():
+            return socket.create_connection((HOST, srv.port), timeout=10)
+
+        socks = [connect() for _ in range(clients)]
+        base = time.monotonic() + 0.05
+        schedule = [(base + k * 0.25, k, False) for k in range(clients)]
+        counted = 0
+        try:
+            while counted < sends:
+                schedule.sort()
+                when, k, timed = schedule.pop(0)
+                _at(when)
+                sent = time.monotonic()
+                kind = _exchange(socks[k])
+                if timed:
+                    outcomes[kind] = outcomes.get(kind, 0) + 1
+                    counted += 1
+                if kind == "answered":
+                    schedule.append((sent + 1.0, k, True))
+                else:
+                    socks[k].close()
+                    socks[k] = connect()
+                    schedule.append((time.monotonic(), k, False))
+        finally:
+            for sock in socks:
+                sock.close()
+    assert outcomes["reset"] == 0, outcomes
+    assert set(outcomes) == {"answered", "eof", "reset"}, outcomes
+    assert outcomes["answered"] >= sends // 2, outcomes
