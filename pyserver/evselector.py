@@ -93,7 +93,8 @@ class EvSelector(selectors.BaseSelector):
         self._check_open()
         if not events or events & ~(EVENT_READ | EVENT_WRITE):
             raise ValueError(f"Invalid events: {events!r}")
-        key = SelectorKey(fileobj, self._lookup_fd(fileobj), events, data)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
+        key = SelectorKey(fileobj, fd, events, data)
         if key.fd in self._fd_to_key:
             raise KeyError(f"{fileobj!r} (FD {key.fd}) is already registered")
         self._core.register(key.fd, events, key)
@@ -102,7 +103,7 @@ class EvSelector(selectors.BaseSelector):
 
     def unregister(self, fileobj):
         self._check_open()
-        fd = self._lookup_fd(fileobj)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
         try:
             key = self._fd_to_key.pop(fd)
         except KeyError:
@@ -112,7 +113,7 @@ class EvSelector(selectors.BaseSelector):
 
     def modify(self, fileobj, events, data=None):
         self._check_open()
-        fd = self._lookup_fd(fileobj)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
         try:
             key = self._fd_to_key[fd]
         except KeyError:
@@ -120,11 +121,11 @@ class EvSelector(selectors.BaseSelector):
         if events != key.events:
             if not events or events & ~(EVENT_READ | EVENT_WRITE):
                 raise ValueError(f"Invalid events: {events!r}")
-            key = key._replace(events=events, data=data)
+            key = SelectorKey(key.fileobj, fd, events, data)  # _replace() costs twice this
             self._core.modify(fd, events, key)
             self._fd_to_key[fd] = key
         elif data != key.data:
-            key = key._replace(data=data)
+            key = SelectorKey(key.fileobj, fd, events, data)
             self._core.modify(fd, events, key)
             self._fd_to_key[fd] = key
         return key
@@ -141,10 +142,14 @@ class EvSelector(selectors.BaseSelector):
         self._map = None
 
     def get_key(self, fileobj):
-        mapping = self.get_map()
-        if mapping is None:
+        if self._map is None:
             raise RuntimeError("Selector is closed")
-        return mapping[fileobj]
+        if type(fileobj) is int and fileobj >= 0:  # asyncio's own calls: one dict lookup
+            try:
+                return self._fd_to_key[fileobj]
+            except KeyError:
+                raise KeyError(f"{fileobj!r} is not registered") from None
+        return self._map[fileobj]
 
     def get_map(self):
         return self._map

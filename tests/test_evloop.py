@@ -321,6 +321,16 @@ def test_evselector_select_is_the_core_select():
         key2 = sel.modify(a, R, "other data")
         assert sel.select(0) == [(key2, R)]
         assert sel.select(0)[0][0].data == "other data"
+        assert (key2.fileobj, key2.fd, key2.events) == (a, a.fileno(), R)
+        key3 = sel.modify(a.fileno(), R | W, "by fd")
+        assert (key3.fileobj, key3.events, key3.data) == (a, R | W, "by fd")
+        assert sel.get_key(a) is sel.get_key(a.fileno()) is key3
+        with pytest.raises(KeyError):
+            sel.get_key(b.fileno())
+        with pytest.raises(ValueError):
+            sel.get_key(-1)
+        assert sel.unregister(a.fileno()) is key3
+        assert sel.get_map() == {}
     a.close()
     b.close()
 
