@@ -7,6 +7,7 @@ peer servers in their own virtualenv, benchmarks/.venv-peers.  Standard library 
 """
 
 import argparse
+import atexit
 import dataclasses
 import datetime
 import os
@@ -160,6 +161,37 @@ def scenario_setup(ctx, sc):
     return extra
 
 
+def start_sidecar(ctx, sc, extra_env):
+    """The scenario's helper process (an echo server), on the load generator's CPUs, once
+    its port accepts; None when it has none. Stopped by stop_sidecar (or at exit)."""
+    if not sc.sidecar:
+        return None
+    argv = loadgen.pinned(sc.client_cpus, [ctx.project_python, *sc.sidecar])
+    log_path = os.path.join(LOGS_DIR, f"{sc.name}-sidecar.log")
+    env = server_env(SERVERS["pyserver"], sc, extra_env)
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    atexit.register(stop_sidecar, proc)
+    deadline = time.monotonic() + 15
+    while procs.port_is_free(sc.sidecar_port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_sidecar(proc)
+            raise RuntimeError(f"sidecar did not start: {procs.tail(log_path, 8)}")
+        time.sleep(0.1)
+    log(f"   sidecar: {' '.join(sc.sidecar)} (pid {proc.pid})")
+    return proc
+
+
+def stop_sidecar(proc):
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def connections(sc, args):
     return sc.connections or args.connections
 
@@ -167,13 +199,18 @@ def connections(sc, args):
 def measure_fixed_rate_and_wrk(sc, args, port, server):
     """Django-style: open-loop latency at sc.rate req/s, then wrk max throughput (with CPU)."""
     url = f"http://{HOST}:{port}{sc.path}"
-    loadgen.run_wrk(url, args.warmup, connections(sc, args), cpus=sc.client_cpus)
+    script = None
+    if sc.wrk_paths:
+        lua = os.path.join(LOGS_DIR, f"{sc.name}-rotate.lua")
+        script = loadgen.write_rotation_script(lua, sc.wrk_paths)
+    conns = connections(sc, args)
+    loadgen.run_wrk(url, args.warmup, conns, cpus=sc.client_cpus, script=script)
     time.sleep(1)
     fr = loadgen.run_fixed_rate(HOST, port, sc.paths, sc.rate, sc.rate_duration, sc.client_cpus)
     if not server.alive():
         raise procs.LaunchError("died during the fixed-rate run")
     before = procs.tree_cpu(server.pid)
-    res = loadgen.run_wrk(url, args.duration, connections(sc, args), cpus=sc.client_cpus)
+    res = loadgen.run_wrk(url, args.duration, conns, cpus=sc.client_cpus, script=script)
     after = procs.tree_cpu(server.pid)
     res["fixed_rate_command"] = fr.pop("load_command")
     for key, value in fr.items():
@@ -375,8 +412,10 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     commands = {}
     started = time.monotonic()
     versions = collect_versions(ctx.project_python)
+    sidecar = None
     try:
         extra_env = scenario_setup(ctx, sc)
+        sidecar = start_sidecar(ctx, sc, extra_env)
     except (RuntimeError, OSError) as exc:
         log(f"   setup failed: {exc}")
         servers, extra_env = [], {}
@@ -424,6 +463,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             if rec.get("fixed_rate_command"):
                 cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
             log(progress_line(n, total, rec))
+    stop_sidecar(sidecar)
     summary = summarize(sc.kind, runs, servers)
     for name, why in skipped.items():
         summary.append(
@@ -507,7 +547,7 @@ def scenario_versions(sc, names, versions):
             wanted.append("nginx")
         if name == "uvicorn-worker":
             wanted += ["gunicorn", "uvicorn", "uvloop", "httptools"]
-        if name == "pyserver" and sc.launcher == "gunicorn":
+        if name == "pyserver-gunicorn" or (name == "pyserver" and sc.launcher == "gunicorn"):
             wanted.append("gunicorn (project .venv)")
     if "django" in sc.modules:
         wanted += ["django (project .venv)", "django"]

@@ -907,15 +907,25 @@ static int body_stalled(ps_conn_t *c)
     return c->state == state && c->requests == requests && r->body_received == received;
 }
 
+/* Whether bytes (or the client's close) wait unread on the socket: a request
+ * that arrived just as the keep-alive timer fired, which libev runs before
+ * the read watcher in the same iteration. */
+static int input_waiting(ps_conn_t *c)
+{
+    char byte;
+    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
-    PS_UNUSED(loop);
     PS_UNUSED(revents);
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->head_started)
             answer_error(c, 408, "request head deadline");
+        else if (input_waiting(c))
+            on_read(loop, &c->rio, EV_READ); /* sent by the deadline: answer, do not reset */
         else
             ps_conn_close(c);
         break;

@@ -1,8 +1,8 @@
 """One ASGI worker's life on asyncio, over the worker's libev loop.
 
 The C side (pyserver._core.serve with an ASGI app) builds an EvSelectorCore over its loop and an
-AsgiServer object, then calls run(). Here asyncio's own SelectorEventLoop runs on an EvSelector,
-so asyncio and the C HTTP connections share one poller:
+AsgiServer object, then calls run(). Here asyncio's own SelectorEventLoop runs on an EvSelector
+(pyserver.evselector.EvEventLoop), so asyncio and the C HTTP connections share one poller:
 
     lifespan startup -> server.start(loop, state) -> loop.run_forever()
         (the server calls loop.stop() once a graceful stop has finished the last request)
@@ -11,7 +11,7 @@ so asyncio and the C HTTP connections share one poller:
 
 import asyncio
 
-from .evselector import EvSelector
+from .evselector import EvEventLoop, EvSelector
 from .lifespan import STARTUP_FAILURE, Lifespan
 
 __all__ = ["run"]
@@ -23,7 +23,7 @@ def run(app, selector_core, config, server):
     when absent), "on" or "off"; messages go to `config.error_logger`."""
     logger = config.error_logger
     mode = getattr(config, "lifespan", None) or "auto"
-    loop = asyncio.SelectorEventLoop(EvSelector(selector_core))
+    loop = EvEventLoop(EvSelector(selector_core))
     asyncio.set_event_loop(loop)
     try:
         return _serve(loop, app, mode, logger, server)

@@ -3,14 +3,21 @@
 `asyncio.SelectorEventLoop(EvSelector(core))` runs asyncio on the worker's libev loop, so libev
 stays the only poller: one `select()` waits for asyncio's sockets and for the C core's HTTP
 connections alike (DESIGN.md, section 2). The core only knows file descriptors; this class keeps
-the file object -> SelectorKey map, as the standard selectors do.
+the file object -> SelectorKey map, as the standard selectors do, and hands each key to the core,
+which then builds select()'s (key, events) list itself.
+
+`EvEventLoop` is the asyncio loop pyserver runs ASGI apps on: asyncio's own SelectorEventLoop
+(subprocesses, signal handlers, executors and every transport unchanged) over an EvSelector, whose
+thread-safe wake-up (call_soon_threadsafe, run_in_executor results, child watchers) is the core's
+ev_async instead of a byte written to, then read back from, asyncio's self-pipe socket.
 """
 
+import asyncio
 import selectors
 from collections.abc import Mapping
 from selectors import EVENT_READ, EVENT_WRITE, SelectorKey
 
-__all__ = ["EvSelector"]
+__all__ = ["EvEventLoop", "EvSelector"]
 
 
 def _fileobj_to_fd(fileobj):
@@ -64,6 +71,8 @@ class EvSelector(selectors.BaseSelector):
         self._core = core
         self._fd_to_key = {}
         self._map = _KeyMapping(self)
+        # The core's select() is this class's select(), without a Python frame in between.
+        self.select = core.select
 
     def _lookup_fd(self, fileobj):
         """Like _fileobj_to_fd, but also finds a registered object whose fileno() now fails
@@ -84,16 +93,17 @@ class EvSelector(selectors.BaseSelector):
         self._check_open()
         if not events or events & ~(EVENT_READ | EVENT_WRITE):
             raise ValueError(f"Invalid events: {events!r}")
-        key = SelectorKey(fileobj, self._lookup_fd(fileobj), events, data)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
+        key = SelectorKey(fileobj, fd, events, data)
         if key.fd in self._fd_to_key:
             raise KeyError(f"{fileobj!r} (FD {key.fd}) is already registered")
-        self._core.register(key.fd, events)
+        self._core.register(key.fd, events, key)
         self._fd_to_key[key.fd] = key
         return key
 
     def unregister(self, fileobj):
         self._check_open()
-        fd = self._lookup_fd(fileobj)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
         try:
             key = self._fd_to_key.pop(fd)
         except KeyError:
@@ -103,7 +113,7 @@ class EvSelector(selectors.BaseSelector):
 
     def modify(self, fileobj, events, data=None):
         self._check_open()
-        fd = self._lookup_fd(fileobj)
+        fd = fileobj if type(fileobj) is int and fileobj >= 0 else self._lookup_fd(fileobj)
         try:
             key = self._fd_to_key[fd]
         except KeyError:
@@ -111,24 +121,20 @@ class EvSelector(selectors.BaseSelector):
         if events != key.events:
             if not events or events & ~(EVENT_READ | EVENT_WRITE):
                 raise ValueError(f"Invalid events: {events!r}")
-            self._core.modify(fd, events)
-            key = key._replace(events=events, data=data)
+            key = SelectorKey(key.fileobj, fd, events, data)  # _replace() costs twice this
+            self._core.modify(fd, events, key)
             self._fd_to_key[fd] = key
         elif data != key.data:
-            key = key._replace(data=data)
+            key = SelectorKey(key.fileobj, fd, events, data)
+            self._core.modify(fd, events, key)
             self._fd_to_key[fd] = key
         return key
 
     def select(self, timeout=None):
         """Waits like the standard selectors (None: block, <= 0: poll, else seconds); while it
-        waits, every other watcher of the libev loop runs too."""
-        fd_to_key = self._fd_to_key
-        ready = []
-        for fd, events in self._core.poll(timeout):
-            key = fd_to_key.get(fd)
-            if key is not None:
-                ready.append((key, events & key.events))
-        return ready
+        waits, every other watcher of the libev loop runs too. (Instances call the core's
+        select() directly; this is the same thing for the class.)"""
+        return self._core.select(timeout)
 
     def close(self):
         self._core.close()  # first: it refuses while another thread polls
@@ -136,10 +142,34 @@ class EvSelector(selectors.BaseSelector):
         self._map = None
 
     def get_key(self, fileobj):
-        mapping = self.get_map()
-        if mapping is None:
+        if self._map is None:
             raise RuntimeError("Selector is closed")
-        return mapping[fileobj]
+        if type(fileobj) is int and fileobj >= 0:  # asyncio's own calls: one dict lookup
+            try:
+                return self._fd_to_key[fileobj]
+            except KeyError:
+                raise KeyError(f"{fileobj!r} is not registered") from None
+        return self._map[fileobj]
 
     def get_map(self):
         return self._map
+
+
+class EvEventLoop(asyncio.SelectorEventLoop):
+    """asyncio.SelectorEventLoop over an EvSelector (a new one with its own libev loop when none
+    is given) whose thread-safe wake-ups go through the core's ev_async.
+
+    The self-pipe socket pair is still made and watched: signal handlers need it
+    (signal.set_wakeup_fd writes the signal numbers there), but nothing else writes to it. Over
+    any other selector this is a plain SelectorEventLoop.
+    """
+
+    def __init__(self, selector=None):
+        if selector is None:
+            selector = EvSelector()
+        super().__init__(selector)
+        if isinstance(selector, EvSelector):
+            # call_soon_threadsafe() calls this: the core's wakeup() directly, no Python frame.
+            # Thread-safe, no syscall while the loop is awake, a no-op once the selector is
+            # closed (as the stock one is once the self-pipe is).
+            self._write_to_self = selector._core.wakeup

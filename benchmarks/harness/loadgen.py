@@ -26,9 +26,28 @@ def _ms(text):
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def wrk_command(url, duration, connections, threads=1, cpus=None):
+def wrk_command(url, duration, connections, threads=1, cpus=None, script=None):
     argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", url]
+    if script:
+        argv[1:1] = ["-s", script]
     return pinned(cpus, argv)
+
+
+ROTATE_LUA = """\
+local paths = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1])
+end
+"""
+
+
+def write_rotation_script(path, paths):
+    """A wrk Lua script at PATH whose requests go round-robin over PATHS; returns PATH."""
+    with open(path, "w") as f:
+        f.write(ROTATE_LUA % ", ".join(json.dumps(p) for p in paths))
+    return path
 
 
 def parse_wrk(out):
@@ -57,9 +76,9 @@ def parse_wrk(out):
     return res
 
 
-def run_wrk(url, duration, connections, cpus=None, threads=1):
+def run_wrk(url, duration, connections, cpus=None, threads=1, script=None):
     """Run wrk for DURATION seconds and return parse_wrk() of its output plus the command."""
-    argv = wrk_command(url, duration, connections, threads, cpus)
+    argv = wrk_command(url, duration, connections, threads, cpus, script)
     out = _run(argv, timeout=duration + 60)
     res = parse_wrk(out)
     res["load_command"] = argv

@@ -53,6 +53,10 @@ class Scenario:
     def __post_init__(self):
         if self.targets and not self.servers:
             self.servers = list(dict.fromkeys(t.server for t in self.targets))
+    wrk_paths: tuple = ()  # wrk's max-throughput run rotates over these (default: `path`)
+    wsgi_app: str = ""  # the same project as WSGI, for the pyserver-wsgi server
+    sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
+    sidecar_port: int = 0  # ... which is ready once this port accepts
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -104,6 +108,27 @@ STREAM_TRANSFERS = {
     "upload": ("1 GiB upload (POST) read to the end by the app in 64 KiB reads", "/upload"),
 }
 ALL_TRANSFERS = tuple(STREAM_TRANSFERS)
+
+
+SYNC_PATHS = ("/sync/api/items?page=2", "/sync/.well-known/nodeinfo", "/sync/api/instance")
+
+
+def check_django_sync(host, port):
+    """The sync views: a page of 20 items with 3 tags each, COUNT figures, the static view."""
+    page = _get_json(host, port, SYNC_PATHS[0])
+    rows = page.get("items", [])
+    if page.get("page") != 2 or len(rows) != 20 or rows[0]["id"] != 21:
+        raise ValueError(f"{SYNC_PATHS[0]}: page {page.get('page')}, {len(rows)} rows")
+    if [t["label"] for t in rows[0]["tags"]] != ["tag 21.0", "tag 21.1", "tag 21.2"]:
+        raise ValueError(f"{SYNC_PATHS[0]}: tags {rows[0]['tags']!r}")
+    usage = _get_json(host, port, SYNC_PATHS[1]).get("usage", {})
+    if usage != {"items": 50, "active_items": 50, "tags": 150}:
+        raise ValueError(f"{SYNC_PATHS[1]}: usage {usage!r}")
+    if _get_json(host, port, SYNC_PATHS[2]).get("uri") != "bench.example":
+        raise ValueError(f"{SYNC_PATHS[2]}: wrong document")
+
+
+ECHO_PORT = 8499
 
 SCENARIOS = {
     s.name: s
@@ -252,6 +277,63 @@ SCENARIOS = {
                 f"alias {{tmp}}/{STREAM_FILE}; }}",
             },
             rounds=5,
+        ),
+        Scenario(
+            "django-sync",
+            "The Django project of issue 16, sync views (what most projects have), served as "
+            "ASGI: each view runs through asgiref's sync_to_async. Three JSON endpoints over "
+            "SQLite: a paginated list with nested rows (20 items and their tags), a nodeinfo "
+            "document from three COUNT queries, a small static document. (a) Latency at a "
+            "fixed 95 req/s, open loop (evenly spaced arrivals, round-robin over the three "
+            "URLs); (b) maximum throughput, wrk rotating over the three URLs. pyserver "
+            "standalone and as a gunicorn worker against gunicorn + UvicornWorker (uvloop), "
+            "granian and daphne; pyserver-wsgi serves the same project as WSGI for reference.",
+            app="benchmarks.apps.django_bench.asgi:application",
+            wsgi_app="benchmarks.apps.django_bench.wsgi:application",
+            interface="asgi",
+            path=SYNC_PATHS[2],
+            body=None,
+            servers=[
+                "pyserver",
+                "pyserver-gunicorn",
+                "uvicorn-worker",
+                "granian",
+                "daphne",
+                "pyserver-wsgi",
+            ],
+            load="fixed-rate+wrk",
+            modules=("django",),
+            paths=SYNC_PATHS,
+            wrk_paths=SYNC_PATHS,
+            rate=95.0,
+            rate_duration=15,
+            connections=50,
+            env={"DJANGO_SETTINGS_MODULE": "benchmarks.apps.django_bench.settings"},
+            tmp_env={"DJANGO_BENCH_DB": "django-bench.sqlite3"},
+            setup=("-m", "benchmarks.apps.django_bench.setup_db"),
+            check=check_django_sync,
+        ),
+        Scenario(
+            "sync-to-async",
+            "Raw ASGI app awaiting asgiref's sync_to_async of a trivial function per "
+            "request, then 12 bytes: a thread hop and a thread-safe wake-up of the event loop "
+            "per request. Keep-alive load with wrk, one worker process per server.",
+            app="benchmarks.apps.sync_to_async_app:app",
+            interface="asgi",
+            servers=["pyserver", "uvicorn", "granian"],
+            modules=("asgiref",),
+        ),
+        Scenario(
+            "outgoing-io",
+            "Raw ASGI app whose every request awaits an asyncio.open_connection round trip "
+            "to a local echo server (its own process, on the load generator's CPU), then "
+            "answers 12 bytes. Keep-alive load with wrk, one worker process per server.",
+            app="benchmarks.apps.outgoing_io_app:app",
+            interface="asgi",
+            servers=["pyserver", "uvicorn", "granian"],
+            env={"BENCH_ECHO_PORT": str(ECHO_PORT)},
+            sidecar=("-m", "benchmarks.apps.echo_server", str(ECHO_PORT)),
+            sidecar_port=ECHO_PORT,
         ),
     ]
 }

@@ -72,6 +72,18 @@ def pyserver_argv(ctx, sc, port):
     return argv + _workers_flag("-w", sc), {}
 
 
+def pyserver_gunicorn_argv(ctx, sc, port):
+    argv = [ctx.project_bin("gunicorn"), "-w", str(sc.workers)]
+    argv += ["-k", "pyserver.workers.PyserverWorker", "-b", f"{HOST}:{port}"]
+    return argv + ["--log-level", "warning", sc.app], {}
+
+
+def pyserver_wsgi_argv(ctx, sc, port):
+    argv = [ctx.project_python_rel, "-m", "pyserver", sc.wsgi_app or sc.app]
+    argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
+    return argv + _workers_flag("-w", sc), {}
+
+
 def bjoern_argv(ctx, sc, port):
     python = ctx.peer_bin("python")
     return [python, "benchmarks/peers/run_bjoern.py", sc.app, HOST, str(port)], {}
@@ -180,6 +192,20 @@ def nginx_argv(ctx, sc, port):
 
 _SPECS = [
     ServerSpec("pyserver", "project", "pyserver (this project)", pyserver_argv),
+    ServerSpec(
+        "pyserver-gunicorn",
+        "project",
+        "gunicorn -k pyserver.workers.PyserverWorker",
+        pyserver_gunicorn_argv,
+        dist="pyserver",
+    ),
+    ServerSpec(
+        "pyserver-wsgi",
+        "project",
+        "pyserver serving the same project as WSGI",
+        pyserver_wsgi_argv,
+        dist="pyserver",
+    ),
     ServerSpec("bjoern", "peer", "bjoern.run(app, host, port)", bjoern_argv, max_workers=1),
     ServerSpec("granian", "peer", "granian (Rust/hyper), default threads", granian_argv),
     ServerSpec("uwsgi", "peer", "uwsgi --http-socket (closes after each response)", uwsgi_argv),

@@ -128,6 +128,7 @@ struct ps_asgi {
     PyObject *cancelled_error; /* asyncio.CancelledError */
     PyObject *loop_kwnames;    /* ("loop",) */
     PyObject *loop_stop;
+    PyObject *tasks; /* set: the request tasks whose application has not ended */
     PyObject *state; /* lifespan state, copied into each scope */
     PyObject *error_logger;
     PyObject *access_info;
@@ -1114,13 +1115,28 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
 typedef struct {
     PyObject_HEAD PyObject *inner; /* the application's coroutine, NULL once it ended */
     CycleObject *cycle;
+    PyObject *task; /* borrowed: the task stepping this, in ctx->tasks until the end */
 } AppCallObject;
+
+/* asyncio keeps only weak references to tasks: a request task waiting on a
+ * future that nothing else holds (a StreamReader's waiter: its protocol
+ * holds the reader weakly) would be collected mid-request. ctx->tasks holds
+ * each one until its application ends; this lets it go. */
+static void release_task(AppCallObject *self)
+{
+    PyObject *task = self->task;
+    ps_asgi_t *ctx = self->cycle->ctx;
+    self->task = NULL;
+    if (task != NULL && ctx->tasks != NULL && PySet_Discard(ctx->tasks, task) < 0)
+        PyErr_WriteUnraisable(task);
+}
 
 /* Ends the application's run after a step that did not yield. */
 static PySendResult appcall_ended(AppCallObject *self, PySendResult r, PyObject **result)
 {
     CycleObject *cycle = self->cycle;
     Py_CLEAR(self->inner);
+    release_task(self);
     if (r == PYGEN_RETURN) {
         app_finished(cycle, NULL, 0);
         return r;
@@ -1226,6 +1242,7 @@ static PyObject *AppCall_close(PyObject *op, PyObject *unused)
         Py_RETURN_NONE;
     PyObject *res = PyObject_CallMethod(self->inner, "close", NULL);
     Py_CLEAR(self->inner);
+    release_task(self);
     app_finished(self->cycle, NULL, 1);
     return res;
 }
@@ -1364,6 +1381,10 @@ static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
     task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->loop_kwnames);
     if (task == NULL)
         goto error;
+    if (PySet_Add(ctx->tasks, task) == 0)
+        call->task = task;
+    else /* out of memory: it runs unprotected, as a plain asyncio task would */
+        PyErr_WriteUnraisable(task);
     ctx->active++;
     rc = 0;
 error:
@@ -1604,6 +1625,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->cancelled_error);
     Py_XDECREF(ctx->loop_kwnames);
     Py_XDECREF(ctx->loop_stop);
+    Py_CLEAR(ctx->tasks); /* NULL first: tasks freed with the set must not touch it */
     Py_XDECREF(ctx->state);
     Py_XDECREF(ctx->error_logger);
     Py_XDECREF(ctx->access_info);
@@ -1666,8 +1688,10 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, P
     ctx->asgi_template = Py_BuildValue("{s:s,s:s}", "version", "3.0", "spec_version", "2.4");
     ctx->extensions_template = Py_BuildValue("{s:{},s:{},s:{}}", "http.response.pathsend",
                                              "http.response.trailers", "http.response.early_hint");
+    ctx->tasks = PySet_New(NULL);
     if (!ctx->versions[0] || !ctx->versions[1] || !ctx->empty_bytes || !ctx->disconnected ||
-        !ctx->asgi_template || !ctx->extensions_template || read_logging(ctx, config) < 0)
+        !ctx->asgi_template || !ctx->extensions_template || !ctx->tasks ||
+        read_logging(ctx, config) < 0)
         goto error;
     PyObject *rp = PyObject_GetAttrString(config, "root_path");
     if (rp == NULL)

@@ -8,6 +8,14 @@
  * once the iteration is over. Other watchers of the same loop (the HTTP
  * connections) run in that iteration too, which is what lets one poll()
  * serve both asyncio and the C core.
+ *
+ * select() is poll() for asyncio: each slot keeps the SelectorKey it was
+ * registered with, so the (key, events) list asyncio wants is built here
+ * without a Python loop over the fds. wakeup() is the thread-safe wake-up
+ * of the loop (pyserver's event loop sends call_soon_threadsafe through it
+ * instead of a byte on asyncio's self-pipe): an ev_async, which costs no
+ * syscall while the loop is awake and wakes it through libev's own eventfd
+ * when it sleeps, with nothing to read back in Python afterwards.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +37,7 @@ typedef struct {
     evsel_object *owner; /* borrowed: the selector outlives its slots */
     int events;          /* the registered mask */
     int ready;           /* what fired during the current poll(); 0 outside one */
+    PyObject *key;       /* what select() reports for the fd: strong, or NULL (fd only) */
 } slot_t;
 
 struct evsel_object {
@@ -38,6 +47,7 @@ struct evsel_object {
     unsigned polling : 1;
     PyThreadState *tstate; /* the owned loop's GIL holder while libev waits */
     ev_timer timer;        /* poll(timeout > 0) */
+    ev_async wakeup;       /* wakeup(): started (and unref'd) while the loop is set */
     slot_t **slots;        /* indexed by fd; NULL where nothing is registered */
     int nslots;            /* length of slots */
     Py_ssize_t nlive;      /* registered fds */
@@ -87,6 +97,23 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     PS_UNUSED(revents);
 }
 
+static void on_wakeup(struct ev_loop *loop, ev_async *w, int revents)
+{
+    /* Only here to end the iteration: the work is in asyncio's ready queue. */
+    PS_UNUSED(loop);
+    PS_UNUSED(w);
+    PS_UNUSED(revents);
+}
+
+/* Starts the wake-up watcher on the loop just set. It does not keep the loop
+ * alive by itself (unref), as asyncio's self-pipe reader does not either for
+ * a selector: only registered fds and timers do. */
+static void start_wakeup(evsel_object *self)
+{
+    ev_async_start(self->loop, &self->wakeup);
+    ev_unref(self->loop);
+}
+
 /* Stops and frees every watcher; the loop too when it is ours. Idempotent. */
 static void close_core(evsel_object *self)
 {
@@ -98,9 +125,14 @@ static void close_core(evsel_object *self)
         if (s == NULL)
             continue;
         ev_io_stop(loop, &s->io);
+        Py_CLEAR(s->key);
         PyMem_Free(s);
     }
     ev_timer_stop(loop, &self->timer);
+    if (ev_is_active(&self->wakeup)) {
+        ev_ref(loop); /* undoes start_wakeup's unref, as libev requires */
+        ev_async_stop(loop, &self->wakeup);
+    }
     PyMem_Free(self->slots);
     PyMem_Free(self->ready);
     self->slots = NULL;
@@ -137,14 +169,16 @@ static int as_int(PyObject *obj, int *out)
     return 0;
 }
 
-/* Reads (fd, events) arguments; returns 0 or -1 with an exception. */
+/* Reads (fd, events[, key]) arguments; *key is borrowed, NULL when absent or
+ * None. Returns 0 or -1 with an exception. */
 static int parse_fd_events(PyObject *const *args, Py_ssize_t nargs, const char *name, int *fd,
-                           int *events)
+                           int *events, PyObject **key)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "%s(fd, events) takes 2 arguments", name);
+    if (nargs != 2 && nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s(fd, events, key=None) takes 2 or 3 arguments", name);
         return -1;
     }
+    *key = nargs == 3 && args[2] != Py_None ? args[2] : NULL;
     if (as_int(args[0], fd) < 0 || as_int(args[1], events) < 0)
         return -1;
     if (*fd < 0) {
@@ -195,7 +229,8 @@ static PyObject *EvSelectorCore_register(PyObject *op, PyObject *const *args, Py
 {
     evsel_object *self = (evsel_object *)op;
     int fd, events;
-    if (check_usable(self) < 0 || parse_fd_events(args, nargs, "register", &fd, &events) < 0)
+    PyObject *key;
+    if (check_usable(self) < 0 || parse_fd_events(args, nargs, "register", &fd, &events, &key) < 0)
         return NULL;
     if (lookup(self, fd) != NULL) {
         PyErr_Format(PyExc_KeyError, "fd %d is already registered", fd);
@@ -213,6 +248,7 @@ static PyObject *EvSelectorCore_register(PyObject *op, PyObject *const *args, Py
     s->owner = self;
     s->events = events;
     s->ready = 0;
+    s->key = Py_XNewRef(key);
     /* ev_io_init (not just start) every time: it tells libev the fd may be a
      * new file behind a recycled number, which epoll needs to hear about. */
     ev_io_init(&s->io, on_io, fd, events);
@@ -226,7 +262,8 @@ static PyObject *EvSelectorCore_modify(PyObject *op, PyObject *const *args, Py_s
 {
     evsel_object *self = (evsel_object *)op;
     int fd, events;
-    if (check_usable(self) < 0 || parse_fd_events(args, nargs, "modify", &fd, &events) < 0)
+    PyObject *key;
+    if (check_usable(self) < 0 || parse_fd_events(args, nargs, "modify", &fd, &events, &key) < 0)
         return NULL;
     slot_t *s = lookup(self, fd);
     if (s == NULL) {
@@ -239,6 +276,8 @@ static PyObject *EvSelectorCore_modify(PyObject *op, PyObject *const *args, Py_s
         ev_io_start(self->loop, &s->io);
         s->events = events;
     }
+    if (nargs == 3)
+        Py_XSETREF(s->key, Py_XNewRef(key));
     Py_RETURN_NONE;
 }
 
@@ -260,19 +299,22 @@ static PyObject *EvSelectorCore_unregister(PyObject *op, PyObject *arg)
     ev_io_stop(self->loop, &s->io);
     self->slots[fd] = NULL;
     self->nlive--;
+    Py_CLEAR(s->key);
     PyMem_Free(s);
     Py_RETURN_NONE;
 }
 
-/* Appends (fd, events) for slot s to list and clears its ready mask.
+/* Appends (fd, events) for slot s to list, or (key, events) when by_key
+ * (slots without a key are left out then), and clears its ready mask.
  * Returns 0 or -1 with an exception. */
-static int take_ready(slot_t *s, PyObject *list)
+static int take_ready(slot_t *s, PyObject *list, int by_key)
 {
     int mask = s->ready & s->events;
     s->ready = 0;
-    if (mask == 0)
+    if (mask == 0 || (by_key && s->key == NULL))
         return 0;
-    PyObject *item = Py_BuildValue("(ii)", s->io.fd, mask);
+    PyObject *item =
+        by_key ? Py_BuildValue("(Oi)", s->key, mask) : Py_BuildValue("(ii)", s->io.fd, mask);
     if (item == NULL)
         return -1;
     int rc = PyList_Append(list, item);
@@ -283,7 +325,7 @@ static int take_ready(slot_t *s, PyObject *list)
 /* Turns what fired into a new list of (fd, events), leaving every ready mask
  * cleared even on failure (a mask left set would hide the fd from later
  * polls). Returns a new reference, or NULL with an exception. */
-static PyObject *collect(evsel_object *self)
+static PyObject *collect(evsel_object *self, int by_key)
 {
     PyObject *list = PyList_New(0);
     for (Py_ssize_t i = 0; i < self->nready; i++) {
@@ -292,7 +334,7 @@ static PyObject *collect(evsel_object *self)
             continue; /* unregistered since, or already taken */
         if (list == NULL)
             s->ready = 0;
-        else if (take_ready(s, list) < 0)
+        else if (take_ready(s, list, by_key) < 0)
             Py_CLEAR(list);
     }
     for (int fd = 0; self->overflow && fd < self->nslots; fd++) {
@@ -301,7 +343,7 @@ static PyObject *collect(evsel_object *self)
             continue;
         if (list == NULL)
             s->ready = 0;
-        else if (take_ready(s, list) < 0)
+        else if (take_ready(s, list, by_key) < 0)
             Py_CLEAR(list);
     }
     self->nready = 0;
@@ -331,10 +373,11 @@ static int parse_timeout(PyObject *const *args, Py_ssize_t nargs, double *timeou
     return 0;
 }
 
-/* poll(timeout=None): one libev iteration. None blocks until any watcher of
- * the loop fires (the selector's or not), 0 only collects what is ready,
- * t > 0 waits at most t seconds. Returns a new list of (fd, events). */
-static PyObject *EvSelectorCore_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+/* One libev iteration. None blocks until any watcher of the loop fires (the
+ * selector's or not), 0 only collects what is ready, t > 0 waits at most t
+ * seconds. Returns a new list of (fd, events), or of (key, events) when
+ * by_key; NULL with an exception. */
+static PyObject *run_once(PyObject *op, PyObject *const *args, Py_ssize_t nargs, int by_key)
 {
     evsel_object *self = (evsel_object *)op;
     double timeout;
@@ -362,11 +405,36 @@ static PyObject *EvSelectorCore_poll(PyObject *op, PyObject *const *args, Py_ssi
     ev_run(loop, flags);
     self->polling = 0;
     ev_timer_stop(loop, &self->timer);
-    PyObject *result = collect(self);
+    PyObject *result = collect(self, by_key);
     if (result != NULL && PyErr_CheckSignals() < 0)
         Py_CLEAR(result);
     Py_DECREF(op);
     return result;
+}
+
+/* poll(timeout=None): run_once() reporting fds. */
+static PyObject *EvSelectorCore_poll(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    return run_once(op, args, nargs, 0);
+}
+
+/* select(timeout=None): run_once() reporting the keys given to register()
+ * or modify(), as selectors.BaseSelector.select() does. */
+static PyObject *EvSelectorCore_select(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    return run_once(op, args, nargs, 1);
+}
+
+/* wakeup(): makes a poll() under way, or the next one, return. Any thread
+ * may call it (with the GIL, which serialises it against close()); a no-op
+ * once closed. */
+static PyObject *EvSelectorCore_wakeup(PyObject *op, PyObject *unused)
+{
+    evsel_object *self = (evsel_object *)op;
+    PS_UNUSED(unused);
+    if (self->loop != NULL)
+        ev_async_send(self->loop, &self->wakeup);
+    Py_RETURN_NONE;
 }
 
 static PyObject *EvSelectorCore_close(PyObject *op, PyObject *unused)
@@ -405,6 +473,7 @@ static evsel_object *alloc_core(PyTypeObject *type)
     if (self == NULL)
         return NULL;
     ev_timer_init(&self->timer, on_timer, 0.0, 0.0);
+    ev_async_init(&self->wakeup, on_wakeup);
     return self;
 }
 
@@ -426,12 +495,36 @@ static PyObject *EvSelectorCore_new(PyTypeObject *type, PyObject *args, PyObject
     self->owns_loop = 1;
     ev_set_userdata(self->loop, self);
     ev_set_loop_release_cb(self->loop, release_gil, acquire_gil);
+    start_wakeup(self);
     return (PyObject *)self;
+}
+
+/* The keys hold asyncio handles, which hold the loop, which holds the
+ * selector and so this core: a cycle the GC must see through. */
+static int EvSelectorCore_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    evsel_object *self = (evsel_object *)op;
+    Py_VISIT(Py_TYPE(op));
+    for (int fd = 0; fd < self->nslots; fd++)
+        if (self->slots[fd] != NULL)
+            Py_VISIT(self->slots[fd]->key);
+    return 0;
+}
+
+/* Drops the keys only: the watchers stay until close(). */
+static int EvSelectorCore_clear(PyObject *op)
+{
+    evsel_object *self = (evsel_object *)op;
+    for (int fd = 0; fd < self->nslots; fd++)
+        if (self->slots[fd] != NULL)
+            Py_CLEAR(self->slots[fd]->key);
+    return 0;
 }
 
 static void EvSelectorCore_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
     close_core((evsel_object *)op);
     tp->tp_free(op);
     Py_DECREF(tp);
@@ -439,15 +532,23 @@ static void EvSelectorCore_dealloc(PyObject *op)
 
 static PyMethodDef EvSelectorCore_methods[] = {
     {"register", (PyCFunction)(void (*)(void))EvSelectorCore_register, METH_FASTCALL,
-     "register(fd, events)\n--\n\nWatch fd for events (1 read, 2 write, 3 both)."},
+     "register(fd, events, key=None)\n--\n\nWatch fd for events (1 read, 2 write, 3 both); "
+     "select() reports key for it."},
     {"modify", (PyCFunction)(void (*)(void))EvSelectorCore_modify, METH_FASTCALL,
-     "modify(fd, events)\n--\n\nChange the events watched on a registered fd."},
+     "modify(fd, events, key=None)\n--\n\nChange the events watched on a registered fd "
+     "(and its key, when given)."},
     {"unregister", EvSelectorCore_unregister, METH_O,
      "unregister(fd)\n--\n\nStop watching fd (call before closing it)."},
     {"poll", (PyCFunction)(void (*)(void))EvSelectorCore_poll, METH_FASTCALL,
      "poll(timeout=None)\n--\n\nRun one loop iteration (None: until any watcher of the loop "
      "fires; 0: without waiting; t: at most t seconds) and return the (fd, events) that "
      "became ready."},
+    {"select", (PyCFunction)(void (*)(void))EvSelectorCore_select, METH_FASTCALL,
+     "select(timeout=None)\n--\n\nLike poll(), but return (key, events) with the key given "
+     "to register() or modify(), leaving out fds registered without one."},
+    {"wakeup", EvSelectorCore_wakeup, METH_NOARGS,
+     "wakeup()\n--\n\nMake the poll() under way, or the next one, return; callable from "
+     "any thread."},
     {"close", EvSelectorCore_close, METH_NOARGS,
      "close()\n--\n\nStop every watcher (and free the loop if it is this object's own)."},
     {NULL, NULL, 0, NULL},
@@ -466,6 +567,8 @@ static PyType_Slot EvSelectorCore_slots[] = {
                 "the server builds one over its worker's loop."},
     {Py_tp_new, EvSelectorCore_new},
     {Py_tp_dealloc, EvSelectorCore_dealloc},
+    {Py_tp_traverse, EvSelectorCore_traverse},
+    {Py_tp_clear, EvSelectorCore_clear},
     {Py_tp_methods, EvSelectorCore_methods},
     {Py_tp_getset, EvSelectorCore_getset},
     {Py_sq_length, EvSelectorCore_len},
@@ -475,7 +578,7 @@ static PyType_Slot EvSelectorCore_slots[] = {
 static PyType_Spec EvSelectorCore_spec = {
     .name = "pyserver._core.EvSelectorCore",
     .basicsize = sizeof(evsel_object),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = EvSelectorCore_slots,
 };
 
@@ -494,6 +597,7 @@ PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop)
     if (self == NULL)
         return NULL;
     self->loop = loop;
+    start_wakeup(self);
     return (PyObject *)self;
 }
 
