@@ -43,16 +43,19 @@ struct ps_tls_ctx {
 
 /* ---- contexts ---- */
 
-/* Writes "what path: reason" into err with the first (most precise) error
- * of OpenSSL's queue, and empties the queue. */
+/* Writes what (a format with one %s for path) then ": " and the first
+ * (most precise) error of OpenSSL's queue into err, and empties the queue. */
 static void set_error(char *err, size_t len, const char *what, const char *path)
 {
     unsigned long e = ERR_peek_error();
-    const char *reason = e ? ERR_reason_error_string(e) : NULL;
-    if (path != NULL)
-        snprintf(err, len, "%s %s: %s", what, path, reason ? reason : "unknown error");
-    else
-        snprintf(err, len, "%s: %s", what, reason ? reason : "unknown error");
+    const char *reason = "unknown error";
+    if (e && ERR_SYSTEM_ERROR(e))
+        reason = strerror(ERR_GET_REASON(e));
+    else if (e && ERR_reason_error_string(e))
+        reason = ERR_reason_error_string(e);
+    int n = snprintf(err, len, what, path ? path : "");
+    if (n >= 0 && (size_t)n < len)
+        snprintf(err + n, len - (size_t)n, ": %s", reason);
     ERR_clear_error();
 }
 
@@ -184,18 +187,23 @@ static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, 
             return -1;
         }
         if (SSL_CTX_use_certificate_chain_file(ctx->ssl, cert) != 1) {
-            set_error(err, errlen, "cannot load the certificate chain", cert);
+            set_error(err, errlen, "cannot load the certificate chain %s", cert);
             return -1;
         }
         if (SSL_CTX_use_PrivateKey_file(ctx->ssl, key, SSL_FILETYPE_PEM) != 1) {
-            set_error(err, errlen,
-                      ctx->password ? "cannot load the private key (is the password right?)"
-                                    : "cannot load the private key",
-                      key);
+            int reason = ERR_GET_REASON(ERR_peek_error());
+            const char *what = "cannot load the private key %s";
+            if (reason == X509_R_KEY_VALUES_MISMATCH)
+                what = "the private key %s does not match the certificate";
+            else if (ctx->password == NULL && reason == ERR_R_INTERRUPTED_OR_CANCELLED)
+                what = "the private key %s is encrypted and no password was given";
+            else if (ctx->password != NULL)
+                what = "cannot load the private key %s (is the password right?)";
+            set_error(err, errlen, what, key);
             return -1;
         }
         if (SSL_CTX_check_private_key(ctx->ssl) != 1) {
-            set_error(err, errlen, "the private key does not match the certificate", cert);
+            set_error(err, errlen, "the private key does not match the certificate %s", cert);
             return -1;
         }
         if (keep_cert_pem(ctx) < 0) {
@@ -221,12 +229,12 @@ static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err,
         return -1;
     }
     if (SSL_CTX_load_verify_locations(ctx->ssl, s->ca_certs, NULL) != 1) {
-        set_error(err, errlen, "cannot load the CA certificates", s->ca_certs);
+        set_error(err, errlen, "cannot load the CA certificates %s", s->ca_certs);
         return -1;
     }
     STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_certs);
     if (names == NULL) {
-        set_error(err, errlen, "cannot read CA names from", s->ca_certs);
+        set_error(err, errlen, "cannot read CA names from %s", s->ca_certs);
         return -1;
     }
     SSL_CTX_set_client_CA_list(ctx->ssl, names);
@@ -246,11 +254,11 @@ static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *er
     }
     SSL_CTX_set_min_proto_version(ctx->ssl, min);
     if (SSL_CTX_set_cipher_list(ctx->ssl, s->ciphers ? s->ciphers : DEFAULT_CIPHERS) != 1) {
-        set_error(err, errlen, "bad TLS 1.2 cipher list", s->ciphers);
+        set_error(err, errlen, "bad TLS 1.2 cipher list \"%s\"", s->ciphers);
         return -1;
     }
     if (s->ciphersuites && SSL_CTX_set_ciphersuites(ctx->ssl, s->ciphersuites) != 1) {
-        set_error(err, errlen, "bad TLS 1.3 cipher suites", s->ciphersuites);
+        set_error(err, errlen, "bad TLS 1.3 cipher suites \"%s\"", s->ciphersuites);
         return -1;
     }
     const char *alpn = s->alpn ? s->alpn : DEFAULT_ALPN;
@@ -389,9 +397,11 @@ int ps_transport_sniff_plain_http(const char *p, size_t n)
     return i > 0 && (i == n || p[i] == ' ');
 }
 
-/* Looks at the first bytes without consuming them. Returns 1 for a TLS
- * client (or one OpenSSL is to judge), PS_TLS_PLAINTEXT, PS_IO_WANT_READ or
- * -errno. */
+#define SNIFF_TLS 2
+
+/* Looks at the first bytes without consuming them. Returns SNIFF_TLS for a
+ * TLS client (or one OpenSSL is to judge), PS_TLS_PLAINTEXT,
+ * PS_IO_WANT_READ or -errno. */
 static int sniff(ps_transport_t *t)
 {
     char first[8];
@@ -412,7 +422,7 @@ static int sniff(ps_transport_t *t)
     t->sniffed = 1;
     if (first[0] != 0x16 && ps_transport_sniff_plain_http(first, (size_t)n))
         return PS_TLS_PLAINTEXT;
-    return 1;
+    return SNIFF_TLS;
 }
 
 int ps_transport_handshake(ps_transport_t *t)
@@ -421,7 +431,7 @@ int ps_transport_handshake(ps_transport_t *t)
         return PS_TLS_DONE;
     if (!t->sniffed) {
         int rc = sniff(t);
-        if (rc != 1)
+        if (rc != SNIFF_TLS)
             return rc;
     }
     errno = 0;
@@ -516,7 +526,8 @@ ssize_t ps_tls_writev(ps_transport_t *t, const struct iovec *iov, int n)
             size_t got = 0, o = off;
             for (int k = i; got < want; k++, o = 0) {
                 size_t m = PS_MIN(iov[k].iov_len - o, want - got);
-                memcpy(t->tbuf + got, (const char *)iov[k].iov_base + o, m);
+                if (m)
+                    memcpy(t->tbuf + got, (const char *)iov[k].iov_base + o, m);
                 got += m;
             }
             p = t->tbuf;
@@ -716,9 +727,8 @@ int ps_tls_client_subject(const ps_transport_t *t, ps_buf_t *out)
     if (x == NULL)
         return -ENOENT;
     BIO *bio = BIO_new(BIO_s_mem());
-    if (bio == NULL ||
-        X509_NAME_print_ex(bio, X509_get_subject_name(x), 0, XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) <
-            0) {
+    if (bio == NULL || X509_NAME_print_ex(bio, X509_get_subject_name(x), 0,
+                                          XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) < 0) {
         BIO_free(bio);
         ERR_clear_error();
         return -ENOMEM;
@@ -728,8 +738,8 @@ int ps_tls_client_subject(const ps_transport_t *t, ps_buf_t *out)
 
 const char *ps_tls_client_verify_error(const ps_transport_t *t)
 {
-    if (t->ssl == NULL || SSL_get0_peer_certificate(t->ssl) == NULL)
-        return NULL;
-    long v = SSL_get_verify_result(t->ssl);
+    /* Also after a handshake that failed on the certificate, which then is
+     * not kept. X509_V_OK until a certificate is checked. */
+    long v = t->ssl ? SSL_get_verify_result(t->ssl) : X509_V_OK;
     return v == X509_V_OK ? NULL : X509_verify_cert_error_string(v);
 }

@@ -232,8 +232,7 @@ static inline ssize_t ps_transport_write(ps_transport_t *t, const char *p, size_
  * kernel TLS, else a pread and encrypt loop through the transport's own
  * buffer (at most 256 KiB per call). Returns bytes sent, 0 when the file
  * ends before offset + count, PS_IO_WANT_*, or -errno. */
-static inline ssize_t ps_transport_sendfile(ps_transport_t *t, int fd, int64_t offset,
-                                            size_t count)
+static inline ssize_t ps_transport_sendfile(ps_transport_t *t, int fd, int64_t offset, size_t count)
 {
     if (ps_unlikely(t->ssl != NULL))
         return ps_tls_sendfile(t, fd, offset, count);
@@ -316,8 +315,8 @@ int ps_tls_client_cert_pem(const ps_transport_t *t, int i, ps_buf_t *out);
  * ("CN=alice,O=Example"), UTF-8 kept. Returns 0, -ENOENT (no client
  * certificate) or -ENOMEM. */
 int ps_tls_client_subject(const ps_transport_t *t, ps_buf_t *out);
-/* Why the client certificate did not verify (static text), or NULL when it
- * did or none was sent. */
+/* Why the client certificate did not verify (static text, also after the
+ * handshake failed on it), or NULL when it did or none was sent. */
 const char *ps_tls_client_verify_error(const ps_transport_t *t);
 
 #endif
