@@ -360,8 +360,8 @@ int ps_transport_init_tls(ps_transport_t *t, int fd, ps_tls_ctx_t *ctx)
  * failed sends nothing more (no close_notify). */
 static int tls_fail(ps_transport_t *t, int r)
 {
+    int saved = errno; /* the socket call's, before anything else runs */
     int e = SSL_get_error(t->ssl, r);
-    int saved = errno;
     switch (e) {
     case SSL_ERROR_WANT_READ:
         return PS_IO_WANT_READ;

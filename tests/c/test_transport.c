@@ -8,6 +8,7 @@
  *   test_transport          every test
  *   test_transport plain N  only N plain request/response rounds (for
  *                           counting system calls with strace)
+ *   test_transport tls N    the same over TLS 1.3 after one handshake
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -836,6 +837,41 @@ static void test_plain(int rounds)
     close(sv[1]);
 }
 
+/* Keep-alive rounds over TLS: the client writes a request, the server reads
+ * it and answers head and body in one writev. */
+static void test_tls_rounds(int rounds)
+{
+    ps_tls_settings_t s = {0};
+    ps_tls_ctx_t *sctx = server_ctx(&s);
+    SSL_CTX *cctx = client_ctx(0, NULL);
+    conn_t k;
+    char buf[512];
+    const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char head[] = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+    setup(&k, sctx, cctx, 0);
+    CHECK_EQ(handshake(&k), PS_TLS_DONE);
+    int ok = 1;
+    size_t n;
+    for (int i = 0; i < rounds; i++) {
+        ok &= SSL_write_ex(k.c, req, sizeof(req) - 1, &n) == 1;
+        struct pollfd p = {.fd = k.sfd, .events = POLLIN};
+        poll(&p, 1, 1000);
+        ok &= ps_transport_read(&k.t, buf, sizeof(buf)) == sizeof(req) - 1;
+        struct iovec v[2] = {{(void *)head, sizeof(head) - 1}, {"hello", 5}};
+        ok &= ps_transport_writev(&k.t, v, 2) == (ssize_t)(sizeof(head) - 1 + 5);
+        p.fd = k.cfd;
+        poll(&p, 1, 1000);
+        size_t got = 0;
+        while (got < sizeof(head) - 1 + 5 && SSL_read_ex(k.c, buf, sizeof(buf), &n) == 1)
+            got += n;
+        ok &= got == sizeof(head) - 1 + 5;
+    }
+    CHECK(ok);
+    teardown(&k);
+    SSL_CTX_free(cctx);
+    ps_tls_ctx_free(sctx);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN); /* as in the Python process: OpenSSL writes with write(2) */
@@ -847,6 +883,11 @@ int main(int argc, char **argv)
     if (mkdtemp(dir) == NULL || make_certs() != 0) {
         fprintf(stderr, "test_transport: cannot make certificates in %s\n", dir);
         return 1;
+    }
+    if (argc == 3 && strcmp(argv[1], "tls") == 0) {
+        test_tls_rounds(atoi(argv[2]));
+        sh("rm -rf %s", dir);
+        return check_finish("test_transport tls");
     }
     int kernel_ktls = ktls_in_kernel();
     printf("test_transport: kernel TLS %s in this kernel\n", kernel_ktls ? "is" : "is not");
@@ -865,6 +906,7 @@ int main(int argc, char **argv)
     test_client_certificates(0);
     test_client_certificates(TLS1_2_VERSION);
     test_hostile_clients();
+    test_tls_rounds(100);
     sh("rm -rf %s", dir);
     return check_finish("test_transport");
 }
