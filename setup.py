@@ -68,10 +68,15 @@ def find_libev():
 
 
 def find_openssl():
-    """Return (compile_args, link_args) for libssl and libcrypto (OpenSSL 3)."""
-    if pkg_config("--exists", "openssl >= 3.0") is None:
-        fail(OPENSSL_MISSING)
-    return pkg_config("--cflags", "openssl"), pkg_config("--libs", "openssl")
+    """Return (compile_args, link_args) for libssl and libcrypto (OpenSSL 3).
+
+    Without pkg-config, a Debian libssl-dev in /usr is taken as it is.
+    """
+    if pkg_config("--exists", "openssl >= 3.0") is not None:
+        return pkg_config("--cflags", "openssl"), pkg_config("--libs", "openssl")
+    if shutil.which("pkg-config") is None and os.path.exists("/usr/include/openssl/ssl.h"):
+        return [], ["-lssl", "-lcrypto"]
+    fail(OPENSSL_MISSING)
 
 
 def find_llhttp():

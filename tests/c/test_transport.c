@@ -72,7 +72,8 @@ static int make_certs(void)
         "openssl req $ec -keyout bad.key -out bad.csr -subj /CN=mallory\n"
         "openssl x509 -req -in bad.csr -CA ca2.pem -CAkey ca2.key -CAcreateserial "
         "-out bad.pem -days 2\n"
-        "printf 'not a certificate\\n' > junk.pem\n",
+        "printf 'not a certificate\\n' > junk.pem\n"
+        "cat rsa.pem ca.pem ca2.pem bad.pem client.pem rsa.pem rsa.pem rsa.pem > big.pem\n",
         dir);
 }
 
@@ -163,6 +164,7 @@ typedef struct {
     SSL *c;
     int srv_rc; /* the server's handshake result */
     int cli_ok;
+    int want_writes; /* handshake steps that waited for a writable socket */
 } conn_t;
 
 static int setup(conn_t *k, ps_tls_ctx_t *sctx, SSL_CTX *cctx, int sndbuf)
@@ -208,6 +210,7 @@ static int handshake(conn_t *k)
         }
         if (!sdone) {
             int r = ps_transport_handshake(&k->t);
+            k->want_writes += r == PS_IO_WANT_WRITE;
             if (r != PS_IO_WANT_READ && r != PS_IO_WANT_WRITE) {
                 sdone = 1;
                 k->srv_rc = r;
@@ -401,6 +404,28 @@ static void test_dual_certificates(void)
         teardown(&k);
         SSL_CTX_free(cctx);
     }
+    ps_tls_ctx_free(sctx);
+}
+
+/* A server flight larger than the socket buffers: the handshake step waits
+ * for a writable socket and goes on from there. */
+static void test_handshake_waits_for_writable(void)
+{
+    char cert[128], key[128];
+    path(cert, sizeof(cert), "big.pem");
+    path(key, sizeof(key), "rsa.key");
+    ps_tls_settings_t s = {.certs = {{cert, key}}, .ncerts = 1};
+    ps_tls_ctx_t *sctx = server_ctx(&s);
+    SSL_CTX *cctx = client_ctx(0, NULL);
+    SSL_CTX_set_verify(cctx, SSL_VERIFY_NONE, NULL);
+    conn_t k;
+    setup(&k, sctx, cctx, 1024);
+    CHECK_EQ(handshake(&k), PS_TLS_DONE);
+    CHECK(k.cli_ok);
+    printf("test_transport: big server flight: %d WANT_WRITE steps\n", k.want_writes);
+    CHECK(k.want_writes > 0);
+    teardown(&k);
+    SSL_CTX_free(cctx);
     ps_tls_ctx_free(sctx);
 }
 
@@ -896,6 +921,7 @@ int main(int argc, char **argv)
     test_config_errors();
     test_versions_and_alpn();
     test_dual_certificates();
+    test_handshake_waits_for_writable();
     test_read_and_pending();
     test_writev_partial(0);
     test_writev_partial(TLS1_2_VERSION);
