@@ -630,6 +630,15 @@ void ps_tls_close(ps_transport_t *t)
     ps_transport_init_plain(t, -1);
 }
 
+int ps_transport_release_buffers(ps_transport_t *t)
+{
+    if (t->ssl == NULL || t->tbuf_len)
+        return 0;
+    free(t->tbuf);
+    t->tbuf = NULL;
+    return SSL_free_buffers(t->ssl);
+}
+
 int ps_tls_pending(const ps_transport_t *t)
 {
     return SSL_has_pending(t->ssl);

@@ -278,6 +278,13 @@ static inline int ps_transport_pending(const ps_transport_t *t)
     return ps_unlikely(t->ssl != NULL) ? ps_tls_pending(t) : 0;
 }
 
+/* Frees the TLS session's read and write buffers and the transport's own
+ * (about 50 KiB) while the connection is idle, at the cost of allocating
+ * them again for the next request: for connections idle for a while, not
+ * after every request. Returns 1 when freed, 0 when bytes are still held
+ * (or the transport is plain). */
+int ps_transport_release_buffers(ps_transport_t *t);
+
 static inline int ps_transport_blocked(const ps_transport_t *t)
 {
     return t->blocked;

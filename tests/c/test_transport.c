@@ -464,6 +464,27 @@ static void test_read_and_pending(void)
     CHECK_EQ(ps_transport_read(&k.t, got, sizeof(got)), PS_IO_WANT_READ);
     CHECK_EQ(ps_transport_blocked(&k.t), 0);
 
+    /* Idle: the buffers go, and come back for the next request. */
+    CHECK_EQ(ps_transport_release_buffers(&k.t), 1);
+    CHECK(SSL_write_ex(k.c, "again", 5, &w) == 1);
+    poll(&p, 1, 1000);
+    CHECK_EQ(ps_transport_read(&k.t, got, sizeof(got)), 5);
+    CHECK_MEM_EQ(got, 5, "again");
+    CHECK(SSL_write_ex(k.c, "more", 4, &w) == 1);
+    usleep(20000);
+    CHECK_EQ(ps_transport_read(&k.t, got, 2), 2);
+    CHECK(ps_transport_pending(&k.t));
+    CHECK_EQ(ps_transport_release_buffers(&k.t), 0); /* two bytes still held */
+    CHECK_EQ(ps_transport_read(&k.t, got + 2, 2), 2);
+    CHECK_MEM_EQ(got, 4, "more");
+    CHECK_EQ(ps_transport_write(&k.t, "ok", 2), 2);
+    usleep(20000);
+    size_t n2;
+    CHECK(SSL_read_ex(k.c, got, sizeof(got), &n2) == 1 && n2 == 2);
+    ps_transport_t plain;
+    ps_transport_init_plain(&plain, -1);
+    CHECK_EQ(ps_transport_release_buffers(&plain), 0);
+
     /* The client's close_notify is the end of the stream. */
     SSL_shutdown(k.c);
     poll(&p, 1, 1000);
