@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev and llhttp from the system.
+libev, llhttp and OpenSSL 3 from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -31,6 +31,10 @@ LLHTTP_MISSING = (
     "(apt-get install node-llhttp) or a libllhttp >= 9.2 with pkg-config"
 )
 LIBEV_MISSING = "pyserver needs libev: apt-get install libev-dev"
+OPENSSL_MISSING = (
+    "pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev "
+    "(pkg-config must find 'openssl >= 3.0')"
+)
 
 
 def fail(message):
@@ -61,6 +65,18 @@ def find_libev():
     if os.path.exists("/usr/include/ev.h") or os.path.exists("/usr/local/include/ev.h"):
         return [], ["-lev"]
     fail(LIBEV_MISSING)
+
+
+def find_openssl():
+    """Return (compile_args, link_args) for libssl and libcrypto (OpenSSL 3).
+
+    Without pkg-config, a Debian libssl-dev in /usr is taken as it is.
+    """
+    if pkg_config("--exists", "openssl >= 3.0") is not None:
+        return pkg_config("--cflags", "openssl"), pkg_config("--libs", "openssl")
+    if shutil.which("pkg-config") is None and os.path.exists("/usr/include/openssl/ssl.h"):
+        return [], ["-lssl", "-lcrypto"]
+    fail(OPENSSL_MISSING)
 
 
 def find_llhttp():
@@ -130,12 +146,13 @@ def extension_sources():
 def main():
     ev_cflags, ev_libs = find_libev()
     llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
+    ssl_cflags, ssl_libs = find_openssl()
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
-    compile_args += ev_cflags + llhttp_cflags + env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + env_flags("PYSERVER_LDFLAGS")
+    compile_args += ev_cflags + llhttp_cflags + ssl_cflags + env_flags("PYSERVER_CFLAGS")
+    link_args = llhttp_libs + ev_libs + ssl_libs + env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(
         "pyserver._core",

@@ -18,7 +18,13 @@ san="-fsanitize=address,undefined -fno-omit-frame-pointer"
 llhttp_cflags=$(scripts/llhttp-flags.sh cflags)
 llhttp_libs=$(scripts/llhttp-flags.sh libs)
 llhttp_sources=$(scripts/llhttp-flags.sh sources)
-cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags"
+if ! pkg-config --exists 'openssl >= 3.0'; then
+    echo "test-c: pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev" >&2
+    exit 1
+fi
+ssl_cflags=$(pkg-config --cflags openssl)
+ssl_libs=$(pkg-config --libs openssl)
+cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
 
 rm -rf "$out"
 mkdir -p "$out/core" "$out/llhttp"
@@ -42,7 +48,7 @@ passed=0
 failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
-    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs; then
+    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs; then
         failed+=("$name (build)")
         continue
     fi

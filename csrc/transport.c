@@ -1,0 +1,754 @@
+/* TLS under the transport: contexts (certificates, verification, ALPN,
+ * ticket keys) and the per-connection session (handshake, I/O, accessors).
+ * The plain socket path is inline in transport.h. */
+#define _GNU_SOURCE
+#include "transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/bio.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+/* TLS 1.2: forward secrecy and AEAD ciphers only. */
+#define DEFAULT_CIPHERS                                                                            \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"     \
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+#define DEFAULT_ALPN "\x08http/1.1"
+/* A file sent without kernel TLS is encrypted at most this much per call. */
+#define SENDFILE_TLS_MAX (256 * 1024)
+
+struct ps_tls_ctx {
+    SSL_CTX *ssl;
+    EVP_CIPHER *aes;
+    char *password;
+    unsigned char alpn[256];
+    size_t alpn_len;
+    ps_tls_ticket_key_t keys[PS_TLS_MAX_TICKET_KEYS];
+    int nkeys;
+    struct {
+        X509 *x509; /* borrowed from ssl */
+        char *pem;
+        size_t pem_len;
+    } certs[PS_TLS_MAX_CERTS];
+    int ncerts;
+};
+
+/* ---- contexts ---- */
+
+/* Writes what (a format with one %s for path) then ": " and the first
+ * (most precise) error of OpenSSL's queue into err, and empties the queue. */
+static void set_error(char *err, size_t len, const char *what, const char *path)
+{
+    unsigned long e = ERR_peek_error();
+    const char *reason = "unknown error";
+    if (e && ERR_SYSTEM_ERROR(e))
+        reason = strerror(ERR_GET_REASON(e));
+    else if (e && ERR_reason_error_string(e))
+        reason = ERR_reason_error_string(e);
+    int n = snprintf(err, len, what, path ? path : "");
+    if (n >= 0 && (size_t)n < len)
+        snprintf(err + n, len - (size_t)n, ": %s", reason);
+    ERR_clear_error();
+}
+
+/* Never prompts: an encrypted key without a password fails to load. */
+static int password_cb(char *buf, int size, int rwflag, void *u)
+{
+    PS_UNUSED(rwflag);
+    const char *pw = u;
+    if (pw == NULL)
+        return -1;
+    size_t n = strlen(pw);
+    if (n > (size_t)size)
+        return -1;
+    memcpy(buf, pw, n);
+    return (int)n;
+}
+
+/* Server preference: the first configured protocol the client offers. A
+ * client whose offer has none of them is refused, as RFC 7301 says. */
+static int alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
+                   const unsigned char *in, unsigned int inlen, void *arg)
+{
+    ps_tls_ctx_t *ctx = arg;
+    PS_UNUSED(s);
+    for (size_t i = 0; i < ctx->alpn_len; i += 1 + ctx->alpn[i]) {
+        const unsigned char *p = ctx->alpn + i;
+        for (unsigned j = 0; j < inlen; j += 1u + in[j]) {
+            if (in[j] == p[0] && j + 1u + in[j] <= inlen && memcmp(in + j + 1, p + 1, p[0]) == 0) {
+                *out = in + j + 1;
+                *outlen = in[j];
+                return SSL_TLSEXT_ERR_OK;
+            }
+        }
+    }
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+/* Encrypts new tickets under keys[0]; decrypts under any key of the ring,
+ * asking for a renewed ticket (2) when it was not the current one. Returns
+ * 1, 2, 0 (unknown key: full handshake) or -1. */
+static int ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_CTX *cctx,
+                     EVP_MAC_CTX *hctx, int enc)
+{
+    ps_tls_ctx_t *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(s));
+    const ps_tls_ticket_key_t *k = NULL;
+    int rc = 1;
+    if (enc) {
+        k = &ctx->keys[0];
+        memcpy(name, k->name, sizeof(k->name));
+        if (RAND_bytes(iv, 16) <= 0 || !EVP_EncryptInit_ex2(cctx, ctx->aes, k->aes_key, iv, NULL))
+            return -1;
+    } else {
+        for (int i = 0; i < ctx->nkeys && k == NULL; i++) {
+            if (memcmp(name, ctx->keys[i].name, sizeof(ctx->keys[i].name)) == 0) {
+                k = &ctx->keys[i];
+                rc = i == 0 ? 1 : 2;
+            }
+        }
+        if (k == NULL)
+            return 0;
+        if (!EVP_DecryptInit_ex2(cctx, ctx->aes, k->aes_key, iv, NULL))
+            return -1;
+    }
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, (void *)k->hmac_key,
+                                          sizeof(k->hmac_key)),
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    return EVP_MAC_CTX_set_params(hctx, params) ? rc : -1;
+}
+
+int ps_tls_generate_ticket_key(ps_tls_ticket_key_t *key)
+{
+    return RAND_bytes((unsigned char *)key, sizeof(*key)) == 1 ? 0 : -EIO;
+}
+
+int ps_tls_set_ticket_keys(ps_tls_ctx_t *ctx, const ps_tls_ticket_key_t *keys, int n)
+{
+    if (n < 1 || n > PS_TLS_MAX_TICKET_KEYS)
+        return -EINVAL;
+    memcpy(ctx->keys, keys, (size_t)n * sizeof(*keys));
+    ctx->nkeys = n;
+    return 0;
+}
+
+/* Keeps the PEM of the certificate just loaded, for ps_tls_server_cert_pem. */
+static int keep_cert_pem(ps_tls_ctx_t *ctx)
+{
+    X509 *x = SSL_CTX_get0_certificate(ctx->ssl);
+    BIO *bio = BIO_new(BIO_s_mem());
+    char *data;
+    if (x == NULL || bio == NULL || !PEM_write_bio_X509(bio, x))
+        goto error;
+    long len = BIO_get_mem_data(bio, &data);
+    int i = ctx->ncerts;
+    for (int j = 0; j < ctx->ncerts; j++)
+        if (ctx->certs[j].x509 == x)
+            i = j; /* the same slot reloaded */
+    free(ctx->certs[i].pem);
+    ctx->certs[i].pem = malloc((size_t)len);
+    if (ctx->certs[i].pem == NULL)
+        goto error;
+    memcpy(ctx->certs[i].pem, data, (size_t)len);
+    ctx->certs[i].pem_len = (size_t)len;
+    ctx->certs[i].x509 = x;
+    if (i == ctx->ncerts)
+        ctx->ncerts++;
+    BIO_free(bio);
+    return 0;
+error:
+    BIO_free(bio);
+    return -1;
+}
+
+static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+{
+    if (s->ncerts < 1 || s->ncerts > PS_TLS_MAX_CERTS) {
+        snprintf(err, errlen, "TLS needs a certificate file and its key");
+        return -1;
+    }
+    SSL_CTX_set_default_passwd_cb(ctx->ssl, password_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx->ssl, ctx->password);
+    for (int i = 0; i < s->ncerts; i++) {
+        const char *cert = s->certs[i].certfile;
+        const char *key = s->certs[i].keyfile ? s->certs[i].keyfile : cert;
+        if (cert == NULL) {
+            snprintf(err, errlen, "TLS needs a certificate file");
+            return -1;
+        }
+        if (SSL_CTX_use_certificate_chain_file(ctx->ssl, cert) != 1) {
+            set_error(err, errlen, "cannot load the certificate chain %s", cert);
+            return -1;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx->ssl, key, SSL_FILETYPE_PEM) != 1) {
+            int reason = ERR_GET_REASON(ERR_peek_error());
+            const char *what = "cannot load the private key %s";
+            if (reason == X509_R_KEY_VALUES_MISMATCH)
+                what = "the private key %s does not match the certificate";
+            else if (ctx->password == NULL && reason == ERR_R_INTERRUPTED_OR_CANCELLED)
+                what = "the private key %s is encrypted and no password was given";
+            else if (ctx->password != NULL)
+                what = "cannot load the private key %s (is the password right?)";
+            set_error(err, errlen, what, key);
+            return -1;
+        }
+        if (SSL_CTX_check_private_key(ctx->ssl) != 1) {
+            set_error(err, errlen, "the private key does not match the certificate %s", cert);
+            return -1;
+        }
+        if (keep_cert_pem(ctx) < 0) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+{
+    if (s->cert_reqs == PS_TLS_CERT_NONE) {
+        SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_NONE, NULL);
+        return 0;
+    }
+    if (s->cert_reqs != PS_TLS_CERT_OPTIONAL && s->cert_reqs != PS_TLS_CERT_REQUIRED) {
+        snprintf(err, errlen, "unknown client certificate requirement %d", s->cert_reqs);
+        return -1;
+    }
+    if (s->ca_certs == NULL) {
+        snprintf(err, errlen, "verifying client certificates needs a CA certificates file");
+        return -1;
+    }
+    if (SSL_CTX_load_verify_locations(ctx->ssl, s->ca_certs, NULL) != 1) {
+        set_error(err, errlen, "cannot load the CA certificates %s", s->ca_certs);
+        return -1;
+    }
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_certs);
+    if (names == NULL) {
+        set_error(err, errlen, "cannot read CA names from %s", s->ca_certs);
+        return -1;
+    }
+    SSL_CTX_set_client_CA_list(ctx->ssl, names);
+    int mode = SSL_VERIFY_PEER;
+    if (s->cert_reqs == PS_TLS_CERT_REQUIRED)
+        mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+    SSL_CTX_set_verify(ctx->ssl, mode, NULL);
+    return 0;
+}
+
+static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+{
+    int min = s->min_version ? s->min_version : TLS1_2_VERSION;
+    if (min != TLS1_2_VERSION && min != TLS1_3_VERSION) {
+        snprintf(err, errlen, "the minimum TLS version must be TLS 1.2 or TLS 1.3");
+        return -1;
+    }
+    SSL_CTX_set_min_proto_version(ctx->ssl, min);
+    if (SSL_CTX_set_cipher_list(ctx->ssl, s->ciphers ? s->ciphers : DEFAULT_CIPHERS) != 1) {
+        set_error(err, errlen, "bad TLS 1.2 cipher list \"%s\"", s->ciphers);
+        return -1;
+    }
+    if (s->ciphersuites && SSL_CTX_set_ciphersuites(ctx->ssl, s->ciphersuites) != 1) {
+        set_error(err, errlen, "bad TLS 1.3 cipher suites \"%s\"", s->ciphersuites);
+        return -1;
+    }
+    const char *alpn = s->alpn ? s->alpn : DEFAULT_ALPN;
+    size_t alpn_len = s->alpn ? s->alpn_len : sizeof(DEFAULT_ALPN) - 1;
+    if (alpn_len == 0 || alpn_len > sizeof(ctx->alpn))
+        goto bad_alpn;
+    for (size_t i = 0; i < alpn_len; i += 1 + (unsigned char)alpn[i])
+        if (alpn[i] == 0 || i + 1 + (unsigned char)alpn[i] > alpn_len)
+            goto bad_alpn;
+    memcpy(ctx->alpn, alpn, alpn_len);
+    ctx->alpn_len = alpn_len;
+    SSL_CTX_set_alpn_select_cb(ctx->ssl, alpn_cb, ctx);
+    return 0;
+bad_alpn:
+    snprintf(err, errlen, "bad ALPN protocol list");
+    return -1;
+}
+
+ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errlen)
+{
+    ps_tls_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        goto oom;
+    ERR_clear_error();
+    if (s->key_password && (ctx->password = strdup(s->key_password)) == NULL)
+        goto oom;
+    ctx->ssl = SSL_CTX_new(TLS_server_method());
+    ctx->aes = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
+    if (ctx->ssl == NULL || ctx->aes == NULL) {
+        set_error(err, errlen, "cannot create a TLS context", NULL);
+        goto error;
+    }
+    SSL_CTX_set_app_data(ctx->ssl, ctx);
+    uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF;
+    if (!s->no_ktls)
+        opts |= SSL_OP_ENABLE_KTLS;
+    SSL_CTX_set_options(ctx->ssl, opts);
+    SSL_CTX_clear_options(ctx->ssl, SSL_OP_NO_TICKET);
+    SSL_CTX_set_mode(ctx->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One read(2) takes whatever the socket holds, not a record header first. */
+    SSL_CTX_set_read_ahead(ctx->ssl, 1);
+    /* Resumption is by tickets only: nothing per session kept in a worker. */
+    SSL_CTX_set_session_cache_mode(ctx->ssl, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_session_id_context(ctx->ssl, (const unsigned char *)"pyserver", 8);
+    if (ps_tls_generate_ticket_key(&ctx->keys[0]) < 0) {
+        snprintf(err, errlen, "cannot generate a session ticket key");
+        goto error;
+    }
+    ctx->nkeys = 1;
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx->ssl, ticket_cb);
+    if (set_protocols(ctx, s, err, errlen) < 0 || load_certs(ctx, s, err, errlen) < 0 ||
+        load_verify(ctx, s, err, errlen) < 0)
+        goto error;
+    ERR_clear_error();
+    return ctx;
+oom:
+    snprintf(err, errlen, "out of memory");
+error:
+    ERR_clear_error();
+    ps_tls_ctx_free(ctx);
+    return NULL;
+}
+
+void ps_tls_ctx_free(ps_tls_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    for (int i = 0; i < ctx->ncerts; i++)
+        free(ctx->certs[i].pem);
+    SSL_CTX_free(ctx->ssl);
+    EVP_CIPHER_free(ctx->aes);
+    if (ctx->password) {
+        OPENSSL_cleanse(ctx->password, strlen(ctx->password));
+        free(ctx->password);
+    }
+    OPENSSL_cleanse(ctx->keys, sizeof(ctx->keys));
+    free(ctx);
+}
+
+/* ---- sessions ---- */
+
+int ps_transport_init_tls(ps_transport_t *t, int fd, ps_tls_ctx_t *ctx)
+{
+    ps_transport_init_plain(t, fd);
+    SSL *ssl = SSL_new(ctx->ssl);
+    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+        SSL_free(ssl);
+        ERR_clear_error();
+        return -ENOMEM;
+    }
+    SSL_set_accept_state(ssl);
+    t->ssl = ssl;
+    t->tls = ctx;
+    return 0;
+}
+
+/* Maps a failed SSL call (r <= 0) to PS_IO_WANT_*, 0 (close_notify) or
+ * -errno, setting t->reason; errors leave the queue empty. A session that
+ * failed sends nothing more (no close_notify). */
+static int tls_fail(ps_transport_t *t, int r)
+{
+    int saved = errno; /* the socket call's, before anything else runs */
+    int e = SSL_get_error(t->ssl, r);
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        return PS_IO_WANT_READ;
+    case SSL_ERROR_WANT_WRITE:
+        return PS_IO_WANT_WRITE;
+    case SSL_ERROR_ZERO_RETURN:
+        return 0;
+    case SSL_ERROR_SYSCALL:
+        t->shut = 1;
+        if (ERR_peek_error() == 0) {
+            t->reason = saved ? "connection error" : "connection closed by the peer";
+            return saved ? -saved : -ECONNRESET;
+        }
+        /* fall through */
+    default: {
+        unsigned long err = ERR_peek_error();
+        t->shut = 1;
+        t->reason = err ? ERR_reason_error_string(err) : NULL;
+        if (t->reason == NULL)
+            t->reason = "TLS error";
+        ERR_clear_error();
+        return -EPROTO;
+    }
+    }
+}
+
+int ps_transport_sniff_plain_http(const char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n && p[i] >= 'A' && p[i] <= 'Z')
+        i++;
+    /* A method token so far, then a space or the end of what arrived. */
+    return i > 0 && (i == n || p[i] == ' ');
+}
+
+#define SNIFF_TLS 2
+
+/* Looks at the first bytes without consuming them. Returns SNIFF_TLS for a
+ * TLS client (or one OpenSSL is to judge), PS_TLS_PLAINTEXT,
+ * PS_IO_WANT_READ or -errno. */
+static int sniff(ps_transport_t *t)
+{
+    char first[8];
+    ssize_t n;
+    do
+        n = recv(t->fd, first, sizeof(first), MSG_PEEK);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EAGAIN)
+            return PS_IO_WANT_READ;
+        t->reason = "connection error before the handshake";
+        return -errno;
+    }
+    if (n == 0) {
+        t->reason = "connection closed before the handshake";
+        return -ECONNRESET;
+    }
+    t->sniffed = 1;
+    if (first[0] != 0x16 && ps_transport_sniff_plain_http(first, (size_t)n))
+        return PS_TLS_PLAINTEXT;
+    return SNIFF_TLS;
+}
+
+int ps_transport_handshake(ps_transport_t *t)
+{
+    if (t->handshaken)
+        return PS_TLS_DONE;
+    if (!t->sniffed) {
+        int rc = sniff(t);
+        if (rc != SNIFF_TLS)
+            return rc;
+    }
+    errno = 0;
+    int r = SSL_do_handshake(t->ssl);
+    if (r == 1) {
+        t->handshaken = 1;
+        t->ktls_send = BIO_get_ktls_send(SSL_get_wbio(t->ssl)) ? 1 : 0;
+        return PS_TLS_DONE;
+    }
+    r = tls_fail(t, r);
+    if (r == 0) { /* close_notify during the handshake */
+        t->reason = "connection closed during the handshake";
+        return -ECONNRESET;
+    }
+    return r;
+}
+
+void ps_transport_downgrade(ps_transport_t *t)
+{
+    SSL_free(t->ssl);
+    free(t->tbuf);
+    ps_transport_init_plain(t, t->fd);
+}
+
+ssize_t ps_tls_read(ps_transport_t *t, char *dst, size_t cap)
+{
+    size_t got = 0;
+    t->blocked &= (uint8_t)~PS_TRANSPORT_READ_WANTS_WRITE;
+    do {
+        size_t n;
+        errno = 0;
+        int r = SSL_read_ex(t->ssl, dst + got, cap - got, &n);
+        if (r <= 0) {
+            int rc = tls_fail(t, r);
+            if (rc == PS_IO_WANT_WRITE)
+                t->blocked |= PS_TRANSPORT_READ_WANTS_WRITE;
+            return got ? (ssize_t)got : rc;
+        }
+        got += n;
+    } while (got < cap && SSL_has_pending(t->ssl));
+    return (ssize_t)got;
+}
+
+/* One SSL_write_ex of len bytes at p. Returns bytes taken or PS_IO_* /
+ * -errno; records WANT_READ in t->blocked. */
+static ssize_t write_record(ps_transport_t *t, const char *p, size_t len)
+{
+    size_t w;
+    errno = 0;
+    int r = SSL_write_ex(t->ssl, p, len, &w);
+    if (r > 0)
+        return (ssize_t)w;
+    r = tls_fail(t, r);
+    if (r == PS_IO_WANT_READ)
+        t->blocked |= PS_TRANSPORT_WRITE_WANTS_READ;
+    if (r == 0) {
+        t->reason = "the peer closed the TLS session";
+        return -EPIPE;
+    }
+    return r;
+}
+
+static int ensure_tbuf(ps_transport_t *t)
+{
+    if (t->tbuf == NULL && (t->tbuf = malloc(PS_TLS_RECORD)) == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+/* Each SSL_write_ex takes min(PS_TLS_RECORD, bytes left): from the caller's
+ * buffer when one buffer holds that much, else gathered into tbuf. That
+ * length depends only on what is left, so a retry with the same bytes (or
+ * more) asks OpenSSL for at least as much as the write it must finish. */
+ssize_t ps_tls_writev(ps_transport_t *t, const struct iovec *iov, int n)
+{
+    size_t total = 0, done = 0, off = 0;
+    int i = 0;
+    t->blocked &= (uint8_t)~PS_TRANSPORT_WRITE_WANTS_READ;
+    t->tbuf_len = 0;
+    for (int k = 0; k < n; k++)
+        total += iov[k].iov_len;
+    while (done < total) {
+        size_t want = PS_MIN((size_t)PS_TLS_RECORD, total - done);
+        while (iov[i].iov_len == off) {
+            i++;
+            off = 0;
+        }
+        const char *p = (const char *)iov[i].iov_base + off;
+        if (iov[i].iov_len - off < want) {
+            if (ensure_tbuf(t) < 0)
+                return done ? (ssize_t)done : -ENOMEM;
+            size_t got = 0, o = off;
+            for (int k = i; got < want; k++, o = 0) {
+                size_t m = PS_MIN(iov[k].iov_len - o, want - got);
+                if (m)
+                    memcpy(t->tbuf + got, (const char *)iov[k].iov_base + o, m);
+                got += m;
+            }
+            p = t->tbuf;
+        }
+        ssize_t w = write_record(t, p, want);
+        if (w < 0)
+            return done ? (ssize_t)done : w;
+        done += (size_t)w;
+        /* Advance the cursor by w bytes. */
+        for (size_t left = (size_t)w; left > 0;) {
+            size_t m = PS_MIN(iov[i].iov_len - off, left);
+            off += m;
+            left -= m;
+            if (off == iov[i].iov_len && left > 0) {
+                i++;
+                off = 0;
+            }
+        }
+    }
+    return (ssize_t)done;
+}
+
+/* Without kernel TLS: pread a record's worth into tbuf and encrypt it. A
+ * record that could not be sent stays in tbuf for the retry. */
+static ssize_t sendfile_copy(ps_transport_t *t, int fd, int64_t offset, size_t count)
+{
+    size_t done = 0, limit = PS_MIN(count, (size_t)SENDFILE_TLS_MAX);
+    if (ensure_tbuf(t) < 0)
+        return -ENOMEM;
+    while (done < limit) {
+        int64_t at = offset + (int64_t)done;
+        if (t->tbuf_len == 0 || t->tbuf_fd != fd || t->tbuf_off != at) {
+            ssize_t r;
+            do
+                r = pread(fd, t->tbuf, PS_MIN((size_t)PS_TLS_RECORD, limit - done), (off_t)at);
+            while (r < 0 && errno == EINTR);
+            t->tbuf_len = 0;
+            if (r < 0)
+                return done ? (ssize_t)done : -errno;
+            if (r == 0)
+                return (ssize_t)done; /* the file ends early */
+            t->tbuf_len = (size_t)r;
+            t->tbuf_fd = fd;
+            t->tbuf_off = at;
+        }
+        ssize_t w = write_record(t, t->tbuf, t->tbuf_len);
+        if (w < 0)
+            return done ? (ssize_t)done : w;
+        t->tbuf_len -= (size_t)w;
+        if (t->tbuf_len) {
+            memmove(t->tbuf, t->tbuf + w, t->tbuf_len);
+            t->tbuf_off += w;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+ssize_t ps_tls_sendfile(ps_transport_t *t, int fd, int64_t offset, size_t count)
+{
+    t->blocked &= (uint8_t)~PS_TRANSPORT_WRITE_WANTS_READ;
+    if (!t->ktls_send)
+        return sendfile_copy(t, fd, offset, count);
+    errno = 0;
+    ossl_ssize_t r = SSL_sendfile(t->ssl, fd, (off_t)offset, count, 0);
+    if (r >= 0)
+        return (ssize_t)r;
+    int rc = tls_fail(t, (int)r);
+    if (rc == PS_IO_WANT_READ)
+        t->blocked |= PS_TRANSPORT_WRITE_WANTS_READ;
+    return rc == 0 ? -EPIPE : rc;
+}
+
+/* Sends close_notify once, without waiting for the peer's. */
+static void send_close_notify(ps_transport_t *t)
+{
+    if (!t->shut && t->handshaken) {
+        errno = 0;
+        SSL_shutdown(t->ssl);
+        ERR_clear_error();
+    }
+    t->shut = 1;
+}
+
+int ps_tls_shutdown(ps_transport_t *t)
+{
+    send_close_notify(t);
+    return shutdown(t->fd, SHUT_WR) < 0 ? -errno : 0;
+}
+
+void ps_tls_close(ps_transport_t *t)
+{
+    if (t->ssl != NULL) {
+        send_close_notify(t);
+        SSL_free(t->ssl);
+    }
+    free(t->tbuf);
+    if (t->fd >= 0)
+        close(t->fd);
+    ps_transport_init_plain(t, -1);
+}
+
+int ps_transport_release_buffers(ps_transport_t *t)
+{
+    if (t->ssl == NULL || t->tbuf_len)
+        return 0;
+    free(t->tbuf);
+    t->tbuf = NULL;
+    return SSL_free_buffers(t->ssl);
+}
+
+int ps_tls_pending(const ps_transport_t *t)
+{
+    return SSL_has_pending(t->ssl);
+}
+
+/* ---- accessors ---- */
+
+const char *ps_tls_version(const ps_transport_t *t, int *wire)
+{
+    if (wire)
+        *wire = t->ssl ? SSL_version(t->ssl) : 0;
+    return t->ssl ? SSL_get_version(t->ssl) : NULL;
+}
+
+const char *ps_tls_cipher(const ps_transport_t *t, int *id)
+{
+    const SSL_CIPHER *c = t->ssl ? SSL_get_current_cipher(t->ssl) : NULL;
+    if (id)
+        *id = c ? SSL_CIPHER_get_protocol_id(c) : 0;
+    return c ? SSL_CIPHER_get_name(c) : NULL;
+}
+
+ps_slice_t ps_tls_alpn(const ps_transport_t *t)
+{
+    const unsigned char *p = NULL;
+    unsigned len = 0;
+    if (t->ssl)
+        SSL_get0_alpn_selected(t->ssl, &p, &len);
+    return (ps_slice_t){(const char *)p, len};
+}
+
+int ps_tls_resumed(const ps_transport_t *t)
+{
+    return t->ssl ? SSL_session_reused(t->ssl) : 0;
+}
+
+ps_slice_t ps_tls_server_cert_pem(const ps_transport_t *t)
+{
+    X509 *x = t->ssl ? SSL_get_certificate(t->ssl) : NULL;
+    for (int i = 0; x && i < t->tls->ncerts; i++)
+        if (t->tls->certs[i].x509 == x)
+            return (ps_slice_t){t->tls->certs[i].pem, t->tls->certs[i].pem_len};
+    return (ps_slice_t){NULL, 0};
+}
+
+/* Certificate i of the client's: the leaf, then the chain it sent (which
+ * OpenSSL keeps without the leaf on a server). Borrowed. */
+static X509 *client_cert(const ps_transport_t *t, int i)
+{
+    X509 *leaf = t->ssl ? SSL_get0_peer_certificate(t->ssl) : NULL;
+    if (leaf == NULL || i < 0)
+        return NULL;
+    if (i == 0)
+        return leaf;
+    STACK_OF(X509) *chain = SSL_get_peer_cert_chain(t->ssl);
+    int skip = chain && sk_X509_num(chain) > 0 && X509_cmp(sk_X509_value(chain, 0), leaf) == 0;
+    return chain && i - 1 + skip < sk_X509_num(chain) ? sk_X509_value(chain, i - 1 + skip) : NULL;
+}
+
+int ps_tls_client_cert_count(const ps_transport_t *t)
+{
+    int n = 0;
+    while (client_cert(t, n) != NULL)
+        n++;
+    return n;
+}
+
+/* Appends what the BIO holds to out and frees it. Returns 0 or -ENOMEM. */
+static int bio_to_buf(BIO *bio, ps_buf_t *out)
+{
+    char *data;
+    long len = BIO_get_mem_data(bio, &data);
+    int rc = ps_buf_append(out, data, (size_t)len);
+    BIO_free(bio);
+    return rc;
+}
+
+int ps_tls_client_cert_pem(const ps_transport_t *t, int i, ps_buf_t *out)
+{
+    X509 *x = client_cert(t, i);
+    if (x == NULL)
+        return -ENOENT;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL || !PEM_write_bio_X509(bio, x)) {
+        BIO_free(bio);
+        ERR_clear_error();
+        return -ENOMEM;
+    }
+    return bio_to_buf(bio, out);
+}
+
+int ps_tls_client_subject(const ps_transport_t *t, ps_buf_t *out)
+{
+    X509 *x = client_cert(t, 0);
+    if (x == NULL)
+        return -ENOENT;
+    BIO *bio = BIO_new(BIO_s_mem());
+    if (bio == NULL || X509_NAME_print_ex(bio, X509_get_subject_name(x), 0,
+                                          XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) < 0) {
+        BIO_free(bio);
+        ERR_clear_error();
+        return -ENOMEM;
+    }
+    return bio_to_buf(bio, out);
+}
+
+const char *ps_tls_client_verify_error(const ps_transport_t *t)
+{
+    /* Also after a handshake that failed on the certificate, which then is
+     * not kept. X509_V_OK until a certificate is checked. */
+    long v = t->ssl ? SSL_get_verify_result(t->ssl) : X509_V_OK;
+    return v == X509_V_OK ? NULL : X509_verify_cert_error_string(v);
+}
