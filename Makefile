@@ -38,6 +38,8 @@ ASAN_LDFLAGS := -fsanitize=address,undefined
 CORE_FLAGS = $(PYSERVER_CFLAGS)|$(PYSERVER_LDFLAGS)|$(PYSERVER_WERROR)
 
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+# What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
+TESTS ?= tests
 
 .PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint clean \
 	distclean FORCE
@@ -95,7 +97,7 @@ run: build
 
 # pytest's own exit status is kept: 5 (no tests collected) fails like any other.
 test: build test-c
-	$(PYTEST) tests $(PYTEST_ARGS)
+	$(PYTEST) $(TESTS) $(PYTEST_ARGS)
 
 test-c: apt-deps
 	scripts/test-c.sh
@@ -114,7 +116,7 @@ test-asan: deps test-c
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:verify_asan_link_order=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONMALLOC=malloc \
-		$(VENV)/bin/python-asan -m pytest -q -p no:cacheprovider tests $(PYTEST_ARGS) \
+		$(VENV)/bin/python-asan -m pytest -q -p no:cacheprovider $(TESTS) $(PYTEST_ARGS) \
 		|| status=$$?; \
 	$(MAKE) build || status=1; \
 	exit $$status
