@@ -34,6 +34,9 @@ IMG_DIR = os.path.join(ROOT, "docs", "img")
 VERSION_DISTS = {
     "peers": [
         "bjoern",
+        "fastpysgi",
+        "socketify",
+        "cffi",
         "granian",
         "gunicorn",
         "pyuwsgi",
@@ -383,8 +386,14 @@ def available(sc, names, peer_modules, install_status):
             skipped[name] = f"{spec.binary} not found"
         elif spec.venv == "peers" and spec.module and spec.module not in peer_modules:
             reason = install_status.get(spec.dist) or install_status.get(spec.module)
-            detail = f" ({reason})" if reason and reason != "ok" else ""
-            skipped[name] = f"not installed in the peers venv{detail}"
+            if reason == "ok":  # pip installed it but it does not load
+                error = environment.import_error(environment.venv_python(PEERS_VENV), spec.module)
+                skipped[name] = (
+                    f"installed in the peers venv, `import {spec.module}` fails: {error}"
+                )
+            else:
+                detail = f" ({reason})" if reason else ""
+                skipped[name] = f"not installed in the peers venv{detail}"
         else:
             ok.append(name)
     return ok, skipped
@@ -526,6 +535,7 @@ def collect_versions(project_python):
         v[f"{dist} (project .venv)"] = ver
     v.update(environment.dist_versions(peers_python, VERSION_DISTS["peers"]))
     v["nginx"] = environment.tool_version(["nginx", "-v"], r"nginx/(\S+)")
+    v["libuv1 (Debian)"] = environment.deb_version("libuv1")
     v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
     v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
@@ -543,6 +553,8 @@ def scenario_versions(sc, names, versions):
             wanted += ["uvloop", "httptools"]
         if name == "meinheld":
             wanted.append("greenlet")
+        if name == "socketify":
+            wanted += ["cffi", "libuv1 (Debian)"]
         if name == "nginx":
             wanted.append("nginx")
         if name == "uvicorn-worker":

@@ -13,6 +13,8 @@ APT_PACKAGES = [
     "apache2-utils",
     "nginx-light",
     "libev-dev",
+    # socketify's bundled libsocketify_linux_amd64.so links the system libuv.so.1.
+    "libuv1",
     "build-essential",
     "python3-dev",
     "python3-venv",
@@ -22,6 +24,10 @@ APT_PACKAGES = [
 # the project's own environment.  name -> (pip requirement, import name or None).
 PEER_PACKAGES = {
     "bjoern": ("bjoern", "bjoern"),
+    # fastpysgi: a manylinux wheel, libuv and llhttp linked in.  socketify: an sdist that
+    # ships uWebSockets prebuilt (libsocketify_*.so, loaded through cffi).
+    "fastpysgi": ("fastpysgi", "fastpysgi"),
+    "socketify": ("socketify", "socketify"),
     "granian": ("granian", "granian"),
     "gunicorn": ("gunicorn", "gunicorn"),
     "pyuwsgi": ("pyuwsgi", "pyuwsgi"),
@@ -133,6 +139,31 @@ def importable(python, modules):
     except OSError:
         return set()
     return set(proc.stdout.split())
+
+
+def import_error(python, module):
+    """The last line of what `import MODULE` prints in PYTHON when it fails ("" if it works)."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+        )
+    except OSError as exc:
+        return str(exc)
+    lines = proc.stderr.strip().splitlines()
+    return lines[-1][:300] if proc.returncode != 0 and lines else ""
+
+
+def deb_version(package):
+    """Version of an installed Debian package, or None."""
+    try:
+        proc = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
 
 
 def dist_versions(python, dists):

@@ -53,6 +53,7 @@ class Scenario:
     def __post_init__(self):
         if self.targets and not self.servers:
             self.servers = list(dict.fromkeys(t.server for t in self.targets))
+
     wrk_paths: tuple = ()  # wrk's max-throughput run rotates over these (default: `path`)
     wsgi_app: str = ""  # the same project as WSGI, for the pyserver-wsgi server
     sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
@@ -93,6 +94,34 @@ def check_django(host, port):
     instance = _get_json(host, port, DJANGO_PATHS[2])
     if instance.get("uri") != "bench.example" or "stats" not in instance:
         raise ValueError(f"{DJANGO_PATHS[2]}: {instance!r}")
+
+
+def _hello_answer(conn, n):
+    conn.request("GET", "/")
+    resp = conn.getresponse()
+    body = resp.read()
+    length = resp.getheader("content-length")
+    if resp.status != 200 or body != b"Hello World!" or length != "12":
+        raise ValueError(
+            f"request {n}: status {resp.status}, Content-Length {length!r}, {body[:60]!r}"
+        )
+
+
+def check_hello(host, port):
+    """Two GETs, the second on the first one's connection unless the server closed it (uwsgi
+    --http-socket does without saying so): each answers 200 with b"Hello World!" and a
+    single Content-Length: 12 (duplicate fields would read "12, 12")."""
+    conn = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        _hello_answer(conn, 1)
+        try:
+            _hello_answer(conn, 2)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()
+            conn = http.client.HTTPConnection(host, port, timeout=5)
+            _hello_answer(conn, 2)
+    finally:
+        conn.close()
 
 
 IDLE_TIMEOUTS = 120  # seconds: every server keeps idle connections and heads this long
@@ -139,7 +168,18 @@ SCENARIOS = {
             "with wrk, one worker process per server.",
             app="benchmarks.apps.hello_wsgi:app",
             interface="wsgi",
-            servers=["pyserver", "bjoern", "granian", "uwsgi", "gunicorn", "meinheld", "nginx"],
+            check=check_hello,
+            servers=[
+                "pyserver",
+                "fastpysgi",
+                "bjoern",
+                "socketify",
+                "granian",
+                "uwsgi",
+                "gunicorn",
+                "meinheld",
+                "nginx",
+            ],
         ),
         Scenario(
             "hello-asgi",
@@ -147,7 +187,16 @@ SCENARIOS = {
             "load with wrk, one worker process per server.",
             app="benchmarks.apps.hello_asgi:app",
             interface="asgi",
-            servers=["pyserver", "uvicorn", "granian", "hypercorn", "nginx"],
+            check=check_hello,
+            servers=[
+                "pyserver",
+                "fastpysgi",
+                "uvicorn",
+                "socketify",
+                "granian",
+                "hypercorn",
+                "nginx",
+            ],
         ),
         Scenario(
             "bottle-ab",

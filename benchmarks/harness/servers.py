@@ -94,6 +94,17 @@ def meinheld_argv(ctx, sc, port):
     return [python, "benchmarks/peers/run_meinheld.py", sc.app, HOST, str(port)], {}
 
 
+def fastpysgi_argv(ctx, sc, port):
+    # Its CLI: one process, keep-alive on, WSGI or ASGI told apart by the callable.
+    return [ctx.peer_bin("fastpysgi"), sc.app, "--host", HOST, "--port", str(port)], {}
+
+
+def socketify_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("python"), "-m", "socketify", sc.app, "--interface", sc.interface]
+    argv += ["--host", HOST, "--port", str(port), "--ws", "none"]
+    return argv + _workers_flag("--workers", sc), {}
+
+
 def granian_argv(ctx, sc, port):
     argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
     argv += ["--workers", str(sc.workers), "--no-ws", "--host", HOST, "--port", str(port)]
@@ -207,6 +218,19 @@ _SPECS = [
         dist="pyserver",
     ),
     ServerSpec("bjoern", "peer", "bjoern.run(app, host, port)", bjoern_argv, max_workers=1),
+    ServerSpec(
+        "fastpysgi",
+        "peer",
+        "fastpysgi CLI (C, libuv + llhttp); as ASGI it polls, a CPU busy even when idle",
+        fastpysgi_argv,
+        max_workers=1,
+    ),
+    ServerSpec(
+        "socketify",
+        "peer",
+        "socketify (uWebSockets, libuv) --interface wsgi|asgi --ws none",
+        socketify_argv,
+    ),
     ServerSpec("granian", "peer", "granian (Rust/hyper), default threads", granian_argv),
     ServerSpec("uwsgi", "peer", "uwsgi --http-socket (closes after each response)", uwsgi_argv),
     ServerSpec("gunicorn", "peer", "gunicorn sync worker (no keep-alive)", gunicorn_argv),
