@@ -692,6 +692,9 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
         return;
     }
     process(c);
+    /* What the parser took is in its arena now: an incomplete head is held
+     * once, not also in a read buffer left at its largest read. */
+    ps_buf_shrink(&c->rbuf, KEEP_RBUF);
 }
 
 /* ---- the request cycle ---- */

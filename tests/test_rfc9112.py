@@ -6,6 +6,7 @@ authority) follow section 3.2, Transfer-Encoding whose final coding is not chunk
 import json
 import os
 import socket
+import time
 
 import pytest
 from helpers import HOST, HTTPConn, rss_kib, run_server
@@ -307,3 +308,37 @@ def test_idle_connections_keep_no_large_head_buffers(kind):
         finally:
             for conn in conns:
                 conn.close()
+
+
+@pytest.mark.parametrize("kind", sorted(APPS))
+def test_incomplete_heads_are_held_once(kind):
+    """300 connections each send 58 KiB of a head at once and stop before its end: the
+    worker holds each head once (in the parser), not also in a read buffer left at the
+    size of its largest read, which had doubled the memory per connection."""
+    count, warmup = 300, 20
+    fields = b"".join(b"X-F%d: %s\r\n" % (i, b"a" * 3990) for i in range(15))
+    partial = b"GET /pad HTTP/1.1\r\nHost: x\r\n" + fields  # no blank line: never complete
+    with run_server(APPS[kind], "--interface", kind, "--timeout-request-header", "120") as server:
+        server.kind = kind
+        probe = HTTPConn(socket.create_connection((HOST, server.port), timeout=10))
+        probe.send(head("GET /small HTTP/1.1"))
+        pid = view(kind, json.loads(probe.read_response().body))["pid"]
+        socks, base = [], None
+        try:
+            for i in range(count):
+                sock = socket.create_connection((HOST, server.port), timeout=10)
+                socks.append(sock)
+                sock.sendall(partial)
+                if i + 1 == warmup:
+                    time.sleep(0.5)
+                    base = rss_kib(pid)
+            time.sleep(1)  # the worker reads what was sent
+            per_conn = (rss_kib(pid) - base) * 1024 / (count - warmup)
+            if os.environ.get("PYSERVER_ASAN") != "1":  # ASan keeps freed memory quarantined
+                assert per_conn < 1.3 * len(partial), f"{per_conn:.0f} bytes per connection"
+            probe.send(head("GET /small HTTP/1.1"))
+            assert view(kind, json.loads(probe.read_response().body))["path"] == "/small"
+        finally:
+            for sock in socks:
+                sock.close()
+            probe.close()
