@@ -194,6 +194,8 @@ static void reject(ps_h2_session_t *s, ps_h2_stream_t *st, uint32_t code)
     if (st->rejected)
         return;
     st->rejected = 1;
+    st->close_why = PS_H2_CLOSE_ABORTED;
+    st->error_code = code;
     nghttp2_submit_rst_stream(s->ng, NGHTTP2_FLAG_NONE, st->id, code);
 }
 
@@ -488,8 +490,6 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     st->req.body_received += len;
     if (s->limits->max_body && st->req.body_received > s->limits->max_body) {
         nghttp2_session_consume(ng, id, len);
-        st->close_why = PS_H2_CLOSE_ABORTED;
-        st->error_code = NGHTTP2_CANCEL;
         reject(s, st, NGHTTP2_CANCEL);
         return 0;
     }
@@ -633,7 +633,9 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     if (nghttp2_option_set_max_continuations)
         nghttp2_option_set_max_continuations(opt, limits->max_continuations);
     if (nghttp2_option_set_stream_reset_rate_limit)
-        nghttp2_option_set_stream_reset_rate_limit(opt, limits->max_resets, limits->max_resets);
+        /* a backstop behind our own budget, which answers first */
+        nghttp2_option_set_stream_reset_rate_limit(opt, 2 * (uint64_t)limits->max_resets,
+                                                   limits->max_resets);
     if (nghttp2_session_server_new2(&s->ng, cbs, s, opt) != 0)
         goto error;
     nghttp2_settings_entry iv[] = {

@@ -849,6 +849,36 @@ static void test_header_validation(void)
 /* Too many fields, or a decoded list over the limit (an HPACK bomb: one
  * 4000-byte entry in the dynamic table referenced by one-byte indexes):
  * 431, and the connection goes on. */
+/* More streams at once than SETTINGS_MAX_CONCURRENT_STREAMS: the extra
+ * ones never reach the application, and the connection ends. */
+static void test_max_concurrent_streams(void)
+{
+    reset_records();
+    ps_h2_limits_t saved = limits;
+    limits.max_concurrent_streams = 10;
+    ps_h2_session_t *s = server_new();
+    ps_buf_t block = {0};
+    hpack_request(&block, "GET", "/");
+    raw_start();
+    frame(NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0); /* our SETTINGS apply */
+    for (uint32_t i = 0; i < 15; i++)
+        raw_headers(101 + 2 * i, 1, &block);
+    seen_t seen;
+    raw_run(s, &seen);
+    int heads = 0;
+    for (uint32_t i = 0; i < 15; i++)
+        heads += rec_of(101 + 2 * i)->heads;
+    CHECK_EQ(heads, 10);
+    /* nghttp2 treats it as a connection error once our SETTINGS are
+     * acknowledged (RFC 9113 5.1.2 allows either) */
+    CHECK_EQ(seen.goaway, NGHTTP2_PROTOCOL_ERROR);
+    CHECK_EQ(seen.goaway_last, 119);
+    CHECK_EQ(ps_h2_open_streams(s), 10);
+    ps_buf_free(&block);
+    ps_h2_session_free(s);
+    limits = saved;
+}
+
 static void test_header_list_limits(void)
 {
     reset_records();
@@ -1181,6 +1211,7 @@ int main(void)
     test_max_body();
     test_header_validation();
     test_header_list_limits();
+    test_max_concurrent_streams();
     test_rapid_reset();
     test_continuation_flood();
     test_control_floods();
