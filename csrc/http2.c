@@ -631,7 +631,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
     nghttp2_option_set_no_closed_streams(opt, 1);
     if (nghttp2_option_set_max_continuations)
-        nghttp2_option_set_max_continuations(opt, limits->max_continuations);
+        nghttp2_option_set_max_continuations(opt, 2 * (size_t)limits->max_continuations);
     if (nghttp2_option_set_stream_reset_rate_limit)
         /* a backstop behind our own budget, which answers first */
         nghttp2_option_set_stream_reset_rate_limit(opt, 2 * (uint64_t)limits->max_resets,
