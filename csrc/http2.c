@@ -140,6 +140,7 @@ static void stream_free_storage(ps_h2_stream_t *st)
  * of its body nobody read are given back to the connection window. */
 static void stream_release(ps_h2_session_t *s, ps_h2_stream_t *st)
 {
+    ps_h2_body_sync(st);
     size_t unread = ps_buf_size(&st->body);
     if (unread && s->ng)
         nghttp2_session_consume_connection(s->ng, unread);
@@ -496,6 +497,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     /* Never more than the stream window: nghttp2 enforces it. */
     if (ps_buf_append(&st->body, data, len) != 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
+    st->body_known += len;
     queue_event(s, st, PS_H2_EV_BODY);
     return 0;
 }
@@ -729,6 +731,7 @@ void ps_h2_shutdown(ps_h2_session_t *s)
 static void dispatch_stream(ps_h2_session_t *s, ps_h2_stream_t *st)
 {
     const ps_h2_callbacks_t *cb = s->cb;
+    ps_h2_body_sync(st);
     uint32_t ev = st->events;
     st->events = 0;
     int live = !st->closed && !st->rejected;
@@ -1099,14 +1102,27 @@ int ps_h2_abort(ps_h2_stream_t *st, uint32_t code)
     return 0;
 }
 
-void ps_h2_body_consume(ps_h2_stream_t *st, size_t n)
+static void give_back(ps_h2_stream_t *st, size_t n)
 {
-    n = PS_MIN(n, ps_buf_size(&st->body));
     if (!n)
         return;
-    ps_buf_consume(&st->body, n);
     if (!st->closed)
         nghttp2_session_consume(st->session->ng, st->id, n);
     else
         nghttp2_session_consume_connection(st->session->ng, n);
+}
+
+void ps_h2_body_sync(ps_h2_stream_t *st)
+{
+    size_t size = ps_buf_size(&st->body);
+    if (size < st->body_known)
+        give_back(st, st->body_known - size);
+    st->body_known = size;
+}
+
+void ps_h2_body_consume(ps_h2_stream_t *st, size_t n)
+{
+    ps_h2_body_sync(st);
+    ps_buf_consume(&st->body, PS_MIN(n, ps_buf_size(&st->body)));
+    ps_h2_body_sync(st);
 }

@@ -85,6 +85,7 @@ struct ps_h2_stream {
     ps_request_t req;    /* :method, :path as target, :authority as a host header */
     ps_slice_t scheme;   /* :scheme */
     ps_buf_t body;       /* request body bytes not yet consumed */
+    size_t body_known;   /* ps_buf_size(&body) as the session last saw it */
     void *data;          /* the exchange's pointer; the session never touches it */
     uint32_t error_code; /* RST_STREAM code, for PS_H2_CLOSE_RESET and _ABORTED */
     /* Private to http2.c below. */
@@ -208,5 +209,10 @@ int ps_h2_abort(ps_h2_stream_t *st, uint32_t code);
 /* Drops n bytes from the front of st->body and gives them back to the
  * client's flow-control window. */
 void ps_h2_body_consume(ps_h2_stream_t *st, size_t n);
+/* For a consumer that takes bytes out of st->body itself (ps_buf_consume,
+ * as the exchange's readers do): gives what it took since the last call
+ * back to the window. Call it after reading (the window stays shut until
+ * then); the session also calls it before each event and at release. */
+void ps_h2_body_sync(ps_h2_stream_t *st);
 
 #endif

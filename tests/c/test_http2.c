@@ -563,15 +563,20 @@ static void test_post_flow_control(void)
     CHECK(ps_buf_size(&st->body) <= 16384);
     CHECK(st->req.body_received <= 16384 + 8192);
     CHECK(st->req.body_received > 16384);
-    for (int i = 0; i < 1000 && !st->req.message_complete; i++) {
+    for (int i = 0; i < 1000 && st->req.body_received < total / 2; i++) {
         size_t n = ps_buf_size(&st->body);
         CHECK(n <= 16384);
         ps_buf_append(&got, ps_buf_head(&st->body), n);
         ps_h2_body_consume(st, n);
         pump(s, c);
     }
-    ps_buf_append(&got, ps_buf_head(&st->body), ps_buf_size(&st->body));
-    ps_h2_body_consume(st, ps_buf_size(&st->body));
+    /* a reader that takes the rest out of the buffer itself, then says so */
+    for (int i = 0; i < 1000 && ps_buf_size(&st->body); i++) {
+        ps_buf_append(&got, ps_buf_head(&st->body), ps_buf_size(&st->body));
+        ps_buf_consume(&st->body, ps_buf_size(&st->body));
+        ps_h2_body_sync(st);
+        pump(s, c);
+    }
     CHECK(st->req.message_complete);
     CHECK_EQ(ps_buf_size(&got), total);
     CHECK(ps_buf_size(&got) == total && memcmp(ps_buf_head(&got), body, total) == 0);
