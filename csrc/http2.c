@@ -172,6 +172,10 @@ static void stream_release(ps_h2_session_t *s, ps_h2_stream_t *st)
 
 static void queue_event(ps_h2_session_t *s, ps_h2_stream_t *st, uint32_t ev)
 {
+    /* Once closed, only the close itself: the stream is released when it
+     * is dispatched and must not be queued again. */
+    if (st->closed && !(ev & PS_H2_EV_CLOSE))
+        return;
     st->events |= ev;
     if (st->in_queue)
         return;

@@ -770,6 +770,52 @@ static void test_connection_window_not_leaked(void)
     limits = saved;
 }
 
+static ssize_t c_read_small(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    return c_read_upload(ng, id, buf, length < 100 ? length : 100, flags, src, ud);
+}
+
+static ssize_t c_pad_full(nghttp2_session *ng, const nghttp2_frame *frame, size_t max, void *ud)
+{
+    PS_UNUSED(ng), PS_UNUSED(frame), PS_UNUSED(ud);
+    return (ssize_t)max;
+}
+
+/* DATA padded to whole frames: the padding is given back to the windows
+ * too, or this upload (5 MB of frames for 30 kB of body) would stall. */
+static void test_padded_upload(void)
+{
+    reset_records();
+    app_mode = APP_ECHO;
+    ps_h2_session_t *s = server_new();
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session *c;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, c_on_data);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, c_on_header);
+    nghttp2_session_callbacks_set_select_padding_callback(cbs, c_pad_full);
+    nghttp2_session_client_new(&c, cbs, NULL);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(c, NGHTTP2_FLAG_NONE, NULL, 0);
+    static char body[30000];
+    memset(body, 'p', sizeof(body));
+    upload_t up = {body, sizeof(body)};
+    nghttp2_data_provider prd = {.source.ptr = &up, .read_callback = c_read_small};
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"h", 10, 1, 0},
+        {(uint8_t *)":path", (uint8_t *)"/pad", 5, 4, 0},
+    };
+    int32_t id = nghttp2_submit_request(c, NULL, nv, 4, &prd, NULL);
+    pump(s, c);
+    CHECK_EQ(crec[id].status, 200);
+    CHECK_EQ(ps_buf_size(&crec[id].body), sizeof(body));
+    nghttp2_session_del(c);
+    ps_h2_session_free(s);
+}
+
 static void test_max_body(void)
 {
     reset_records();
@@ -1236,6 +1282,7 @@ int main(void)
     test_resets();
     test_connection_window_not_leaked();
     test_max_body();
+    test_padded_upload();
     test_header_validation();
     test_header_list_limits();
     test_max_concurrent_streams();
