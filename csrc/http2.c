@@ -34,6 +34,7 @@ enum {
     PS_H2_EV_BODY = 2,
     PS_H2_EV_WRITABLE = 4,
     PS_H2_EV_CLOSE = 8,
+    PS_H2_EV_REJECTED = 16,
 };
 
 enum { SHUTDOWN_NONE, SHUTDOWN_NOTICE, SHUTDOWN_FINAL };
@@ -382,6 +383,8 @@ static void respond_431(ps_h2_session_t *s, ps_h2_stream_t *st)
     st->rejected = 1;
     st->response_started = 1;
     nghttp2_submit_response(s->ng, st->id, nv, PS_ARRAY_LEN(nv), NULL);
+    if (finish_head(st) == 0)
+        queue_event(s, st, PS_H2_EV_REJECTED);
 }
 
 /* ---- frames in ------------------------------------------------------------- */
@@ -749,6 +752,8 @@ static void dispatch_stream(ps_h2_session_t *s, ps_h2_stream_t *st)
         cb->on_body(st, s->ud);
     if ((ev & PS_H2_EV_WRITABLE) && !st->closed && st->head_dispatched && cb->on_writable)
         cb->on_writable(st, s->ud);
+    if ((ev & PS_H2_EV_REJECTED) && !st->head_dispatched && cb->on_rejected)
+        cb->on_rejected(st, s->ud, 431);
     if ((ev | st->events) & PS_H2_EV_CLOSE) {
         st->events = 0;
         if (st->head_dispatched && cb->on_close)

@@ -77,6 +77,11 @@ typedef struct {
      * when this returns, so the exchange drops every pointer to it here.
      * Called only for streams whose head was dispatched. */
     void (*on_close)(ps_h2_stream_t *st, void *ud, int why);
+    /* Optional: the session answered a request itself (431: header list
+     * or field count over the limits) without dispatching it; st->req
+     * holds what of the head arrived, for the access log. The stream is
+     * released afterwards without on_close. */
+    void (*on_rejected)(ps_h2_stream_t *st, void *ud, int status);
 } ps_h2_callbacks_t;
 
 struct ps_h2_stream {

@@ -116,7 +116,18 @@ static void on_close(ps_h2_stream_t *st, void *ud, int why)
     r->st = NULL;
 }
 
-static const ps_h2_callbacks_t app_cb = {on_head, on_body, on_writable, on_close};
+static int rejections, last_rejected_status;
+static char rejected_target[64];
+
+static void on_rejected(ps_h2_stream_t *st, void *ud, int status)
+{
+    PS_UNUSED(ud);
+    rejections++;
+    last_rejected_status = status;
+    copy_slice(rejected_target, sizeof(rejected_target), st->req.target);
+}
+
+static const ps_h2_callbacks_t app_cb = {on_head, on_body, on_writable, on_close, on_rejected};
 
 /* ---- the client side --------------------------------------------------------- */
 
@@ -301,6 +312,7 @@ static void reset_records(void)
     client_goaway = 0xffffffff;
     client_goaway_last = -1;
     client_goaways = 0;
+    rejections = 0;
     ps_buf_reset(&s_out);
     app_mode = APP_RECORD;
     app_consume = 1;
@@ -947,6 +959,9 @@ static void test_header_list_limits(void)
     raw_run(s, &seen);
     CHECK_EQ(seen.status[1], 431);
     CHECK_EQ(rec_of(1)->heads, 0);
+    CHECK_EQ(rejections, 1);
+    CHECK_EQ(last_rejected_status, 431);
+    CHECK(strcmp(rejected_target, "/") == 0);
     CHECK_EQ(seen.goaways, 0);
     ps_buf_reset(&block);
     hpack_request(&block, "GET", "/");
@@ -959,6 +974,7 @@ static void test_header_list_limits(void)
     raw_run(s, &seen);
     CHECK_EQ(seen.status[3], 431);
     CHECK_EQ(rec_of(3)->heads, 0);
+    CHECK_EQ(rejections, 2);
     app_mode = APP_HELLO;
     ps_buf_reset(&block);
     hpack_request(&block, "GET", "/");

@@ -67,7 +67,13 @@ static void on_close(ps_h2_stream_t *st, void *ud, int why)
     (void)st, (void)ud, (void)why;
 }
 
-static const ps_h2_callbacks_t cb = {on_head, on_body, on_writable, on_close};
+static void on_rejected(ps_h2_stream_t *st, void *ud, int status)
+{
+    (void)ud, (void)status;
+    (void)st->req.target.len;
+}
+
+static const ps_h2_callbacks_t cb = {on_head, on_body, on_writable, on_close, on_rejected};
 
 /* Keeps streams that wait for on_writable moving: more bytes each round. */
 static void on_round(ps_h2_session_t *s)
