@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev, llhttp and OpenSSL 3 from the system.
+libev, llhttp, OpenSSL 3 and nghttp2 from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -34,6 +34,10 @@ LIBEV_MISSING = "pyserver needs libev: apt-get install libev-dev"
 OPENSSL_MISSING = (
     "pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev "
     "(pkg-config must find 'openssl >= 3.0')"
+)
+NGHTTP2_MISSING = (
+    "pyserver needs nghttp2 for HTTP/2: apt-get install libnghttp2-dev "
+    "(pkg-config must find 'libnghttp2 >= 1.52')"
 )
 
 
@@ -77,6 +81,15 @@ def find_openssl():
     if shutil.which("pkg-config") is None and os.path.exists("/usr/include/openssl/ssl.h"):
         return [], ["-lssl", "-lcrypto"]
     fail(OPENSSL_MISSING)
+
+
+def find_nghttp2():
+    """Return (compile_args, link_args) for libnghttp2 (>= 1.52, Debian 12's)."""
+    if pkg_config("--exists", "libnghttp2 >= 1.52") is not None:
+        return pkg_config("--cflags", "libnghttp2"), pkg_config("--libs", "libnghttp2")
+    if shutil.which("pkg-config") is None and os.path.exists("/usr/include/nghttp2/nghttp2.h"):
+        return [], ["-lnghttp2"]
+    fail(NGHTTP2_MISSING)
 
 
 def find_llhttp():
@@ -147,12 +160,14 @@ def main():
     ev_cflags, ev_libs = find_libev()
     llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
     ssl_cflags, ssl_libs = find_openssl()
+    h2_cflags, h2_libs = find_nghttp2()
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
-    compile_args += ev_cflags + llhttp_cflags + ssl_cflags + env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + ssl_libs + env_flags("PYSERVER_LDFLAGS")
+    compile_args += ev_cflags + llhttp_cflags + ssl_cflags + h2_cflags
+    compile_args += env_flags("PYSERVER_CFLAGS")
+    link_args = llhttp_libs + ev_libs + ssl_libs + h2_libs + env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(
         "pyserver._core",

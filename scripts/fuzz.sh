@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Build the libFuzzer driver tests/fuzz/fuzz_http1.c with clang against the
-# core (csrc/*.c) and llhttp, then run it for FUZZ_SECONDS (default 60).
-# New inputs go to build/fuzz/corpus; tests/fuzz/corpus is only read.
+# Build the libFuzzer drivers tests/fuzz/fuzz_*.c (the HTTP/1 parser, the
+# HTTP/2 session) with clang against the core (csrc/*.c), llhttp, OpenSSL
+# and nghttp2, then run each for FUZZ_SECONDS (default 60). FUZZ_TARGETS
+# picks drivers by name ("http1 http2"). New inputs go to
+# build/fuzz/corpus-NAME; tests/fuzz/corpus (HTTP/1) and
+# tests/fuzz/corpus-NAME are only read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-driver=tests/fuzz/fuzz_http1.c
-if [ ! -f "$driver" ]; then
-    echo "fuzz: no $driver yet, nothing to run"
-    exit 0
-fi
-
+targets=${FUZZ_TARGETS:-"http1 http2"}
 CC=${FUZZ_CC:-clang}
 out=build/fuzz
 san="-fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer"
 llhttp_cflags=$(scripts/llhttp-flags.sh cflags)
 llhttp_libs=$(scripts/llhttp-flags.sh libs)
 llhttp_sources=$(scripts/llhttp-flags.sh sources)
-cflags="-std=gnu11 -Wall -Wextra -g -O1 -Icsrc $llhttp_cflags"
+for pc in 'openssl >= 3.0' 'libnghttp2 >= 1.52'; do
+    if ! pkg-config --exists "$pc"; then
+        echo "fuzz: pkg-config cannot find '$pc' (apt-get install libssl-dev libnghttp2-dev)" >&2
+        exit 1
+    fi
+done
+dep_cflags="$(pkg-config --cflags openssl libnghttp2)"
+dep_libs="$(pkg-config --libs openssl libnghttp2)"
+cflags="-std=gnu11 -Wall -Wextra -g -O1 -Icsrc $llhttp_cflags $dep_cflags"
 
-mkdir -p "$out/obj" "$out/corpus"
+mkdir -p "$out/obj"
 objs=()
 for src in $llhttp_sources; do
     obj="$out/obj/llhttp-$(basename "${src%.c}").o"
@@ -31,10 +37,23 @@ for src in csrc/*.c; do
     $CC -c $cflags -fsanitize=fuzzer-no-link,address,undefined "$src" -o "$obj"
     objs+=("$obj")
 done
-$CC $cflags $san "$driver" "${objs[@]}" -o "$out/fuzz_http1" -lev $llhttp_libs
 
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-seeds=()
-[ -d tests/fuzz/corpus ] && seeds=(tests/fuzz/corpus)
-"$out/fuzz_http1" -max_total_time="${FUZZ_SECONDS:-60}" -artifact_prefix="$out/" \
-    "$out/corpus" "${seeds[@]}"
+for name in $targets; do
+    driver=tests/fuzz/fuzz_$name.c
+    if [ ! -f "$driver" ]; then
+        echo "fuzz: no $driver, skipped"
+        continue
+    fi
+    $CC $cflags $san "$driver" "${objs[@]}" -o "$out/fuzz_$name" -lev $llhttp_libs $dep_libs
+    mkdir -p "$out/corpus-$name"
+    seeds=()
+    if [ "$name" = http1 ] && [ -d tests/fuzz/corpus ]; then
+        seeds=(tests/fuzz/corpus)
+    elif [ -d "tests/fuzz/corpus-$name" ]; then
+        seeds=("tests/fuzz/corpus-$name")
+    fi
+    echo "fuzz: $name for ${FUZZ_SECONDS:-60} s"
+    "$out/fuzz_$name" -max_total_time="${FUZZ_SECONDS:-60}" -artifact_prefix="$out/$name-" \
+        "$out/corpus-$name" "${seeds[@]}"
+done

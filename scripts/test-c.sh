@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build and run the C unit tests: each tests/c/test_*.c is linked with the
-# core (csrc/*.c, never csrc/py) and llhttp, under ASan and UBSan, and run.
+# core (csrc/*.c, never csrc/py), llhttp, OpenSSL and nghttp2, under ASan and UBSan, and run.
 # Exits non-zero if any test fails to build or run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +22,16 @@ if ! pkg-config --exists 'openssl >= 3.0'; then
     echo "test-c: pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev" >&2
     exit 1
 fi
+if ! pkg-config --exists 'libnghttp2 >= 1.52'; then
+    echo "test-c: pyserver needs nghttp2 for HTTP/2: apt-get install libnghttp2-dev" >&2
+    exit 1
+fi
 ssl_cflags=$(pkg-config --cflags openssl)
 ssl_libs=$(pkg-config --libs openssl)
+h2_cflags=$(pkg-config --cflags libnghttp2)
+h2_libs=$(pkg-config --libs libnghttp2)
 cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
+cflags="$cflags $h2_cflags"
 
 rm -rf "$out"
 mkdir -p "$out/core" "$out/llhttp"
@@ -48,7 +55,8 @@ passed=0
 failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
-    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs; then
+    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs \
+        $h2_libs; then
         failed+=("$name (build)")
         continue
     fi
