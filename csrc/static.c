@@ -180,9 +180,8 @@ static int is_space(char c)
 }
 
 /* Calls fn for each "type ext..." pair of the text; returns the count. */
-static size_t each_pair(const char *t, size_t n, void (*fn)(ps_static_t *, size_t, size_t, size_t,
-                                                            size_t),
-                        ps_static_t *s)
+static size_t each_pair(const char *t, size_t n,
+                        void (*fn)(ps_static_t *, size_t, size_t, size_t, size_t), ps_static_t *s)
 {
     size_t count = 0, i = 0;
     while (i < n) {
@@ -717,24 +716,24 @@ static int parse_q(ps_slice_t v)
     return q > 1000 ? -1 : q;
 }
 
-/* Reads the Accept-Encoding fields: q[] gets the weight (0..1000) of br,
- * gzip and identity; with no field at all only identity is wanted. */
+/* Reads the Accept-Encoding fields (all of them, as one list): q[] gets
+ * the weight (0..1000) of br, gzip and identity; with no field at all only
+ * identity is wanted. */
 static void accepted_encodings(const ps_request_t *r, int q[3])
 {
-    int explicit_q[3] = {-1, -1, -1}, star = -1, fields = 0;
+    int explicit_q[3] = {-1, -1, -1}, star = -1;
     for (uint32_t i = 0; i < r->nheaders; i++) {
         if (!HEADER_IS(&r->headers[i], "accept-encoding"))
             continue;
-        fields++;
         ps_slice_t list = r->headers[i].value, item;
         while (next_element(&list, &item)) {
             const char *semi = memchr(item.base, ';', item.len);
-            ps_slice_t coding = trim((ps_slice_t){item.base, semi ? (size_t)(semi - item.base)
-                                                                  : item.len});
+            ps_slice_t coding =
+                trim((ps_slice_t){item.base, semi ? (size_t)(semi - item.base) : item.len});
             int weight = 1000;
             if (semi) {
-                ps_slice_t param = trim((ps_slice_t){semi + 1, item.len - (size_t)(semi + 1 -
-                                                                                   item.base)});
+                ps_slice_t param =
+                    trim((ps_slice_t){semi + 1, item.len - (size_t)(semi + 1 - item.base)});
                 if (param.len < 2 || (param.base[0] != 'q' && param.base[0] != 'Q') ||
                     param.base[1] != '=')
                     continue; /* a parameter this table does not know: skip the coding */
@@ -754,9 +753,10 @@ static void accepted_encodings(const ps_request_t *r, int q[3])
     }
     for (int e = 0; e < 3; e++)
         q[e] = explicit_q[e] >= 0 ? explicit_q[e] : star >= 0 ? star : 0;
+    /* Identity is acceptable unless excluded (RFC 9110 12.5.3), but a
+     * coding the client names at any weight is preferred to it. */
     if (explicit_q[PS_STATIC_IDENTITY] < 0 && star < 0)
-        q[PS_STATIC_IDENTITY] = 1000; /* identity is acceptable unless excluded */
-    (void)fields;
+        q[PS_STATIC_IDENTITY] = 1;
 }
 
 /* Picks the representation: the acceptable sibling (or the file itself)
@@ -949,7 +949,7 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
     }
     uint64_t first = 0, last = size ? size - 1 : 0;
     int range = r->is_head || !range_applies(r, etag, mtime) ? RANGE_NONE
-                                                              : parse_range(r, size, &first, &last);
+                                                             : parse_range(r, size, &first, &last);
     if (range == RANGE_UNSATISFIABLE) {
         close(fd);
         plan->status = 416;
@@ -1043,8 +1043,8 @@ int ps_static_serve(const ps_static_t *s, const ps_request_t *r, ps_static_plan_
     if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM)
         return fd;
     if (fd < 0)
-        return miss(s, plan, fd == -EXDEV || fd == -ELOOP ? "link out of the directory"
-                                                          : "no such file");
+        return miss(s, plan,
+                    fd == -EXDEV || fd == -ELOOP ? "link out of the directory" : "no such file");
     int encoding = PS_STATIC_IDENTITY;
     if (s->precompressed) {
         encoding = choose_encoding(s, r, m->dirfd, rel, (size_t)rel_len, &fd, &st);

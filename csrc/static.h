@@ -52,8 +52,8 @@ typedef struct {
 typedef struct {
     ps_static_mount_t *mounts; /* longest prefix first */
     uint32_t nmounts;
-    int64_t max_age;          /* Cache-Control: public, max-age=N; -1: no Cache-Control */
-    unsigned strict : 1;      /* a miss under a mount answers 404 instead of reaching the app */
+    int64_t max_age;            /* Cache-Control: public, max-age=N; -1: no Cache-Control */
+    unsigned strict : 1;        /* a miss under a mount answers 404 instead of reaching the app */
     unsigned precompressed : 1; /* look for .br and .gz siblings (on by default) */
     unsigned no_openat2 : 1;    /* use the O_NOFOLLOW walk even where openat2 exists (tests) */
     ps_mime_entry_t *mime;      /* open addressing, mime_mask + 1 slots, ext_len 0: empty */
@@ -76,17 +76,17 @@ enum { PS_STATIC_IDENTITY, PS_STATIC_GZIP, PS_STATIC_BR };
  * static strings: the plan must not be copied or moved while they are used.
  */
 typedef struct {
-    int status; /* 200, 206, 304, 404, 405 or 416 */
+    int status;             /* 200, 206, 304, 404, 405 or 416 */
     ps_slice_t status_line; /* "200 OK", for ps_http1_write_head */
     ps_header_t headers[PS_STATIC_MAX_HEADERS];
     uint32_t nheaders;
-    int fd;              /* the file to send length bytes of from offset; -1: none */
-    uint64_t offset;     /* where the body starts in fd */
-    uint64_t length;     /* body bytes to send from fd (0 for HEAD, 304, 416, 404) */
-    ps_slice_t body;     /* a short body from memory (404, 405), else empty */
-    uint8_t encoding;    /* PS_STATIC_*: the representation chosen */
-    const char *reason;  /* why a miss or a 404, in words (static); NULL when served */
-    uint64_t file_size;  /* the representation's size (for logs and metrics) */
+    int fd;             /* the file to send length bytes of from offset; -1: none */
+    uint64_t offset;    /* where the body starts in fd */
+    uint64_t length;    /* body bytes to send from fd (0 for HEAD, 304, 416, 404) */
+    ps_slice_t body;    /* a short body from memory (404, 405), else empty */
+    uint8_t encoding;   /* PS_STATIC_*: the representation chosen */
+    const char *reason; /* why a miss or a 404, in words (static); NULL when served */
+    uint64_t file_size; /* the representation's size (for logs and metrics) */
     char scratch[PS_STATIC_SCRATCH];
     size_t scratch_len;
 } ps_static_plan_t;

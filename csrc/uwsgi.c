@@ -128,11 +128,16 @@ static void take_cgi(ps_uwsgi_cgi_t *cgi, ps_slice_t k, ps_slice_t v)
         size_t len, off;
     } known[] = {
 #define CGI(name, field) {#name, sizeof(#name) - 1, offsetof(ps_uwsgi_cgi_t, field)}
-        CGI(REMOTE_ADDR, remote_addr),   CGI(REMOTE_PORT, remote_port),
-        CGI(SERVER_NAME, server_name),   CGI(SERVER_PORT, server_port),
-        CGI(HTTPS, https),               CGI(REQUEST_SCHEME, request_scheme),
-        CGI(SCRIPT_NAME, script_name),   CGI(PATH_INFO, path_info),
-        CGI(QUERY_STRING, query_string), CGI(SERVER_PROTOCOL, server_protocol),
+        CGI(REMOTE_ADDR, remote_addr),
+        CGI(REMOTE_PORT, remote_port),
+        CGI(SERVER_NAME, server_name),
+        CGI(SERVER_PORT, server_port),
+        CGI(HTTPS, https),
+        CGI(REQUEST_SCHEME, request_scheme),
+        CGI(SCRIPT_NAME, script_name),
+        CGI(PATH_INFO, path_info),
+        CGI(QUERY_STRING, query_string),
+        CGI(SERVER_PROTOCOL, server_protocol),
         CGI(REQUEST_URI, request_uri),
 #undef CGI
     };

@@ -61,8 +61,8 @@ typedef struct {
     uint8_t hdr[4];
     uint8_t hdr_len;
     uint32_t datasize;
-    ps_buf_t packet;   /* the variables, exactly as received */
-    ps_buf_t arena;    /* a target built from PATH_INFO and QUERY_STRING */
+    ps_buf_t packet; /* the variables, exactly as received */
+    ps_buf_t arena;  /* a target built from PATH_INFO and QUERY_STRING */
     uint64_t body_left;
     ps_buf_t *body; /* the body goes here (owned by the caller) */
     size_t body_high;
