@@ -192,14 +192,15 @@ static int build_target(ps_uwsgi_parser_t *p, ps_slice_t *target)
     return 0;
 }
 
-/* A target the bridge can split like an HTTP/1 one: origin-form, or "*". */
+/* A target the bridge can split like an HTTP/1 one: origin-form, or "*";
+ * the bytes the HTTP/1 parser lets through (no CTL, SP or DEL). */
 static int valid_target(ps_slice_t t)
 {
     if (t.len == 0 || (t.base[0] != '/' && !(t.len == 1 && t.base[0] == '*')))
         return 0;
     for (size_t i = 0; i < t.len; i++) {
         unsigned char c = (unsigned char)t.base[i];
-        if (c <= 0x20 || c >= 0x7f)
+        if (c <= 0x20 || c == 0x7f)
             return 0;
     }
     return 1;
