@@ -60,14 +60,33 @@ static int is_field_value(ps_slice_t v)
     return 1;
 }
 
+static char name_char(char c)
+{
+    return c == '_' ? '-' : (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
+}
+
+/* 1 when the HTTP_* key key names the header field name (lower case), as
+ * header_name() converts it: "HTTP_Content_Length" names content-length. */
+static int key_names(ps_slice_t key, const char *name, size_t n)
+{
+    if (key.len != n + 5)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (name_char(key.base[5 + i]) != name[i])
+            return 0;
+    return 1;
+}
+
+#define KEY_NAMES(k, lit) key_names((k), (lit), sizeof(lit) - 1)
+
 /* The framing and hop-by-hop fields nginx passes on as HTTP_* but which
  * this protocol frames itself (CONTENT_LENGTH, CONTENT_TYPE), or which
  * would make the body look chunked or ask for a 100 Continue that nginx
  * already answered. */
 static int skipped_header(ps_slice_t key)
 {
-    return NAME_IS(key, "HTTP_CONTENT_LENGTH") || NAME_IS(key, "HTTP_CONTENT_TYPE") ||
-           NAME_IS(key, "HTTP_TRANSFER_ENCODING") || NAME_IS(key, "HTTP_EXPECT");
+    return KEY_NAMES(key, "content-length") || KEY_NAMES(key, "content-type") ||
+           KEY_NAMES(key, "transfer-encoding") || KEY_NAMES(key, "expect");
 }
 
 /* Walks the packet's variables into p->vars (which has room for them);
@@ -115,10 +134,8 @@ static int walk_vars(ps_uwsgi_parser_t *p, ps_header_t *vars, uint32_t *nvars, u
 /* "HTTP_ACCEPT_ENCODING" -> "accept-encoding", written to out. */
 static void header_name(ps_slice_t key, char *out)
 {
-    for (size_t i = 5; i < key.len; i++) {
-        char c = key.base[i];
-        out[i - 5] = c == '_' ? '-' : (c >= 'A' && c <= 'Z') ? (char)(c + 32) : c;
-    }
+    for (size_t i = 5; i < key.len; i++)
+        out[i - 5] = name_char(key.base[i]);
 }
 
 static void take_cgi(ps_uwsgi_cgi_t *cgi, ps_slice_t k, ps_slice_t v)
@@ -257,6 +274,8 @@ static int take_request(ps_uwsgi_parser_t *p, const ps_header_t *vars, uint32_t 
         if (k.len > 5 && has_prefix(k, "HTTP_", 5)) {
             if (skipped_header(k))
                 continue;
+            if (!ps_http1_is_token((ps_slice_t){k.base + 5, k.len - 5}))
+                return fail(p, 400, "invalid header name");
             if (!is_field_value(v))
                 return fail(p, 400, "invalid header value");
             /* the name is written over the key's "HTTP_" tail below */

@@ -160,57 +160,36 @@ static void run_all_ways(run_t *t, const ps_uwsgi_limits_t *lim, const packet_t 
 
 /* What `include uwsgi_params;` sends for a POST through HTTPS, with the
  * client's header fields after it. */
+/* clang-format off */
 static const char *nginx_vars[] = {
-    "QUERY_STRING",
-    "a=1&b=%20",
-    "REQUEST_METHOD",
-    "POST",
-    "CONTENT_TYPE",
-    "application/x-www-form-urlencoded",
-    "CONTENT_LENGTH",
-    "11",
-    "REQUEST_URI",
-    "/app/p%C3%A4th?a=1&b=%20",
-    "PATH_INFO",
-    "/app/p\xc3\xa4th",
-    "DOCUMENT_ROOT",
-    "/usr/share/nginx/html",
-    "SERVER_PROTOCOL",
-    "HTTP/1.1",
-    "REQUEST_SCHEME",
-    "https",
-    "HTTPS",
-    "on",
-    "REMOTE_ADDR",
-    "203.0.113.9",
-    "REMOTE_PORT",
-    "51234",
-    "SERVER_PORT",
-    "443",
-    "SERVER_NAME",
-    "example.com",
-    "HTTP_HOST",
-    "example.com",
-    "HTTP_USER_AGENT",
-    "curl/8.0",
-    "HTTP_ACCEPT",
-    "*/*",
-    "HTTP_X_FORWARDED_FOR",
-    "198.51.100.1",
-    "HTTP_COOKIE",
-    "a=1",
-    "HTTP_COOKIE",
-    "b=2",
-    "HTTP_CONTENT_TYPE",
-    "application/x-www-form-urlencoded",
-    "HTTP_CONTENT_LENGTH",
-    "11",
-    "HTTP_TRANSFER_ENCODING",
-    "chunked",
-    "HTTP_EXPECT",
-    "100-continue",
+    "QUERY_STRING", "a=1&b=%20",
+    "REQUEST_METHOD", "POST",
+    "CONTENT_TYPE", "application/x-www-form-urlencoded",
+    "CONTENT_LENGTH", "11",
+    "REQUEST_URI", "/app/p%C3%A4th?a=1&b=%20",
+    "PATH_INFO", "/app/p\xc3\xa4th",
+    "DOCUMENT_ROOT", "/usr/share/nginx/html",
+    "SERVER_PROTOCOL", "HTTP/1.1",
+    "REQUEST_SCHEME", "https",
+    "HTTPS", "on",
+    "REMOTE_ADDR", "203.0.113.9",
+    "REMOTE_PORT", "51234",
+    "SERVER_PORT", "443",
+    "SERVER_NAME", "example.com",
+    "HTTP_HOST", "example.com",
+    "HTTP_USER_AGENT", "curl/8.0",
+    "HTTP_ACCEPT", "*/*",
+    "HTTP_X_FORWARDED_FOR", "198.51.100.1",
+    "HTTP_COOKIE", "a=1",
+    "HTTP_COOKIE", "b=2",
+    "HTTP_CONTENT_TYPE", "application/x-www-form-urlencoded",
+    "HTTP_CONTENT_LENGTH", "11",
+    "HTTP_TRANSFER_ENCODING", "chunked",
+    "HTTP_EXPECT", "100-continue",
+    "HTTP_Transfer-Encoding", "chunked",
     NULL,
 };
+/* clang-format on */
 
 static void test_nginx_request(void)
 {
@@ -264,7 +243,7 @@ static void test_nginx_request(void)
     CHECK_SLICE_EQ(c->request_uri, "/app/p%C3%A4th?a=1&b=%20");
     CHECK(c->script_name.base == NULL);
     /* Every variable stays readable, keys as sent. */
-    CHECK_EQ(t.p.nvars, 24);
+    CHECK_EQ(t.p.nvars, 25);
     CHECK_SLICE_EQ(ps_uwsgi_var(&t.p, "DOCUMENT_ROOT", 13), "/usr/share/nginx/html");
     CHECK_SLICE_EQ(ps_uwsgi_var(&t.p, "HTTP_USER_AGENT", 15), "curl/8.0");
     CHECK_SLICE_EQ(ps_uwsgi_var(&t.p, "HTTP_COOKIE", 11), "a=1");
@@ -477,6 +456,12 @@ static void test_bad_packets(void)
     const char *bad_value[] = {"REQUEST_METHOD", "GET", "HTTP_X_EVIL", "a\r\nInjected: 1", NULL};
     build(&pkt, 0, bad_value, NULL, 0);
     EXPECT_ERROR(&limits, &pkt, 400, "invalid header value");
+    static const char *const bad_names[] = {"HTTP_A B", "HTTP_A:B", "HTTP_\xc3\xa4", "HTTP_A\r\n"};
+    for (size_t i = 0; i < PS_ARRAY_LEN(bad_names); i++) {
+        const char *v[] = {"REQUEST_METHOD", "GET", bad_names[i], "x", NULL};
+        build(&pkt, 0, v, NULL, 0);
+        EXPECT_ERROR(&limits, &pkt, 400, "invalid header name");
+    }
     const char *nul_value[] = {"REQUEST_METHOD", "GET", "HTTP_X", "a", NULL};
     build(&pkt, 0, nul_value, NULL, 0);
     pkt.data[pkt.len - 1] = '\0'; /* the value "a" becomes NUL */
