@@ -278,7 +278,7 @@ static int take_request(ps_uwsgi_parser_t *p, const ps_header_t *vars, uint32_t 
                 return fail(p, 400, "invalid header name");
             if (!is_field_value(v))
                 return fail(p, 400, "invalid header value");
-            /* the name is written over the key's "HTTP_" tail below */
+            /* parse_packet() converts the name ("HTTP_X_Y" -> "x-y") */
             headers[nh++] = (ps_header_t){k, v};
         } else if (NAME_IS(k, "REQUEST_METHOD")) {
             if (method.base == NULL)

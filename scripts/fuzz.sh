@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the libFuzzer drivers tests/fuzz/fuzz_<name>.c with clang against the
 # core (csrc/*.c) and llhttp, then run each for FUZZ_SECONDS (default 60).
-# FUZZ_TARGETS picks the drivers (default: "http1 uwsgi"). New inputs go to
+# FUZZ_TARGETS picks the drivers (default: "http1 uwsgi static"). New inputs go to
 # build/fuzz/corpus (http1) and build/fuzz/corpus-<name>; the seeds in
 # tests/fuzz/corpus (http1) and tests/fuzz/corpus-<name> are only read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=${FUZZ_TARGETS:-http1 uwsgi}
+targets=${FUZZ_TARGETS:-http1 uwsgi static}
 
 CC=${FUZZ_CC:-clang}
 out=build/fuzz

@@ -82,6 +82,14 @@ static void collect(const char *dir)
         closedir(d);
 }
 
+static void remove_tree(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", root);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     PS_UNUSED(argc);
@@ -89,6 +97,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(root, sizeof(root), "/tmp/ps-fuzz-static-XXXXXX");
     if (mkdtemp(root) == NULL)
         abort();
+    atexit(remove_tree);
     char p[256];
     snprintf(p, sizeof(p), "%s/pub", root);
     mkdir(p, 0755);
