@@ -4,7 +4,7 @@
 #   make test       build, run the C unit tests and the pytest suite
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
-#   make fuzz       run the HTTP/1 and HTTP/2 fuzzers for FUZZ_SECONDS each (default 60)
+#   make fuzz       run every fuzzer in tests/fuzz, FUZZ_SECONDS each (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
 #   make clean      remove build outputs (distclean also removes .venv)

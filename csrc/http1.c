@@ -1105,3 +1105,9 @@ ps_slice_t ps_http1_error_response(int status)
 }
 
 const ps_slice_t ps_http1_continue = PS_SLICE_LIT("HTTP/1.1 100 Continue\r\n\r\n");
+
+int ps_http1_method_id(ps_slice_t method)
+{
+    int k = known_method(method.base, method.len);
+    return k >= 0 ? known_methods[k].id : PS_METHOD_OTHER;
+}

@@ -137,6 +137,8 @@ void ps_http1_shrink(ps_http1_parser_t *p);
 int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port);
 /* 1 when s is an RFC 9110 token. */
 int ps_http1_is_token(ps_slice_t s);
+/* The llhttp id of a method name (case-sensitive), or PS_METHOD_OTHER. */
+int ps_http1_method_id(ps_slice_t method);
 
 /* The request line of the current request, for logging one that was
  * rejected: fills method, target and version ("1.1") and returns 1 when the

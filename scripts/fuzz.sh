@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Build the libFuzzer drivers tests/fuzz/fuzz_*.c (the HTTP/1 parser, the
-# HTTP/2 session) with clang against the core (csrc/*.c), llhttp, OpenSSL
-# and nghttp2, then run each for FUZZ_SECONDS (default 60). FUZZ_TARGETS
-# picks drivers by name ("http1 http2"). New inputs go to
+# HTTP/2 session, the uwsgi parser, static-file plans) with clang against the
+# core (csrc/*.c), llhttp, OpenSSL and nghttp2, then run each for
+# FUZZ_SECONDS (default 60). FUZZ_TARGETS picks drivers by name
+# ("http1 http2"; default: every driver). New inputs go to
 # build/fuzz/corpus-NAME; tests/fuzz/corpus (HTTP/1) and
 # tests/fuzz/corpus-NAME are only read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=${FUZZ_TARGETS:-"http1 http2"}
+all_targets=$(for f in tests/fuzz/fuzz_*.c; do n=${f##*/fuzz_}; echo -n "${n%.c} "; done)
+targets=${FUZZ_TARGETS:-$all_targets}
 CC=${FUZZ_CC:-clang}
 out=build/fuzz
 san="-fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer"
