@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "conn.h"
 #include "net.h"
 
 /* Connections accepted per listener wakeup, so one busy listener cannot
@@ -330,7 +331,7 @@ static void free_dead(ps_worker_t *w)
     while (w->dead) {
         ps_conn_t *c = w->dead;
         w->dead = c->next_dead;
-        w->handler->dispose(c);
+        w->handler->dispose(&c->x);
         ps_conn_free(c);
     }
 }
@@ -446,44 +447,44 @@ static void copy_slice(char *dst, size_t cap, ps_slice_t s)
     dst[n] = '\0';
 }
 
-static void slot_on_request(ps_conn_t *c)
+static void slot_on_request(ps_exchange_t *x)
 {
-    ps_worker_t *w = c->w;
+    ps_worker_t *w = x->worker;
     ps_slot_t *s = w->slot;
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = x->req;
     copy_slice(s->method, sizeof(s->method), r->method);
     copy_slice(s->path, sizeof(s->path), r->target);
     uint64_t n = s->requests + 1;
     s->requests = n;
     if (s->max_requests > 0 && n >= s->max_requests)
         s->retire = 1;
-    w->inner_handler->on_request(c);
+    w->inner_handler->on_request(x);
 }
 
-static void slot_on_writable(ps_conn_t *c)
+static void slot_on_writable(ps_exchange_t *x)
 {
-    c->w->inner_handler->on_writable(c);
+    x->worker->inner_handler->on_writable(x);
 }
 
-static void slot_on_disconnect(ps_conn_t *c)
+static void slot_on_disconnect(ps_exchange_t *x)
 {
-    c->w->inner_handler->on_disconnect(c);
+    x->worker->inner_handler->on_disconnect(x);
 }
 
-static void slot_dispose(ps_conn_t *c)
+static void slot_dispose(ps_exchange_t *x)
 {
-    c->w->inner_handler->dispose(c);
+    x->worker->inner_handler->dispose(x);
 }
 
-static void slot_on_body(ps_conn_t *c)
+static void slot_on_body(ps_exchange_t *x)
 {
-    c->w->inner_handler->on_body(c);
+    x->worker->inner_handler->on_body(x);
 }
 
-static void slot_on_rejected(ps_conn_t *c, int status, const char *reason)
+static void slot_on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    if (c->w->inner_handler->on_rejected)
-        c->w->inner_handler->on_rejected(c, status, reason);
+    if (x->worker->inner_handler->on_rejected)
+        x->worker->inner_handler->on_rejected(x, status, reason);
 }
 
 static const ps_handler_t slot_handler = {

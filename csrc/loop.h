@@ -7,9 +7,11 @@
 
 #include <ev.h>
 
-#include "conn.h"
+#include "exchange.h"
 #include "http1.h"
 #include "master.h"
+
+typedef struct ps_conn ps_conn_t;
 
 typedef struct {
     ps_http1_limits_t limits;
@@ -113,6 +115,18 @@ void ps_worker_free(ps_worker_t *w);
  * stops at once (like SIGQUIT), and the worker stops when the master dies.
  * Call after ps_worker_init and before ps_worker_run. */
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot);
+
+/* The worker's live connections (the interface layers' concurrency limits). */
+static inline uint32_t ps_worker_connections(const ps_worker_t *w)
+{
+    return w->nconns;
+}
+
+/* The worker's libev loop. */
+static inline struct ev_loop *ps_worker_loop(const ps_worker_t *w)
+{
+    return w->loop;
+}
 
 /* Internal to the core: connection bookkeeping. */
 void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c);

@@ -149,7 +149,7 @@ struct ps_asgi {
 };
 
 typedef struct {
-    PyObject_HEAD ps_conn_t *conn; /* NULL once detached: response complete or client gone */
+    PyObject_HEAD ps_exchange_t *x; /* NULL once detached: response complete or client gone */
     ps_asgi_t *ctx;
     PyObject *receive_waiter; /* Future a receive() waits on */
     PyObject *send_waiter;    /* Future a send() waits on */
@@ -288,10 +288,10 @@ static void conn_info_free(asgi_conn_info_t *ci)
     PyMem_Free(ci);
 }
 
-static asgi_conn_info_t *conn_info(ps_conn_t *c)
+static asgi_conn_info_t *conn_info(ps_exchange_t *x)
 {
-    if (c->conn_data)
-        return c->conn_data;
+    if (x->conn_data)
+        return x->conn_data;
     asgi_conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
     if (ci == NULL) {
         PyErr_NoMemory();
@@ -300,13 +300,13 @@ static asgi_conn_info_t *conn_info(ps_conn_t *c)
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
     memset(&local, 0, sizeof(local));
-    int rc = ps_conn_local_address(c, &local, &len);
+    int rc = ps_exchange_local_address(x, &local, &len);
     if (rc < 0) {
         errno = -rc;
         PyErr_SetFromErrno(PyExc_OSError);
         goto error;
     }
-    if (c->is_unix) {
+    if (x->is_unix) {
         struct sockaddr_un *un = (struct sockaddr_un *)&local;
         ((char *)&local)[PS_MIN((size_t)len, sizeof(local) - 1)] = '\0';
         PyObject *path = PyUnicode_DecodeFSDefault(len > sizeof(sa_family_t) ? un->sun_path : "");
@@ -314,11 +314,11 @@ static asgi_conn_info_t *conn_info(ps_conn_t *c)
         ci->client = Py_NewRef(Py_None);
     } else {
         ci->server = addr_tuple(&local);
-        ci->client = addr_tuple(&c->peer);
+        ci->client = addr_tuple(x->peer);
     }
     if (ci->server == NULL || ci->client == NULL)
         goto error;
-    c->conn_data = ci;
+    x->conn_data = ci;
     return ci;
 error:
     conn_info_free(ci);
@@ -451,11 +451,11 @@ static PyObject *target_server(const ps_request_t *r)
 
 /* fwd: what a trusted proxy said (the scheme, the client: then kept by the
  * cycle for the access log). */
-static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
                              const ps_proxy_result_t *fwd)
 {
-    ps_request_t *r = ps_conn_request(c);
-    asgi_conn_info_t *ci = conn_info(c);
+    ps_request_t *r = x->req;
+    asgi_conn_info_t *ci = conn_info(x);
     if (ci == NULL)
         return NULL;
     PyObject **s = ctx->s;
@@ -503,10 +503,10 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
 
 /* One access-log line; the client is the forwarded one when a trusted
  * proxy named it. */
-static void log_access(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle, int status)
+static void log_access(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle, int status)
 {
-    ps_request_t *r = ps_conn_request(c);
-    asgi_conn_info_t *ci = c->conn_data;
+    ps_request_t *r = x->req;
+    asgi_conn_info_t *ci = x->conn_data;
     PyObject *method = method_str(ctx, r);
     PyObject *target = PyUnicode_DecodeLatin1(r->target.base, PS_MIN(r->target.len, 4096), NULL);
     PyObject *client = NULL, *msg = NULL, *res = NULL;
@@ -533,11 +533,11 @@ static void log_access(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle, int sta
  * (which may free the cycle: callers touch it no more). */
 static void detach(CycleObject *cycle)
 {
-    ps_conn_t *c = cycle->conn;
-    if (c == NULL)
+    ps_exchange_t *x = cycle->x;
+    if (x == NULL)
         return;
-    cycle->conn = NULL;
-    c->app_data = NULL;
+    cycle->x = NULL;
+    x->app_data = NULL;
     Py_DECREF(cycle);
 }
 
@@ -559,15 +559,15 @@ static void wake_receiver(CycleObject *cycle)
  * pending receive() learns the exchange is over. */
 static void complete(CycleObject *cycle)
 {
-    ps_conn_t *c = cycle->conn;
+    ps_exchange_t *x = cycle->x;
     ps_asgi_t *ctx = cycle->ctx;
     cycle->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, cycle, c->resp_status);
+        log_access(ctx, x, cycle, x->status);
     wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
-    ps_conn_end(c); /* may start the next pipelined request */
+    ps_exchange_end(x); /* may start the next pipelined request */
     Py_DECREF(cycle);
 }
 
@@ -595,10 +595,10 @@ static void lose(CycleObject *cycle)
 }
 
 /* The http.request message for what the body buffer holds now. */
-static PyObject *body_message(CycleObject *cycle, ps_conn_t *c)
+static PyObject *body_message(CycleObject *cycle, ps_exchange_t *x)
 {
     ps_asgi_t *ctx = cycle->ctx;
-    ps_buf_t *b = &c->body;
+    ps_buf_t *b = x->body;
     PyObject *m = message(ctx, S_HTTP_REQUEST);
     if (m == NULL)
         return NULL;
@@ -610,7 +610,7 @@ static PyObject *body_message(CycleObject *cycle, ps_conn_t *c)
     }
     Py_DECREF(body);
     ps_buf_consume(b, ps_buf_size(b));
-    int more = !ps_conn_request(c)->message_complete;
+    int more = !x->req->message_complete;
     if (PyDict_SetItem(m, ctx->s[S_MORE_BODY], more ? Py_True : Py_False) < 0) {
         Py_DECREF(m);
         return NULL;
@@ -624,9 +624,9 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 {
     CycleObject *self = (CycleObject *)op;
     ps_asgi_t *ctx = self->ctx;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     PS_UNUSED(unused);
-    if (c == NULL)
+    if (x == NULL)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->body_done) {
         /* Nothing more will come but the end of the exchange. */
@@ -634,9 +634,9 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
             return NULL;
         return Py_NewRef(self->receive_waiter);
     }
-    int rc = ps_conn_body_want(c);
+    int rc = ps_exchange_body_want(x);
     if (rc > 0)
-        return ready(ctx, body_message(self, c));
+        return ready(ctx, body_message(self, x));
     if (rc < 0)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
@@ -766,8 +766,8 @@ static PyObject *after_write(CycleObject *self, int rc)
     }
     if (rc < 0) {
         /* The socket broke: close it now; the cycle hears it as a disconnect. */
-        if (self->conn)
-            ps_conn_abort(self->conn);
+        if (self->x)
+            ps_exchange_abort(self->x);
         PyErr_SetString(self->ctx->disconnected, "the client disconnected");
         return NULL;
     }
@@ -798,8 +798,8 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
     }
     const char *reason = reason_phrase(st);
     int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
-    int rc = ps_conn_start_response(self->conn, (ps_slice_t){status_line, (size_t)sl}, hs,
-                                    (size_t)n, body, len);
+    int rc =
+        ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)
         PyMem_Free(hs);
     if (rc == -EINVAL)
@@ -887,7 +887,7 @@ static PyObject *send_body(CycleObject *self, PyObject *msg)
         int64_t length = more || (self->want_trailers && self->te_trailers) ? -1 : view.len;
         rc = send_head(self, view.buf, (size_t)view.len, length);
     } else {
-        rc = ps_conn_write(self->conn, view.buf, (size_t)view.len);
+        rc = ps_exchange_write(self->x, view.buf, (size_t)view.len);
     }
     PyBuffer_Release(&view);
     if (rc == -EINVAL)
@@ -928,7 +928,7 @@ static PyObject *send_pathsend(CycleObject *self, PyObject *msg)
     Py_DECREF(fspath);
     int rc = send_head(self, NULL, 0, st.st_size);
     if (rc >= 0)
-        rc = ps_conn_sendfile(self->conn, fd, 0, (uint64_t)st.st_size);
+        rc = ps_exchange_sendfile(self->x, fd, 0, (uint64_t)st.st_size);
     if (rc == PS_WRITE_PENDING) {
         self->sendfile_fd = fd; /* closed, and the response completed, in on_writable */
         return after_write(self, rc);
@@ -964,13 +964,13 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0) : 0;
     if (n < 0)
         return NULL;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     Py_INCREF(self);
     self->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, self, c->resp_status);
+        log_access(ctx, x, self, x->status);
     detach(self);
-    int rc = ps_conn_end_with_trailers(c, hs, (size_t)n);
+    int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
         PyMem_Free(hs);
     Py_DECREF(self);
@@ -1015,7 +1015,7 @@ static PyObject *send_early_hint(CycleObject *self, PyObject *msg)
         hs[i].name = PS_SLICE_LIT("Link");
         hs[i].value = (ps_slice_t){s, (size_t)len};
     }
-    int rc = ps_conn_send_informational(self->conn, PS_SLICE_LIT("103 Early Hints"), hs, (size_t)n);
+    int rc = ps_exchange_informational(self->x, PS_SLICE_LIT("103 Early Hints"), hs, (size_t)n);
     rv = after_write(self, rc == -EINVAL ? PS_WRITE_DONE : rc);
 done:
     if (hs != stack)
@@ -1046,7 +1046,7 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
         PyErr_Format(PyExc_RuntimeError, "%R sent after the response completed", type);
         return NULL;
     }
-    if (self->conn == NULL) {
+    if (self->x == NULL) {
         PyErr_SetString(ctx->disconnected, "the client disconnected");
         return NULL;
     }
@@ -1073,15 +1073,15 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
 static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
 {
     ps_asgi_t *ctx = self->ctx;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     if (ctx->active > 0)
         ctx->active--;
     if (exc != NULL) {
         int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-            if (c) {
-                ps_request_t *r = ps_conn_request(c);
+            if (x) {
+                ps_request_t *r = x->req;
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application (%.*s %.*s)",
                                  (int)r->method.len, r->method.base,
                                  (int)PS_MIN(r->target.len, 200), r->target.base);
@@ -1089,17 +1089,17 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application");
             }
         }
-    } else if (c && !self->complete && !cancelled) {
+    } else if (x && !self->complete && !cancelled) {
         ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
                      self->head_sent ? "completing" : "starting");
     }
-    if (c != NULL && !self->complete) {
+    if (x != NULL && !self->complete) {
         Py_INCREF(self);
         detach(self);
         if (self->head_sent)
-            ps_conn_abort(c);
+            ps_exchange_abort(x);
         else
-            ps_conn_send_error(c, 500);
+            ps_exchange_send_error(x, 500);
         Py_DECREF(self);
     }
     PyErr_Clear();
@@ -1353,13 +1353,13 @@ static PyType_Spec Cycle_spec = {
 
 /* ---- connection callbacks ---- */
 
-static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
                       const ps_proxy_result_t *fwd)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
     AppCallObject *call = NULL;
     int rc = -1;
-    scope = build_scope(ctx, c, cycle, fwd);
+    scope = build_scope(ctx, x, cycle, fwd);
     if (scope == NULL)
         goto error;
     receive = PyCFunction_New(&receive_def, (PyObject *)cycle);
@@ -1397,44 +1397,44 @@ error:
     return rc;
 }
 
-static void on_request(ps_conn_t *c)
+static void on_request(ps_exchange_t *x)
 {
-    ps_asgi_t *ctx = c->w->handler_data;
+    ps_asgi_t *ctx = x->handler_data;
     ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_reject(c, 400, "secure scheme headers disagree");
+    if (x->proxy && ps_proxy_apply(x->proxy, x->req, &fwd) < 0) {
+        ps_exchange_reject(x, 400, "secure scheme headers disagree");
         return;
     }
     /* Like uvicorn: tasks in progress or open connections (this one
      * included) over the limit. */
     uint32_t limit = ctx->limit_concurrency;
-    if (limit && (ctx->active >= limit || c->w->nconns > limit)) {
-        ps_conn_reject(c, 503, "concurrency limit reached");
+    if (limit && (ctx->active >= limit || ps_worker_connections(x->worker) > limit)) {
+        ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
     CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
     if (cycle == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
         return;
     }
     cycle->ctx = ctx;
-    cycle->conn = c;
+    cycle->x = x;
     cycle->sendfile_fd = -1;
-    c->app_data = cycle; /* the connection's reference */
-    if (start_task(ctx, c, cycle, &fwd) < 0) {
+    x->app_data = cycle; /* the connection's reference */
+    if (start_task(ctx, x, cycle, &fwd) < 0) {
         ps_log_exception(ctx->error_logger, "Exception in ASGI application");
         detach(cycle);
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
     }
 }
 
-static void on_body(ps_conn_t *c)
+static void on_body(ps_exchange_t *x)
 {
-    CycleObject *cycle = c->app_data;
+    CycleObject *cycle = x->app_data;
     if (cycle == NULL || cycle->receive_waiter == NULL)
         return;
-    PyObject *m = body_message(cycle, c);
+    PyObject *m = body_message(cycle, x);
     if (m == NULL) {
         PyErr_Clear();
         return;
@@ -1443,9 +1443,9 @@ static void on_body(ps_conn_t *c)
     Py_DECREF(m);
 }
 
-static void on_writable(ps_conn_t *c)
+static void on_writable(ps_exchange_t *x)
 {
-    CycleObject *cycle = c->app_data;
+    CycleObject *cycle = x->app_data;
     if (cycle == NULL)
         return;
     Py_INCREF(cycle);
@@ -1458,25 +1458,25 @@ static void on_writable(ps_conn_t *c)
     Py_DECREF(cycle);
 }
 
-static void on_disconnect(ps_conn_t *c)
+static void on_disconnect(ps_exchange_t *x)
 {
-    if (c->app_data)
-        lose(c->app_data);
+    if (x->app_data)
+        lose(x->app_data);
 }
 
-static void dispose(ps_conn_t *c)
+static void dispose(ps_exchange_t *x)
 {
-    if (c->app_data)
-        lose(c->app_data);
-    if (c->conn_data)
-        conn_info_free(c->conn_data);
-    c->conn_data = NULL;
+    if (x->app_data)
+        lose(x->app_data);
+    if (x->conn_data)
+        conn_info_free(x->conn_data);
+    x->conn_data = NULL;
 }
 
-static void on_rejected(ps_conn_t *c, int status, const char *reason)
+static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    ps_asgi_t *ctx = c->w->handler_data;
-    ps_rejects_log(&ctx->rejects, c, status, reason);
+    ps_asgi_t *ctx = x->handler_data;
+    ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
 const ps_handler_t ps_asgi_handler = {

@@ -48,7 +48,7 @@ PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
 void ps_asgi_server_release(PyObject *server);
 extern const ps_handler_t ps_asgi_handler;
 
-/* The selector core over a libev loop (evselector.c). New reference. */
+/* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
 
 /* The request method as str, cached per llhttp method id in cache[n].
@@ -70,7 +70,7 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
 
-/* Rejected requests (ps_conn_reject): one access line each, like any
+/* Rejected requests (ps_exchange_reject): one access line each, like any
  * other request, and a reason line on the error logger at INFO, at most
  * PS_REJECT_LINES_PER_SECOND a second per worker; the dropped ones are
  * counted and summed up in one line once that second is over. */
@@ -90,16 +90,16 @@ typedef struct {
  * off (borrowed). Reads error_logger's level once. Returns 0 or -1 with an
  * exception. */
 int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger);
-/* Logs a rejection of c's request; nothing at all when both logs are off.
+/* Logs a rejection of x's request; nothing at all when both logs are off.
  * The access line is left out while the layer has the request (app_data
  * set): the layer writes that one. Never raises. */
-void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason);
+void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason);
 /* Before the worker's loop goes away: writes a pending summary and stops
  * the timer. */
 void ps_rejects_stop(ps_rejects_t *r);
 void ps_rejects_clear(ps_rejects_t *r);
 
-/* The libev selector (evselector.c), continued. ps_evselector_new above
+/* The libev selector (evselector.x), continued. ps_evselector_new above
  * builds an EvSelectorCore that borrows `loop` (the loop must already have
  * the GIL release callbacks installed). */
 /* Adds pyserver._core.EvSelectorCore. Returns 0 or -1 with an exception. */

@@ -117,10 +117,10 @@ static size_t append_escaped(char *out, size_t len, size_t cap, const char *s, s
 }
 
 /* "METHOD TARGET HTTP/x.y" when the request line was read, else "-". */
-static void format_request_line(ps_conn_t *c, char *out, size_t cap)
+static void format_request_line(ps_exchange_t *x, char *out, size_t cap)
 {
     ps_slice_t m, t, v;
-    if (!ps_http1_request_line(&c->parser, &m, &t, &v)) {
+    if (!ps_exchange_request_line(x, &m, &t, &v)) {
         snprintf(out, cap, "-");
         return;
     }
@@ -132,10 +132,10 @@ static void format_request_line(ps_conn_t *c, char *out, size_t cap)
 }
 
 /* The peer as "address:port", "-" for a unix socket. */
-static void format_peer(const ps_conn_t *c, char *out, size_t cap)
+static void format_peer(const ps_exchange_t *x, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN];
-    const struct sockaddr_storage *ss = &c->peer;
+    const struct sockaddr_storage *ss = x->peer;
     if (ss->ss_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
@@ -184,9 +184,9 @@ static void on_summary(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* One more reason line in this second? Counts the ones that are not, and
  * makes sure their summary follows when the second is over. */
-static int reason_line_allowed(ps_rejects_t *r, ps_conn_t *c)
+static int reason_line_allowed(ps_rejects_t *r, ps_exchange_t *x)
 {
-    struct ev_loop *loop = c->w->loop;
+    struct ev_loop *loop = ps_worker_loop(x->worker);
     ev_tstamp now = ev_now(loop);
     if (now >= r->window_end) {
         r->window_end = now + 1.0;
@@ -204,19 +204,19 @@ static int reason_line_allowed(ps_rejects_t *r, ps_conn_t *c)
     return 0;
 }
 
-void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason)
+void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason)
 {
-    int access = r->access_info != NULL && c->app_data == NULL;
+    int access = r->access_info != NULL && x->app_data == NULL;
     if (!access && r->error_info == NULL)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
     char line[4096 + 128], peer[INET6_ADDRSTRLEN + 8];
-    format_request_line(c, line, sizeof(line));
-    format_peer(c, peer, sizeof(peer));
+    format_request_line(x, line, sizeof(line));
+    format_peer(x, peer, sizeof(peer));
     if (access)
         emit(r->access_info, "%s - \"%s\" %d", peer, line, status);
-    if (r->error_info && reason_line_allowed(r, c)) {
+    if (r->error_info && reason_line_allowed(r, x)) {
         if (line[0] == '-' && line[1] == '\0')
             emit(r->error_info, "Rejected %d from %s: %s", status, peer,
                  reason ? reason : "refused");

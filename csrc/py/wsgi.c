@@ -84,7 +84,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
-    ps_conn_t *conn; /* NULL once the request is over */
+    ps_exchange_t *x; /* NULL once the request is over */
     ps_wsgi_t *ctx;
     PyObject *status;
     PyObject *headers;
@@ -100,7 +100,7 @@ typedef struct {
 } RequestObject;
 
 typedef struct {
-    PyObject_HEAD ps_conn_t *conn; /* NULL once the request is over */
+    PyObject_HEAD ps_exchange_t *x; /* NULL once the request is over */
     ps_wsgi_t *ctx;
 } InputObject;
 
@@ -171,10 +171,10 @@ static void conn_info_free(conn_info_t *ci)
 }
 
 /* The connection's addresses as str, made on its first request. */
-static conn_info_t *conn_info(ps_conn_t *c)
+static conn_info_t *conn_info(ps_exchange_t *x)
 {
-    if (c->conn_data)
-        return c->conn_data;
+    if (x->conn_data)
+        return x->conn_data;
     conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
     if (ci == NULL) {
         PyErr_NoMemory();
@@ -182,9 +182,9 @@ static conn_info_t *conn_info(ps_conn_t *c)
     }
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
-    if (c->is_unix) {
+    if (x->is_unix) {
         struct sockaddr_un *un = (struct sockaddr_un *)&local;
-        if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0 || len <= sizeof(sa_family_t))
+        if (ps_exchange_local_address(x, &local, &len) < 0 || len <= sizeof(sa_family_t))
             un->sun_path[0] = '\0';
         else
             ((char *)&local)[PS_MIN(len, sizeof(local) - 1)] = '\0';
@@ -194,17 +194,17 @@ static conn_info_t *conn_info(ps_conn_t *c)
         if (!ci->server_name || !ci->server_port || !ci->remote_addr)
             goto error;
     } else {
-        int rc = ps_conn_local_address(c, &local, &len);
+        int rc = ps_exchange_local_address(x, &local, &len);
         if (rc < 0) {
             errno = -rc;
             PyErr_SetFromErrno(PyExc_OSError);
             goto error;
         }
         if (addr_pair(&local, &ci->server_name, &ci->server_port) < 0 ||
-            addr_pair(&c->peer, &ci->remote_addr, &ci->remote_port) < 0)
+            addr_pair(x->peer, &ci->remote_addr, &ci->remote_port) < 0)
             goto error;
     }
-    c->conn_data = ci;
+    x->conn_data = ci;
     return ci;
 error:
     conn_info_free(ci);
@@ -370,11 +370,11 @@ static int add_target_server(PyObject *env, PyObject **k, const ps_request_t *r)
 }
 
 /* Returns a new environ dict, or NULL with an exception. */
-static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
+static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *req,
                                const ps_proxy_result_t *fwd)
 {
-    ps_request_t *r = ps_conn_request(c);
-    conn_info_t *ci = conn_info(c);
+    ps_request_t *r = x->req;
+    conn_info_t *ci = conn_info(x);
     if (ci == NULL)
         return NULL;
     PyObject *env = PyDict_Copy(ctx->base_environ);
@@ -412,10 +412,10 @@ enum {
 
 /* One access-log line; the client is the forwarded one when a trusted
  * proxy named it (then with port 0). */
-static void log_access(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
+static void log_access(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *req)
 {
-    ps_request_t *r = ps_conn_request(c);
-    conn_info_t *ci = c->conn_data;
+    ps_request_t *r = x->req;
+    conn_info_t *ci = x->conn_data;
     PyObject *method = method_str(ctx, r);
     PyObject *target = latin1(r->target.base, PS_MIN(r->target.len, 4096));
     PyObject *msg = NULL, *res = NULL;
@@ -424,7 +424,7 @@ static void log_access(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
         PyObject *port = req->remote_addr ? ctx->zero : ci->remote_port;
         msg = PyUnicode_FromFormat("%U%s%U - \"%U %U HTTP/1.%d\" %d", addr, port ? ":" : "",
                                    port ? port : ctx->empty, method, target, (int)r->http_minor,
-                                   c->resp_status);
+                                   x->status);
     }
     if (msg)
         res = PyObject_CallOneArg(ctx->access_info, msg);
@@ -441,9 +441,9 @@ static void log_access(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
  * to req (which may free it). */
 static void request_done(RequestObject *req)
 {
-    ps_conn_t *c = req->conn;
+    ps_exchange_t *x = req->x;
     ps_wsgi_t *ctx = req->ctx;
-    if (c == NULL)
+    if (x == NULL)
         return;
     PyObject *result = req->result;
     if (result && !PyList_CheckExact(result) && !PyTuple_CheckExact(result)) {
@@ -458,11 +458,11 @@ static void request_done(RequestObject *req)
             Py_XDECREF(res);
         }
     }
-    if (ctx->access_info && c->resp_status)
-        log_access(ctx, c, req);
-    ((InputObject *)req->input)->conn = NULL;
-    req->conn = NULL;
-    c->app_data = NULL;
+    if (ctx->access_info && x->status)
+        log_access(ctx, x, req);
+    ((InputObject *)req->input)->x = NULL;
+    req->x = NULL;
+    x->app_data = NULL;
     Py_CLEAR(req->iter);
     Py_CLEAR(req->result);
     Py_DECREF(req);
@@ -472,18 +472,18 @@ static void request_done(RequestObject *req)
  * else the connection closes. */
 static void fail(RequestObject *req)
 {
-    ps_conn_t *c = req->conn;
-    ps_request_t *r = ps_conn_request(c);
-    if (c->failed) {
+    ps_exchange_t *x = req->x;
+    ps_request_t *r = x->req;
+    if (ps_exchange_client_gone(x)) {
         PyErr_Clear(); /* the client left; the application only noticed */
     } else {
         ps_log_exception(req->ctx->error_logger, "Exception in WSGI application (%.*s %.*s)",
                          (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
                          r->target.base);
         if (req->headers_sent)
-            ps_conn_abort(c);
+            ps_exchange_abort(x);
         else
-            ps_conn_send_error(c, 500);
+            ps_exchange_send_error(x, 500);
     }
     request_done(req);
 }
@@ -539,7 +539,7 @@ static int send_head(RequestObject *req, const char *body, size_t len)
         hs[n].name = PS_SLICE_LIT("Content-Length");
         hs[n++].value = (ps_slice_t){length, (size_t)l};
     }
-    rc = ps_conn_start_response(req->conn, status, hs, n, body, len);
+    rc = ps_exchange_start(req->x, status, hs, n, body, len);
     if (rc == -EINVAL) {
         PyErr_Format(PyExc_ValueError, "invalid status or header in the response: %R %R",
                      req->status, req->headers);
@@ -558,7 +558,7 @@ static int send_body(RequestObject *req, const char *data, size_t len)
 {
     if (!req->headers_sent)
         return send_head(req, data, len);
-    return map_write(ps_conn_write(req->conn, data, len));
+    return map_write(ps_exchange_write(req->x, data, len));
 }
 
 /* The body is complete. */
@@ -572,7 +572,7 @@ static void finish(RequestObject *req)
             return;
         }
     }
-    ps_conn_end(req->conn);
+    ps_exchange_end(req->x);
     request_done(req);
 }
 
@@ -653,7 +653,7 @@ static int try_sendfile(RequestObject *req)
     req->known_length = st.st_size > off ? st.st_size - off : 0;
     int rc = send_head(req, NULL, 0);
     if (rc >= 0)
-        rc = map_write(ps_conn_sendfile(req->conn, (int)fd, off, (uint64_t)req->known_length));
+        rc = map_write(ps_exchange_sendfile(req->x, (int)fd, off, (uint64_t)req->known_length));
     if (rc == SEND_ERROR)
         fail(req);
     else if (rc == SEND_GONE)
@@ -688,30 +688,30 @@ static void start_body(RequestObject *req)
     pump(req);
 }
 
-static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c);
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 
-static void on_request(ps_conn_t *c)
+static void on_request(ps_exchange_t *x)
 {
-    ps_wsgi_t *ctx = c->w->handler_data;
+    ps_wsgi_t *ctx = x->handler_data;
     ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_reject(c, 400, "secure scheme headers disagree");
+    if (x->proxy && ps_proxy_apply(x->proxy, x->req, &fwd) < 0) {
+        ps_exchange_reject(x, 400, "secure scheme headers disagree");
         return;
     }
     /* One request runs at a time here: what the limit bounds is the open
      * connections, this one included (uvicorn counts connections or tasks). */
-    if (ctx->limit_concurrency && c->w->nconns > ctx->limit_concurrency) {
-        ps_conn_reject(c, 503, "concurrency limit reached");
+    if (ctx->limit_concurrency && ps_worker_connections(x->worker) > ctx->limit_concurrency) {
+        ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
-    RequestObject *req = request_new(ctx, c);
+    RequestObject *req = request_new(ctx, x);
     if (req == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
         return;
     }
-    c->app_data = req; /* owns the reference until request_done() */
-    PyObject *environ = build_environ(ctx, c, req, &fwd);
+    x->app_data = req; /* owns the reference until request_done() */
+    PyObject *environ = build_environ(ctx, x, req, &fwd);
     if (environ == NULL) {
         fail(req);
         return;
@@ -727,9 +727,9 @@ static void on_request(ps_conn_t *c)
     start_body(req);
 }
 
-static void on_writable(ps_conn_t *c)
+static void on_writable(ps_exchange_t *x)
 {
-    RequestObject *req = c->app_data;
+    RequestObject *req = x->app_data;
     if (req == NULL)
         return;
     if (req->sendfile_fd >= 0) {
@@ -740,25 +740,25 @@ static void on_writable(ps_conn_t *c)
     pump(req);
 }
 
-static void on_disconnect(ps_conn_t *c)
+static void on_disconnect(ps_exchange_t *x)
 {
-    if (c->app_data)
-        request_done(c->app_data);
+    if (x->app_data)
+        request_done(x->app_data);
 }
 
-static void dispose(ps_conn_t *c)
+static void dispose(ps_exchange_t *x)
 {
-    if (c->app_data)
-        request_done(c->app_data);
-    if (c->conn_data)
-        conn_info_free(c->conn_data);
-    c->conn_data = NULL;
+    if (x->app_data)
+        request_done(x->app_data);
+    if (x->conn_data)
+        conn_info_free(x->conn_data);
+    x->conn_data = NULL;
 }
 
-static void on_rejected(ps_conn_t *c, int status, const char *reason)
+static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    ps_wsgi_t *ctx = c->w->handler_data;
-    ps_rejects_log(&ctx->rejects, c, status, reason);
+    ps_wsgi_t *ctx = x->handler_data;
+    ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
 const ps_handler_t ps_wsgi_handler = {
@@ -835,8 +835,8 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
         PyErr_Format(PyExc_TypeError, "write() takes bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
     }
-    ps_conn_t *c = self->conn;
-    if (c == NULL) {
+    ps_exchange_t *x = self->x;
+    if (x == NULL) {
         PyErr_SetString(PyExc_OSError, "write() after the response ended");
         return NULL;
     }
@@ -851,7 +851,7 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
     if (rc == SEND_ERROR)
         return NULL;
     if (rc == PS_WRITE_PENDING) {
-        Py_BEGIN_ALLOW_THREADS rc = map_write(ps_conn_write_blocking(c, NULL, 0));
+        Py_BEGIN_ALLOW_THREADS rc = map_write(ps_exchange_write_blocking(x, NULL, 0));
         Py_END_ALLOW_THREADS
     }
     if (rc == SEND_GONE) {
@@ -925,10 +925,10 @@ static PyType_Spec Request_spec = {
  * 0, or -1 with an exception (the spool file cannot be read). */
 static int input_fill(InputObject *self)
 {
-    ps_conn_t *c = self->conn;
-    if (c == NULL || ps_buf_size(&c->body) > 0)
+    ps_exchange_t *x = self->x;
+    if (x == NULL || ps_buf_size(x->body) > 0)
         return 0;
-    int rc = ps_conn_body_fill(c);
+    int rc = ps_exchange_body_fill(x);
     if (rc == 0)
         return 0;
     errno = -rc;
@@ -938,7 +938,7 @@ static int input_fill(InputObject *self)
 
 static ps_buf_t *input_body(InputObject *self)
 {
-    return self->conn ? &self->conn->body : NULL;
+    return self->x ? self->x->body : NULL;
 }
 
 static int parse_size(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *size)
@@ -1086,7 +1086,7 @@ static PyType_Spec Input_spec = {
     .slots = Input_slots,
 };
 
-static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x)
 {
     PyTypeObject *rt = ctx->st->request_type, *it = ctx->st->input_type;
     RequestObject *req = (RequestObject *)rt->tp_alloc(rt, 0);
@@ -1097,11 +1097,11 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
         Py_DECREF(req);
         return NULL;
     }
-    in->conn = c;
+    in->x = x;
     in->ctx = ctx;
     req->input = (PyObject *)in;
     req->vectorcall = Request_vectorcall;
-    req->conn = c;
+    req->x = x;
     req->ctx = ctx;
     req->known_length = -1;
     req->sendfile_fd = -1;
