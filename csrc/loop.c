@@ -302,8 +302,8 @@ static void release_listeners(ps_worker_t *w)
 static void drained(ps_worker_t *w)
 {
     ev_break(w->loop, EVBREAK_ALL);
-    if (w->on_drained)
-        w->on_drained(w);
+    if (w->hooks->drained)
+        w->hooks->drained(w->hooks_data);
 }
 
 void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
@@ -403,12 +403,12 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     PS_UNUSED(revents);
     ps_worker_t *w = s->data;
     if (s->signum == SIGUSR1) {
-        if (w->on_reopen_logs)
-            w->on_reopen_logs(w);
+        if (w->hooks->reopen_logs)
+            w->hooks->reopen_logs(w->hooks_data);
         return;
     }
-    if (w->on_stop_signal)
-        w->on_stop_signal(w, s->signum);
+    if (w->hooks->stop_signal)
+        w->hooks->stop_signal(w->hooks_data, s->signum);
     /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
      * master's own SIGINT reaches the workers of a terminal's process group. */
     if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
@@ -496,18 +496,29 @@ static const ps_handler_t slot_handler = {
     .on_rejected = slot_on_rejected,
 };
 
+static const ps_handler_t slot_handler_async = {
+    .on_request = slot_on_request,
+    .on_writable = slot_on_writable,
+    .on_disconnect = slot_on_disconnect,
+    .dispose = slot_dispose,
+    .on_body = slot_on_body,
+    .on_rejected = slot_on_rejected,
+    .async = 1,
+};
+
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
 {
     w->slot = slot;
     w->ppid = getppid();
     w->inner_handler = w->handler;
-    w->handler = &slot_handler;
+    w->handler = w->async ? &slot_handler_async : &slot_handler;
     ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
 }
 
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
-                   void *handler_data)
+                   void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data)
 {
+    static const ps_worker_hooks_t no_hooks = {0};
     memset(w, 0, sizeof(*w));
     w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOENV);
     if (w->loop == NULL)
@@ -517,6 +528,9 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
         w->cfg.limit_connections = 10000;
     w->handler = handler;
     w->handler_data = handler_data;
+    w->async = handler->async;
+    w->hooks = hooks ? hooks : &no_hooks;
+    w->hooks_data = hooks_data;
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     ev_prepare_init(&w->prepare, on_prepare);
     ev_prepare_start(w->loop, &w->prepare);
@@ -566,7 +580,7 @@ void ps_worker_start(ps_worker_t *w)
     ev_signal_start(w->loop, &w->sigint);
     ev_signal_start(w->loop, &w->sigterm);
     ev_signal_start(w->loop, &w->sigquit);
-    if (w->on_reopen_logs)
+    if (w->hooks->reopen_logs)
         ev_signal_start(w->loop, &w->sigusr1);
     /* Own (SO_REUSEPORT) listeners are this worker's alone: no herd there. */
     int gated = 0;

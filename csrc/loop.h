@@ -45,6 +45,19 @@ typedef struct {
     socklen_t local_len;
 } ps_listener_t;
 
+/* What the worker calls in the code that runs it: each optional, on the
+ * loop thread, with ps_worker_init's hooks_data. */
+typedef struct {
+    /* SIGUSR1: reopen log files. NULL leaves SIGUSR1 to someone else. */
+    void (*reopen_logs)(void *data);
+    /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
+     * (the gunicorn worker runs its worker_int hook here). */
+    void (*stop_signal)(void *data, int signum);
+    /* A stop finished its last connection (the ASGI layer stops asyncio's
+     * loop, which may be waiting outside libev). */
+    void (*drained)(void *data);
+} ps_worker_hooks_t;
+
 struct ps_worker {
     struct ev_loop *loop;
     ps_config_t cfg;
@@ -56,7 +69,7 @@ struct ps_worker {
     ps_conn_t *dead;  /* closed, freed before the loop sleeps */
     uint32_t nconns;
     unsigned stopping : 1;
-    unsigned async : 1; /* the interface layer answers from outside callbacks (ASGI) */
+    unsigned async : 1; /* handler->async, kept here for the hot path */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
     /* The accept gate (see loop.c): shared listeners sit in libev's epoll set
@@ -75,22 +88,15 @@ struct ps_worker {
     const ps_handler_t *inner_handler;
     pid_t ppid;
     ev_timer heartbeat;
-    ev_tstamp stop_started; /* graceful stop under a master: when it began */
-    /* SIGUSR1: reopen log files (optional). */
-    void (*on_reopen_logs)(ps_worker_t *w);
-    /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
-     * (optional: the gunicorn worker runs its worker_int hook here). */
-    void (*on_stop_signal)(ps_worker_t *w, int signum);
-    /* A stop finished its last connection (optional: the ASGI layer stops
-     * asyncio's loop, which may be waiting outside libev). */
-    void (*on_drained)(ps_worker_t *w);
-    void *stop_signal_data;
+    ev_tstamp stop_started;         /* graceful stop under a master: when it began */
+    const ps_worker_hooks_t *hooks; /* never NULL (an empty table) */
+    void *hooks_data;
     char scratch[64 * 1024]; /* every read lands here first */
 };
 
-/* Returns 0 or -errno. */
+/* hooks: NULL for none; it must outlive the worker. Returns 0 or -errno. */
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
-                   void *handler_data);
+                   void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data);
 int ps_worker_add_listener(ps_worker_t *w, int fd);
 /* A listener of this worker's --reuse-port lane. Under a master it is left
  * to the worker's replacement, unless the master closes the lane (or is

@@ -1486,6 +1486,7 @@ const ps_handler_t ps_asgi_handler = {
     .dispose = dispose,
     .on_body = on_body,
     .on_rejected = on_rejected,
+    .async = 1,
 };
 
 /* ---- the server object the runner drives ---- */
@@ -1494,9 +1495,8 @@ const ps_handler_t ps_asgi_handler = {
  * loop so the runner can run lifespan shutdown. This may run inside a task
  * step (the last response completing), so asyncio is told directly rather
  * than through libev, which might otherwise block with nothing to wait for. */
-static void on_drained(ps_worker_t *w)
+void ps_asgi_drained(ps_asgi_t *ctx)
 {
-    ps_asgi_t *ctx = w->handler_data;
     if (ctx->stop_sent || ctx->loop_stop == NULL)
         return;
     ctx->stop_sent = 1;
@@ -1535,7 +1535,6 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "state must be a dict");
         return NULL;
     }
-    ctx->w->on_drained = on_drained;
     ps_worker_start(ctx->w);
     Py_RETURN_NONE;
 }
@@ -1715,7 +1714,6 @@ error:
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w)
 {
     ctx->w = w;
-    w->async = 1;
 }
 
 void ps_asgi_detach(ps_asgi_t *ctx)

@@ -40,6 +40,9 @@ int ps_asgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
+/* The worker's graceful stop finished its last connection (its drained
+ * hook): stops asyncio's loop once Server.start() has run. */
+void ps_asgi_drained(ps_asgi_t *ctx);
 /* Before the worker's loop is destroyed: stops the layer's timers. */
 void ps_asgi_detach(ps_asgi_t *ctx);
 PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);

@@ -215,7 +215,7 @@ static void server_start(void)
         .date_header = 0,
     };
     server.listen_fd = listen_loopback();
-    if (ps_worker_init(&server.w, &cfg, &hello_handler, NULL) < 0 ||
+    if (ps_worker_init(&server.w, &cfg, &hello_handler, NULL, NULL, NULL) < 0 ||
         ps_worker_add_listener(&server.w, server.listen_fd) < 0) {
         fprintf(stderr, "test_conn: cannot start the worker\n");
         exit(2);
