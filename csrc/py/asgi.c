@@ -22,8 +22,6 @@
 #include "bridge.h"
 
 #define MAX_STACK_HEADERS 32
-#define NAME_SLOTS 128
-#define NAME_MAX_LEN 48
 
 enum {
     S_TYPE,
@@ -106,17 +104,6 @@ static const char *const str_names[S_COUNT] = {
     "https",
 };
 
-typedef struct {
-    char name[NAME_MAX_LEN];
-    uint8_t len;
-    PyObject *bytes; /* the lower-case name */
-} name_slot_t;
-
-typedef struct {
-    PyObject *client; /* (host, port) or None */
-    PyObject *server; /* (host, port) or [path, None] */
-} asgi_conn_info_t;
-
 struct ps_asgi {
     ps_module_state_t *st;
     ps_worker_t *w;
@@ -141,8 +128,7 @@ struct ps_asgi {
     PyObject *asgi_template;
     PyObject *extensions_template;
     PyObject *empty_bytes;
-    PyObject *methods[64];
-    name_slot_t names[NAME_SLOTS];
+    ps_py_cache_t cache; /* methods, header names */
     uint32_t limit_concurrency;
     uint32_t active;
     unsigned stop_sent : 1;
@@ -155,6 +141,7 @@ typedef struct {
     PyObject *send_waiter;    /* Future a send() waits on */
     PyObject *headers;        /* from http.response.start */
     PyObject *client;         /* the forwarded (host, 0), NULL when the client is the peer */
+    ps_slice_t fwd_client;    /* the same as sent, for the access log (into the request) */
     int status;
     int sendfile_fd;
     unsigned started : 1;       /* http.response.start received */
@@ -272,92 +259,6 @@ static PyObject *message(ps_asgi_t *ctx, int type)
 
 /* ---- scope ---- */
 
-static PyObject *addr_tuple(const struct sockaddr_storage *ss)
-{
-    char text[INET6_ADDRSTRLEN];
-    int port;
-    if (ps_net_format_address(ss, text, &port) < 0)
-        return Py_NewRef(Py_None);
-    return Py_BuildValue("(si)", text, port);
-}
-
-static void conn_info_free(asgi_conn_info_t *ci)
-{
-    Py_XDECREF(ci->client);
-    Py_XDECREF(ci->server);
-    PyMem_Free(ci);
-}
-
-static asgi_conn_info_t *conn_info(ps_exchange_t *x)
-{
-    if (x->conn_data)
-        return x->conn_data;
-    asgi_conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
-    if (ci == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    struct sockaddr_storage local;
-    socklen_t len = sizeof(local);
-    memset(&local, 0, sizeof(local));
-    int rc = ps_exchange_local_address(x, &local, &len);
-    if (rc < 0) {
-        errno = -rc;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto error;
-    }
-    if (x->is_unix) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&local;
-        ((char *)&local)[PS_MIN((size_t)len, sizeof(local) - 1)] = '\0';
-        PyObject *path = PyUnicode_DecodeFSDefault(len > sizeof(sa_family_t) ? un->sun_path : "");
-        ci->server = path ? Py_BuildValue("[NO]", path, Py_None) : NULL;
-        ci->client = Py_NewRef(Py_None);
-    } else {
-        ci->server = addr_tuple(&local);
-        ci->client = addr_tuple(x->peer);
-    }
-    if (ci->server == NULL || ci->client == NULL)
-        goto error;
-    x->conn_data = ci;
-    return ci;
-error:
-    conn_info_free(ci);
-    return NULL;
-}
-
-/* The lower-case header name as bytes, from a bounded cache. New ref. */
-static PyObject *header_name(ps_asgi_t *ctx, ps_slice_t name)
-{
-    char buf[NAME_MAX_LEN];
-    if (name.len > NAME_MAX_LEN) {
-        PyObject *b = PyBytes_FromStringAndSize(name.base, (Py_ssize_t)name.len);
-        if (b == NULL)
-            return NULL;
-        char *p = PyBytes_AS_STRING(b);
-        for (size_t i = 0; i < name.len; i++)
-            if (p[i] >= 'A' && p[i] <= 'Z')
-                p[i] = (char)(p[i] + 32);
-        return b;
-    }
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < name.len; i++) {
-        char ch = name.base[i];
-        ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
-        buf[i] = ch;
-        h = (h ^ (uint8_t)ch) * 16777619u;
-    }
-    name_slot_t *slot = &ctx->names[h % NAME_SLOTS];
-    if (slot->bytes && slot->len == name.len && memcmp(slot->name, buf, name.len) == 0)
-        return Py_NewRef(slot->bytes);
-    PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)name.len);
-    if (b == NULL)
-        return NULL;
-    Py_XSETREF(slot->bytes, Py_NewRef(b));
-    memcpy(slot->name, buf, name.len);
-    slot->len = (uint8_t)name.len;
-    return b;
-}
-
 static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_trailers)
 {
     PyObject *list = PyList_New((Py_ssize_t)r->nheaders);
@@ -365,7 +266,7 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
         return NULL;
     for (uint32_t i = 0; i < r->nheaders; i++) {
         const ps_header_t *h = &r->headers[i];
-        PyObject *name = header_name(ctx, h->name);
+        PyObject *name = ps_py_header_name(&ctx->cache, h->name);
         PyObject *value =
             name ? PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len) : NULL;
         PyObject *pair = value ? PyTuple_Pack(2, name, value) : NULL;
@@ -385,7 +286,7 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
 
 static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
 {
-    return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
+    return ps_py_method(&ctx->cache, r);
 }
 
 static int set_new(PyObject *d, PyObject *key, PyObject *value)
@@ -455,16 +356,15 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
                              const ps_proxy_result_t *fwd)
 {
     ps_request_t *r = x->req;
-    asgi_conn_info_t *ci = conn_info(x);
-    if (ci == NULL)
+    ps_py_addresses_t *a = ps_py_addresses(&ctx->cache, x);
+    if (a == NULL)
         return NULL;
     PyObject **s = ctx->s;
     PyObject *scheme = fwd->scheme == PS_SCHEME_HTTPS ? s[S_HTTPS] : s[S_HTTP];
-    PyObject *client = ci->client; /* borrowed */
+    PyObject *client = a->client; /* borrowed */
     if (ps_unlikely(fwd->client.base != NULL)) {
-        PyObject *host =
-            PyUnicode_DecodeLatin1(fwd->client.base, (Py_ssize_t)fwd->client.len, NULL);
-        cycle->client = host ? Py_BuildValue("(Ni)", host, 0) : NULL;
+        cycle->fwd_client = fwd->client;
+        cycle->client = ps_py_forwarded_client(&ctx->cache, fwd->client);
         if (cycle->client == NULL)
             return NULL;
         client = cycle->client;
@@ -488,7 +388,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
         PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
         (ps_likely(r->target_host.base == NULL)
-             ? PyDict_SetItem(scope, s[S_SERVER], ci->server)
+             ? PyDict_SetItem(scope, s[S_SERVER], a->server)
              : set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
         set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
         (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
@@ -500,34 +400,6 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
 }
 
 /* ---- the request cycle ---- */
-
-/* One access-log line; the client is the forwarded one when a trusted
- * proxy named it. */
-static void log_access(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle, int status)
-{
-    ps_request_t *r = x->req;
-    asgi_conn_info_t *ci = x->conn_data;
-    PyObject *method = method_str(ctx, r);
-    PyObject *target = PyUnicode_DecodeLatin1(r->target.base, PS_MIN(r->target.len, 4096), NULL);
-    PyObject *client = NULL, *msg = NULL, *res = NULL;
-    PyObject *who = cycle->client ? cycle->client : ci ? ci->client : Py_None; /* borrowed */
-    if (who != Py_None)
-        client = PyUnicode_FromFormat("%S:%S", PyTuple_GET_ITEM(who, 0), PyTuple_GET_ITEM(who, 1));
-    else
-        client = PyUnicode_FromString("-");
-    if (method && target && client)
-        msg = PyUnicode_FromFormat("%U - \"%U %U HTTP/1.%d\" %d", client, method, target,
-                                   (int)r->http_minor, status);
-    if (msg)
-        res = PyObject_CallOneArg(ctx->access_info, msg);
-    if (res == NULL)
-        PyErr_Clear();
-    Py_XDECREF(res);
-    Py_XDECREF(msg);
-    Py_XDECREF(client);
-    Py_XDECREF(method);
-    Py_XDECREF(target);
-}
 
 /* Cuts the cycle from its connection and drops the connection's reference
  * (which may free the cycle: callers touch it no more). */
@@ -563,7 +435,7 @@ static void complete(CycleObject *cycle)
     ps_asgi_t *ctx = cycle->ctx;
     cycle->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, x, cycle, x->status);
+        ps_log_access(ctx->access_info, x, cycle->fwd_client, x->status);
     wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
@@ -968,7 +840,7 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     Py_INCREF(self);
     self->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, x, self, x->status);
+        ps_log_access(ctx->access_info, x, self->fwd_client, x->status);
     detach(self);
     int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
@@ -1400,11 +1272,9 @@ error:
 static void on_request(ps_exchange_t *x)
 {
     ps_asgi_t *ctx = x->handler_data;
-    ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (x->proxy && ps_proxy_apply(x->proxy, x->req, &fwd) < 0) {
-        ps_exchange_reject(x, 400, "secure scheme headers disagree");
+    ps_proxy_result_t fwd;
+    if (ps_py_forwarded(x, &fwd) < 0)
         return;
-    }
     /* Like uvicorn: tasks in progress or open connections (this one
      * included) over the limit. */
     uint32_t limit = ctx->limit_concurrency;
@@ -1468,9 +1338,7 @@ static void dispose(ps_exchange_t *x)
 {
     if (x->app_data)
         lose(x->app_data);
-    if (x->conn_data)
-        conn_info_free(x->conn_data);
-    x->conn_data = NULL;
+    ps_py_addresses_free(x);
 }
 
 static void on_rejected(ps_exchange_t *x, int status, const char *reason)
@@ -1639,10 +1507,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->asgi_template);
     Py_XDECREF(ctx->extensions_template);
     Py_XDECREF(ctx->empty_bytes);
-    for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
-        Py_XDECREF(ctx->methods[i]);
-    for (size_t i = 0; i < NAME_SLOTS; i++)
-        Py_XDECREF(ctx->names[i].bytes);
+    ps_py_cache_clear(&ctx->cache);
     PyMem_Free(ctx);
 }
 
@@ -1677,6 +1542,8 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, P
         return (ps_asgi_t *)PyErr_NoMemory();
     ctx->st = st;
     ctx->app = Py_NewRef(app);
+    if (ps_py_cache_init(&ctx->cache, PS_PY_ASGI) < 0)
+        goto error;
     for (int i = 0; i < S_COUNT; i++)
         if ((ctx->s[i] = PyUnicode_InternFromString(str_names[i])) == NULL)
             goto error;

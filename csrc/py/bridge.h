@@ -54,24 +54,78 @@ extern const ps_handler_t ps_asgi_handler;
 /* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
 
-/* The request method as str, cached per llhttp method id in cache[n].
+/* ---- request.c: what both interfaces take from an exchange ---- */
+
+typedef enum {
+    PS_PY_WSGI, /* header names as environ keys (str), addresses as str */
+    PS_PY_ASGI, /* header names as lower-case bytes, addresses as tuples */
+} ps_py_kind_t;
+
+#define PS_PY_NAME_SLOTS 256
+#define PS_PY_NAME_MAX 64
+
+typedef struct {
+    char name[PS_PY_NAME_MAX]; /* the transformed key */
+    uint8_t len;
+    PyObject *obj;
+} ps_py_name_slot_t;
+
+/* One interface's caches (it lives as long as the layer). */
+typedef struct {
+    ps_py_kind_t kind;
+    PyObject *content_type, *content_length; /* WSGI's two keys without HTTP_ */
+    PyObject *methods[64];                   /* by llhttp method id */
+    ps_py_name_slot_t names[PS_PY_NAME_SLOTS];
+} ps_py_cache_t;
+
+/* Returns 0 or -1 with an exception (then call ps_py_cache_clear). */
+int ps_py_cache_init(ps_py_cache_t *c, ps_py_kind_t kind);
+void ps_py_cache_clear(ps_py_cache_t *c);
+/* The request method as str, exactly as sent (PS_METHOD_OTHER included).
  * Returns a new reference, or NULL with an exception. */
-static inline PyObject *ps_py_method(PyObject **cache, size_t n, const ps_request_t *r)
-{
-    if (r->method_id < n) {
-        PyObject **slot = &cache[r->method_id];
-        if (*slot == NULL)
-            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-        return Py_XNewRef(*slot);
-    }
-    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-}
+PyObject *ps_py_method(ps_py_cache_t *c, const ps_request_t *r);
+/* A request header's name in the kind's shape, from a bounded cache: WSGI
+ * "HTTP_USER_AGENT" (CONTENT_TYPE, CONTENT_LENGTH), ASGI b"user-agent".
+ * Returns a new reference, NULL with an exception, or (WSGI) NULL without
+ * one for a name with '_' that must not reach the application. */
+PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name);
+
+/* The exchange's addresses in the kind's shape, made on its connection's
+ * first request and kept in x->conn_data (free with ps_py_addresses_free).
+ * Over a unix socket both kinds say the same: the server is the socket's
+ * path and there is no client address. */
+typedef struct {
+    PyObject *client;      /* WSGI REMOTE_ADDR ("" on a unix socket); ASGI (host, port) or None */
+    PyObject *client_port; /* WSGI REMOTE_PORT, NULL on a unix socket; ASGI NULL */
+    PyObject *server; /* WSGI SERVER_NAME (address or path); ASGI (host, port) or [path, None] */
+    PyObject *server_port; /* WSGI SERVER_PORT ("" on a unix socket); ASGI NULL */
+} ps_py_addresses_t;
+
+/* Returns the addresses (borrowed from x), or NULL with an exception. */
+ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
+void ps_py_addresses_free(ps_exchange_t *x);
+
+/* Reads a trusted proxy's headers into *fwd (PS_SCHEME_NONE and no client
+ * when the peer is not trusted). Returns 0, or -1 after rejecting the
+ * request with 400 when two secure scheme headers disagree. */
+int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd);
+/* The forwarded client: WSGI its host as str, ASGI (host, 0). New
+ * reference, or NULL with an exception. */
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client);
 
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */
 void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
+
+/* The access line of a request, the same for WSGI and ASGI:
+ *   CLIENT - "METHOD TARGET HTTP/x.y" STATUS
+ * CLIENT is "address:port" ("[::1]:port" for IPv6), "-" over a unix
+ * socket, or the client a trusted proxy forwarded (fwd_client.base set)
+ * with port 0. Bytes outside printable ASCII, '"' and backslash are escaped
+ * as \xNN. Never raises; a pending exception stays pending. */
+void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_client, int status);
 
 /* Rejected requests (ps_exchange_reject): one access line each, like any
  * other request, and a reason line on the error logger at INFO, at most
