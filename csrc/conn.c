@@ -360,9 +360,9 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
         return send_iov(c, NULL, 0);
     }
     if (c->resp_chunked) {
-        char size_line[24];
-        int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
-        struct iovec v[3] = {{size_line, (size_t)sl}, {(void *)data, len}, {"\r\n", 2}};
+        char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
+        size_t sl = ps_http1_chunk_head(size_line, len);
+        struct iovec v[3] = {{size_line, sl}, {(void *)data, len}, {"\r\n", 2}};
         return send_iov(c, v, 3);
     }
     struct iovec v = {(void *)data, len};
@@ -401,9 +401,9 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
         return ps_conn_write(c, NULL, 0);
     c->resp_bytes += count;
     if (c->resp_chunked) {
-        char size_line[24];
-        int sl = snprintf(size_line, sizeof(size_line), "%llx\r\n", (unsigned long long)count);
-        if (ps_buf_append(&c->wbuf, size_line, (size_t)sl) < 0)
+        char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
+        size_t sl = ps_http1_chunk_head(size_line, count);
+        if (ps_buf_append(&c->wbuf, size_line, sl) < 0)
             return -ENOMEM;
         c->sf_trailer = 1;
     }
@@ -427,7 +427,7 @@ void ps_conn_end(ps_conn_t *c)
     c->resp_ended = 1;
     if (!c->failed) {
         if (c->resp_chunked) {
-            struct iovec v = {"0\r\n\r\n", 5};
+            struct iovec v = {PS_HTTP1_LAST_CHUNK, sizeof(PS_HTTP1_LAST_CHUNK) - 1};
             send_iov(c, &v, 1);
         } else if (c->resp_left > 0) {
             c->keep_alive = 0; /* shorter than announced: only a close can say so */
@@ -442,17 +442,10 @@ int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
         ps_conn_end(c);
         return 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (!ps_http1_valid_field(h[i].name, h[i].value))
-            return -EINVAL;
-    ps_buf_t *b = &c->wbuf;
-    if (ps_buf_append(b, "0\r\n", 3) < 0)
-        goto oom;
-    for (size_t i = 0; i < n; i++)
-        if (ps_buf_append_slice(b, h[i].name) < 0 || ps_buf_append(b, ": ", 2) < 0 ||
-            ps_buf_append_slice(b, h[i].value) < 0 || ps_buf_append(b, "\r\n", 2) < 0)
-            goto oom;
-    if (ps_buf_append(b, "\r\n", 2) < 0)
+    int rc = ps_http1_write_last_chunk(&c->wbuf, h, n);
+    if (rc == -EINVAL)
+        return rc;
+    if (rc < 0)
         goto oom;
     c->resp_chunked = 0; /* the last chunk is queued: nothing more to frame */
     send_iov(c, NULL, 0);

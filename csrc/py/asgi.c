@@ -518,70 +518,6 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 
 /* ---- send() ---- */
 
-static const char *reason_phrase(int status)
-{
-    switch (status) {
-    case 100:
-        return "Continue";
-    case 101:
-        return "Switching Protocols";
-    case 103:
-        return "Early Hints";
-    case 200:
-        return "OK";
-    case 201:
-        return "Created";
-    case 202:
-        return "Accepted";
-    case 204:
-        return "No Content";
-    case 206:
-        return "Partial Content";
-    case 301:
-        return "Moved Permanently";
-    case 302:
-        return "Found";
-    case 303:
-        return "See Other";
-    case 304:
-        return "Not Modified";
-    case 307:
-        return "Temporary Redirect";
-    case 308:
-        return "Permanent Redirect";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 422:
-        return "Unprocessable Content";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "";
-    }
-}
-
 /* Views an ASGI header list as slices into its bytes objects. *hs is a
  * stack array of room entries or a PyMem block the caller frees. Returns
  * the count, or -1 with an exception. */
@@ -668,7 +604,7 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
             hs[n++].value = (ps_slice_t){length_text, (size_t)l};
         }
     }
-    const char *reason = reason_phrase(st);
+    const char *reason = ps_http1_reason_phrase(st);
     int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
     int rc =
         ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);

@@ -5,6 +5,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "../common.h"
 #include "../loop.h"
 #include "../net.h"
@@ -81,14 +83,71 @@ typedef struct {
 /* Returns 0 or -1 with an exception (then call ps_py_cache_clear). */
 int ps_py_cache_init(ps_py_cache_t *c, ps_py_kind_t kind);
 void ps_py_cache_clear(ps_py_cache_t *c);
-/* The request method as str, exactly as sent (PS_METHOD_OTHER included).
- * Returns a new reference, or NULL with an exception. */
-PyObject *ps_py_method(ps_py_cache_t *c, const ps_request_t *r);
+/* The slow paths of the two below (request.c): a key made and put in its
+ * slot, and a name too long to cache. New reference or NULL. */
+PyObject *ps_py_cache_fill(ps_py_cache_t *c, const char *key, size_t n, uint32_t h);
+PyObject *ps_py_long_name(ps_py_cache_t *c, ps_slice_t name);
+
+/* The request method as str, exactly as sent: a method llhttp has no id
+ * for (PS_METHOD_OTHER) is never cached. Returns a new reference, or NULL
+ * with an exception. Inline: it runs for every request. */
+static inline PyObject *ps_py_method(ps_py_cache_t *c, const ps_request_t *r)
+{
+    if (r->method_id < PS_ARRAY_LEN(c->methods)) {
+        PyObject **slot = &c->methods[r->method_id];
+        if (*slot == NULL)
+            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+        return Py_XNewRef(*slot);
+    }
+    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
+}
+
+static inline PyObject *ps_py_cached_name(ps_py_cache_t *c, const char *key, size_t n, uint32_t h)
+{
+    ps_py_name_slot_t *slot = &c->names[h % PS_PY_NAME_SLOTS];
+    if (slot->obj && slot->len == n && memcmp(slot->name, key, n) == 0)
+        return Py_NewRef(slot->obj);
+    return ps_py_cache_fill(c, key, n, h);
+}
+
 /* A request header's name in the kind's shape, from a bounded cache: WSGI
- * "HTTP_USER_AGENT" (CONTENT_TYPE, CONTENT_LENGTH), ASGI b"user-agent".
- * Returns a new reference, NULL with an exception, or (WSGI) NULL without
- * one for a name with '_' that must not reach the application. */
-PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name);
+ * "HTTP_" + upper case with '-' as '_' (CONTENT_TYPE, CONTENT_LENGTH as
+ * they are), ASGI lower-case bytes. Returns a new reference, NULL with an
+ * exception, or (WSGI) NULL without one for a name with '_', which would
+ * pass for one with '-' and must not reach the application. Inline: it
+ * runs for every header of every request. */
+static inline PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name)
+{
+    char key[PS_PY_NAME_MAX];
+    uint32_t h = 2166136261u;
+    if (c->kind == PS_PY_WSGI) {
+        if (name.len == 12 && PS_SLICE_IEQ(name, "content-type"))
+            return Py_NewRef(c->content_type);
+        if (name.len == 14 && PS_SLICE_IEQ(name, "content-length"))
+            return Py_NewRef(c->content_length);
+        if (memchr(name.base, '_', name.len) != NULL)
+            return NULL;
+        if (5 + name.len > sizeof(key))
+            return ps_py_long_name(c, name);
+        memcpy(key, "HTTP_", 5);
+        for (size_t i = 0; i < name.len; i++) {
+            char ch = name.base[i];
+            ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
+            key[5 + i] = ch;
+            h = (h ^ (uint8_t)ch) * 16777619u;
+        }
+        return ps_py_cached_name(c, key, 5 + name.len, h);
+    }
+    if (name.len > sizeof(key))
+        return ps_py_long_name(c, name);
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        key[i] = ch;
+        h = (h ^ (uint8_t)ch) * 16777619u;
+    }
+    return ps_py_cached_name(c, key, name.len, h);
+}
 
 /* The exchange's addresses in the kind's shape, made on its connection's
  * first request and kept in x->conn_data (free with ps_py_addresses_free).
@@ -108,7 +167,12 @@ void ps_py_addresses_free(ps_exchange_t *x);
 /* Reads a trusted proxy's headers into *fwd (PS_SCHEME_NONE and no client
  * when the peer is not trusted). Returns 0, or -1 after rejecting the
  * request with 400 when two secure scheme headers disagree. */
-int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd);
+int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd);
+static inline int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
+{
+    *fwd = (ps_proxy_result_t){PS_SCHEME_NONE, {NULL, 0}};
+    return x->proxy ? ps_py_forwarded_apply(x, fwd) : 0;
+}
 /* The forwarded client: WSGI its host as str, ASGI (host, 0). New
  * reference, or NULL with an exception. */
 PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client);

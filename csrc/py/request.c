@@ -32,45 +32,6 @@ void ps_py_cache_clear(ps_py_cache_t *c)
     Py_CLEAR(c->content_length);
 }
 
-/* A method llhttp has no id for (PS_METHOD_OTHER) is never cached: it is
- * made from the bytes as sent. */
-PyObject *ps_py_method(ps_py_cache_t *c, const ps_request_t *r)
-{
-    if (r->method_id < PS_ARRAY_LEN(c->methods)) {
-        PyObject **slot = &c->methods[r->method_id];
-        if (*slot == NULL)
-            *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-        return Py_XNewRef(*slot);
-    }
-    return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
-}
-
-/* The key transform: WSGI's "HTTP_" + upper case with '-' as '_' (0 for a
- * name with '_', which would pass for one with '-'), ASGI's lower case.
- * Writes at most cap bytes of out; returns the key's length. */
-static size_t transform(ps_py_kind_t kind, ps_slice_t name, char *out, size_t cap, uint32_t *hash)
-{
-    uint32_t h = 2166136261u;
-    size_t pre = kind == PS_PY_WSGI ? 5 : 0;
-    if (pre)
-        memcpy(out, "HTTP_", PS_MIN(cap, pre));
-    for (size_t i = 0; i < name.len; i++) {
-        char ch = name.base[i];
-        if (kind == PS_PY_WSGI) {
-            if (ch == '_')
-                return 0;
-            ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
-        } else {
-            ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
-        }
-        if (pre + i < cap)
-            out[pre + i] = ch;
-        h = (h ^ (uint8_t)ch) * 16777619u;
-    }
-    *hash = h;
-    return pre + name.len;
-}
-
 /* WSGI: an interned str; ASGI: bytes. New reference or NULL. */
 static PyObject *make_key(ps_py_kind_t kind, const char *key, size_t n)
 {
@@ -82,37 +43,39 @@ static PyObject *make_key(ps_py_kind_t kind, const char *key, size_t n)
     return s;
 }
 
-PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name)
+PyObject *ps_py_cache_fill(ps_py_cache_t *c, const char *key, size_t n, uint32_t h)
 {
-    char buf[PS_PY_NAME_MAX];
-    if (c->kind == PS_PY_WSGI) {
-        if (name.len == 12 && PS_SLICE_IEQ(name, "content-type"))
-            return Py_NewRef(c->content_type);
-        if (name.len == 14 && PS_SLICE_IEQ(name, "content-length"))
-            return Py_NewRef(c->content_length);
-    }
-    uint32_t h = 0;
-    size_t n = transform(c->kind, name, buf, sizeof(buf), &h);
-    if (n == 0 && c->kind == PS_PY_WSGI)
-        return NULL;       /* dropped, no exception */
-    if (n > sizeof(buf)) { /* too long to cache: transformed again into a heap copy */
-        char *key = PyMem_Malloc(n);
-        if (key == NULL)
-            return PyErr_NoMemory();
-        transform(c->kind, name, key, n, &h);
-        PyObject *result = make_key(c->kind, key, n);
-        PyMem_Free(key);
-        return result;
-    }
     ps_py_name_slot_t *slot = &c->names[h % PS_PY_NAME_SLOTS];
-    if (slot->obj && slot->len == n && memcmp(slot->name, buf, n) == 0)
-        return Py_NewRef(slot->obj);
-    PyObject *result = make_key(c->kind, buf, n);
+    PyObject *result = make_key(c->kind, key, n);
     if (result == NULL)
         return NULL;
     Py_XSETREF(slot->obj, Py_NewRef(result)); /* a colliding name replaces the slot */
-    memcpy(slot->name, buf, n);
+    memcpy(slot->name, key, n);
     slot->len = (uint8_t)n;
+    return result;
+}
+
+PyObject *ps_py_long_name(ps_py_cache_t *c, ps_slice_t name)
+{
+    size_t n = (c->kind == PS_PY_WSGI ? 5 : 0) + name.len;
+    char *key = PyMem_Malloc(n);
+    if (key == NULL)
+        return PyErr_NoMemory();
+    char *p = key;
+    if (c->kind == PS_PY_WSGI) {
+        memcpy(key, "HTTP_", 5);
+        p += 5;
+    }
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        if (c->kind == PS_PY_WSGI)
+            ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
+        else
+            ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        p[i] = ch;
+    }
+    PyObject *result = make_key(c->kind, key, n);
+    PyMem_Free(key);
     return result;
 }
 
@@ -214,10 +177,9 @@ error:
 
 /* ---- what a trusted proxy forwarded ---- */
 
-int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
+int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd)
 {
-    *fwd = (ps_proxy_result_t){PS_SCHEME_NONE, {NULL, 0}};
-    if (x->proxy && ps_proxy_apply(x->proxy, x->req, fwd) < 0) {
+    if (ps_proxy_apply(x->proxy, x->req, fwd) < 0) {
         ps_exchange_reject(x, 400, "secure scheme headers disagree");
         return -1;
     }
