@@ -30,7 +30,7 @@ CSRC := $(wildcard csrc/*.c csrc/*.h csrc/py/*.c csrc/py/*.h)
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 EXT := pyserver/_core$(EXT_SUFFIX)
 
-ASAN_CFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g
+ASAN_CFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g -DPS_DEBUG_ASSERTS
 ASAN_LDFLAGS := -fsanitize=address,undefined
 
 # The flags the extension is built with; build/core-flags changes only when

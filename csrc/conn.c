@@ -13,7 +13,7 @@
 
 #include "common.h"
 #include "date.h"
-#include "loop.h"
+#include "worker.h"
 #include "spool.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
@@ -39,6 +39,26 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void process(ps_conn_t *c);
 static void after_handler(ps_conn_t *c);
 static int parse(ps_conn_t *c);
+
+/* The states each state may move to (bit per enum ps_conn_state), checked
+ * under PS_DEBUG_ASSERTS. */
+#define S(x) (1u << (x))
+static const uint8_t next_states[] = {
+    [PS_CONN_IDLE] =
+        S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_APP] = S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
+    [PS_CONN_CLOSED] = 0,
+};
+#undef S
+
+static inline void set_state(ps_conn_t *c, enum ps_conn_state s)
+{
+    PS_ASSERT(c->state < PS_ARRAY_LEN(next_states) && (next_states[c->state] & (1u << s)));
+    c->state = (uint8_t)s;
+}
 
 /* A write, end or abort called from outside a handler callback (an asyncio
  * task of an asynchronous layer) moves the connection on by itself. */
@@ -157,7 +177,7 @@ void ps_conn_close(ps_conn_t *c)
     close(c->fd);
     c->fd = -1;
     drop_spool(c);
-    c->state = PS_CONN_CLOSED;
+    set_state(c, PS_CONN_CLOSED);
     c->failed = 1;
     ps_worker_conn_closed(c->w, c);
     if (tell_app)
@@ -170,7 +190,7 @@ void ps_conn_close(ps_conn_t *c)
 static void linger(ps_conn_t *c)
 {
     shutdown(c->fd, SHUT_WR);
-    c->state = PS_CONN_LINGER;
+    set_state(c, PS_CONN_LINGER);
     ev_io_stop(c->w->loop, &c->wio);
     ev_io_start(c->w->loop, &c->rio);
     arm_timer(c, LINGER_SECONDS);
@@ -222,6 +242,7 @@ static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
         }
         sent = r < 0 ? 0 : (size_t)r;
     }
+    PS_ASSERT(sent <= total);
     if (sent == total) {
         ps_buf_reset(&c->wbuf);
         return PS_WRITE_DONE;
@@ -337,6 +358,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
         extra[ne++] = close_line;
     else if (r->http_minor == 0)
         extra[ne++] = keep_alive_line;
+    PS_ASSERT(ne <= PS_ARRAY_LEN(extra));
     if (ps_http1_write_head(&c->wbuf, status, h, n, extra, ne) < 0)
         return -ENOMEM;
     c->resp_started = 1;
@@ -522,6 +544,7 @@ static int parse(ps_conn_t *c)
     int rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
     if (used)
         c->head_started = 1;
+    PS_ASSERT(used <= ps_buf_size(&c->rbuf));
     ps_buf_consume(&c->rbuf, used);
     return rc;
 }
@@ -705,7 +728,7 @@ static void reset_for_next(ps_conn_t *c)
 {
     ps_http1_next(&c->parser);
     ps_buf_reset(&c->body);
-    c->state = PS_CONN_IDLE;
+    set_state(c, PS_CONN_IDLE);
     c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
     c->continue_sent = c->head_started = c->body_wanted = 0;
     c->head_deadline = 0;
@@ -751,7 +774,7 @@ static void after_handler(ps_conn_t *c)
             ps_buf_shrink(&c->body, KEEP_BUF);
         }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
-            c->state = PS_CONN_FLUSH;
+            set_state(c, PS_CONN_FLUSH);
             start_writing(c);
         } else {
             complete(c);
@@ -767,7 +790,7 @@ static void after_handler(ps_conn_t *c)
 static void dispatch(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    c->state = PS_CONN_APP;
+    set_state(c, PS_CONN_APP);
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;
     c->body_wanted = 0;
@@ -784,7 +807,7 @@ static void dispatch(ps_conn_t *c)
  * closes after the answer. May close c. */
 static void answer_error(ps_conn_t *c, int status, const char *reason)
 {
-    c->state = PS_CONN_APP;
+    set_state(c, PS_CONN_APP);
     ev_io_stop(c->w->loop, &c->rio);
     c->in_handler = 1;
     ps_conn_reject(c, status, reason);
@@ -839,7 +862,7 @@ static void process(ps_conn_t *c)
             return;
         }
         if (c->state == PS_CONN_IDLE) {
-            c->state = PS_CONN_BODY;
+            set_state(c, PS_CONN_BODY);
             c->req_start = ev_now(w->loop);
             progress = 1;
             if (!w->async && !r->message_complete && expect_body(c) < 0)

@@ -24,7 +24,7 @@ if ! pkg-config --exists 'openssl >= 3.0'; then
 fi
 ssl_cflags=$(pkg-config --cflags openssl)
 ssl_libs=$(pkg-config --libs openssl)
-cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
+cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 -DPS_DEBUG_ASSERTS $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
 
 rm -rf "$out"
 mkdir -p "$out/core" "$out/llhttp"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common.h"
-#include "../loop.h"
+#include "../worker.h"
 #include "../net.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* Loopback tests of csrc/conn.c and csrc/loop.c: a real worker on
+/* Loopback tests of csrc/conn.c, csrc/worker.c and csrc/listener.c: a real worker on
  * 127.0.0.1 with a small C handler, and a client thread that sends raw
  * requests and compares the raw answers byte for byte.
  *
@@ -22,7 +22,7 @@
 #include "check.h"
 #include "common.h"
 #include "conn.h"
-#include "loop.h"
+#include "worker.h"
 
 /* conn.c's high-water mark for a request body waiting for the application. */
 #define CONN_BODY_HIGH (256 * 1024)

@@ -1,6 +1,7 @@
-/* A worker: one libev loop, its listening sockets and its connections. */
-#ifndef PS_LOOP_H
-#define PS_LOOP_H
+/* A worker: one libev loop, its listening sockets and its connections.
+ * Accepting is listener.[ch]; one connection is conn.[ch]. */
+#ifndef PS_WORKER_H
+#define PS_WORKER_H
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -9,6 +10,7 @@
 
 #include "exchange.h"
 #include "http1.h"
+#include "listener.h"
 #include "master.h"
 
 typedef struct ps_conn ps_conn_t;
@@ -29,21 +31,6 @@ typedef struct {
     unsigned server_header : 1;
     unsigned date_header : 1;
 } ps_config_t;
-
-typedef struct {
-    ev_io io;
-    ps_worker_t *w;
-    int fd;
-    int is_unix;
-    int own;          /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
-    int shut_at_stop; /* bound by this server: released at its last stop (loop.c) */
-    int released;     /* drained and shut down: never watched again */
-    int gated;        /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
-    /* The bound address when it is a specific one: then it is every accepted
-     * connection's local address too, and no getsockname is needed. */
-    struct sockaddr_storage local;
-    socklen_t local_len;
-} ps_listener_t;
 
 /* What the worker calls in the code that runs it: each optional, on the
  * loop thread, with ps_worker_init's hooks_data. */
@@ -72,7 +59,7 @@ struct ps_worker {
     unsigned async : 1; /* handler->async, kept here for the hot path */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
-    /* The accept gate (see loop.c): shared listeners sit in libev's epoll set
+    /* The accept gate (see listener.c): shared listeners sit in libev's epoll set
      * with EPOLLEXCLUSIVE, reported to libev as events of gate_fd. */
     int gate_fd;        /* an eventfd never written; -1 when there is no gate */
     int gate_epfd;      /* libev's epoll set */
