@@ -6,7 +6,7 @@
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run the HTTP/1 parser fuzzer for FUZZ_SECONDS (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
-#   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
+#   make lint       clang-format, ruff, mypy, and "only csrc/py includes Python.h"
 #   make clean      remove build outputs (distclean also removes .venv)
 
 SHELL := /bin/bash
@@ -133,12 +133,14 @@ PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
 # Runs every check, then fails if any did.
 lint: apt-deps | $(PY)
 	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PIP) install ruff
+	@$(PY) -m mypy --version >/dev/null 2>&1 || $(PIP) install mypy
 	@status=0; \
 	if [ -n "$(C_LINT_FILES)" ]; then \
 		clang-format --dry-run --Werror $(C_LINT_FILES) || status=1; \
 	fi; \
 	$(PY) -m ruff check $(PY_LINT_DIRS) || status=1; \
 	$(PY) -m ruff format --check $(PY_LINT_DIRS) || status=1; \
+	$(PY) -m mypy || status=1; \
 	bad=$$(grep -rlE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]Python\.h[>"]' \
 		csrc tests/c tests/fuzz 2>/dev/null | grep -v '^csrc/py/' || true); \
 	if [ -n "$$bad" ]; then \
