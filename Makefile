@@ -6,7 +6,7 @@
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run every fuzzer in tests/fuzz, FUZZ_SECONDS each (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
-#   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
+#   make lint       clang-format, ruff, mypy, and "only csrc/py includes Python.h"
 #   make clean      remove build outputs (distclean also removes .venv)
 
 SHELL := /bin/bash
@@ -30,7 +30,7 @@ CSRC := $(wildcard csrc/*.c csrc/*.h csrc/py/*.c csrc/py/*.h)
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 EXT := pyserver/_core$(EXT_SUFFIX)
 
-ASAN_CFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g
+ASAN_CFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g -DPS_DEBUG_ASSERTS
 ASAN_LDFLAGS := -fsanitize=address,undefined
 
 # The flags the extension is built with; build/core-flags changes only when
@@ -135,12 +135,14 @@ PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
 # Runs every check, then fails if any did.
 lint: apt-deps | $(PY)
 	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PIP) install ruff
+	@$(PY) -m mypy --version >/dev/null 2>&1 || $(PIP) install mypy
 	@status=0; \
 	if [ -n "$(C_LINT_FILES)" ]; then \
 		clang-format --dry-run --Werror $(C_LINT_FILES) || status=1; \
 	fi; \
 	$(PY) -m ruff check $(PY_LINT_DIRS) || status=1; \
 	$(PY) -m ruff format --check $(PY_LINT_DIRS) || status=1; \
+	$(PY) -m mypy || status=1; \
 	bad=$$(grep -rlE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]Python\.h[>"]' \
 		csrc tests/c tests/fuzz 2>/dev/null | grep -v '^csrc/py/' || true); \
 	if [ -n "$$bad" ]; then \

@@ -1,5 +1,7 @@
 #include "buf.h"
 
+#include "common.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <strings.h>

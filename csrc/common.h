@@ -16,4 +16,20 @@
 
 #define PS_UNUSED(x) ((void)(x))
 
+/* Invariants the code relies on (state transitions, buffer bounds).
+ * Compiled in when PS_DEBUG_ASSERTS is defined, as make test-asan and
+ * scripts/test-c.sh do: a broken one prints where and aborts. Compiled
+ * out otherwise, without evaluating the condition. */
+#ifdef PS_DEBUG_ASSERTS
+#include <stdio.h>
+#include <stdlib.h>
+#define PS_ASSERT(cond)                                                                            \
+    (ps_likely(cond) ? (void)0                                                                     \
+                     : (fprintf(stderr, "pyserver: %s:%d: %s: assertion failed: %s\n", __FILE__,   \
+                                __LINE__, __func__, #cond),                                        \
+                        abort()))
+#else
+#define PS_ASSERT(cond) ((void)sizeof(!(cond)))
+#endif
+
 #endif

@@ -13,7 +13,7 @@
 
 #include "common.h"
 #include "date.h"
-#include "loop.h"
+#include "worker.h"
 #include "spool.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
@@ -40,6 +40,26 @@ static void process(ps_conn_t *c);
 static void after_handler(ps_conn_t *c);
 static int parse(ps_conn_t *c);
 
+/* The states each state may move to (bit per enum ps_conn_state), checked
+ * under PS_DEBUG_ASSERTS. */
+#define S(x) (1u << (x))
+static const uint8_t next_states[] = {
+    [PS_CONN_IDLE] =
+        S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_APP] = S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
+    [PS_CONN_CLOSED] = 0,
+};
+#undef S
+
+static inline void set_state(ps_conn_t *c, enum ps_conn_state s)
+{
+    PS_ASSERT(c->state < PS_ARRAY_LEN(next_states) && (next_states[c->state] & (1u << s)));
+    c->state = (uint8_t)s;
+}
+
 /* A write, end or abort called from outside a handler callback (an asyncio
  * task of an asynchronous layer) moves the connection on by itself. */
 static void kick(ps_conn_t *c)
@@ -54,6 +74,7 @@ static void kick(ps_conn_t *c)
 static const ps_slice_t server_line = PS_SLICE_LIT("Server: pyserver\r\n");
 static const ps_slice_t chunked_line = PS_SLICE_LIT("Transfer-Encoding: chunked\r\n");
 static const ps_slice_t close_line = PS_SLICE_LIT("Connection: close\r\n");
+static const ps_exchange_ops_t ps_http1_exchange_ops;
 static const ps_slice_t keep_alive_line = PS_SLICE_LIT("Connection: keep-alive\r\n");
 
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
@@ -75,6 +96,17 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     c->proxy_trusted =
         proxy != NULL &&
         (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
+    c->x = (ps_exchange_t){
+        .ops = &ps_http1_exchange_ops,
+        .req = &c->parser.req,
+        .body = &c->body,
+        .worker = w,
+        .handler_data = w->handler_data,
+        .proxy = c->proxy_trusted ? proxy : NULL,
+        .peer = &c->peer,
+        .peer_len = peer_len,
+        .is_unix = c->is_unix,
+    };
     /* A synchronous request's parser pauses once the body passes the spool
      * threshold, so that the body goes to the file from then on. */
     size_t high = BODY_HIGH;
@@ -138,18 +170,18 @@ void ps_conn_close(ps_conn_t *c)
     if (c->state == PS_CONN_CLOSED)
         return;
     struct ev_loop *loop = c->w->loop;
-    int tell_app = c->app_data != NULL && !c->in_handler;
+    int tell_app = c->x.app_data != NULL && !c->in_handler;
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);
     close(c->fd);
     c->fd = -1;
     drop_spool(c);
-    c->state = PS_CONN_CLOSED;
+    set_state(c, PS_CONN_CLOSED);
     c->failed = 1;
     ps_worker_conn_closed(c->w, c);
     if (tell_app)
-        c->w->handler->on_disconnect(c);
+        c->w->handler->on_disconnect(&c->x);
 }
 
 /* Half-closes after an answer and drains what the client still sends, so
@@ -158,7 +190,7 @@ void ps_conn_close(ps_conn_t *c)
 static void linger(ps_conn_t *c)
 {
     shutdown(c->fd, SHUT_WR);
-    c->state = PS_CONN_LINGER;
+    set_state(c, PS_CONN_LINGER);
     ev_io_stop(c->w->loop, &c->wio);
     ev_io_start(c->w->loop, &c->rio);
     arm_timer(c, LINGER_SECONDS);
@@ -210,6 +242,7 @@ static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
         }
         sent = r < 0 ? 0 : (size_t)r;
     }
+    PS_ASSERT(sent <= total);
     if (sent == total) {
         ps_buf_reset(&c->wbuf);
         return PS_WRITE_DONE;
@@ -302,7 +335,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0)
         return -EINVAL;
-    c->resp_status = info.status;
+    c->x.status = info.status;
     if (info.conn_close || !r->message_complete)
         c->keep_alive = 0;
     ps_slice_t extra[4];
@@ -325,6 +358,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
         extra[ne++] = close_line;
     else if (r->http_minor == 0)
         extra[ne++] = keep_alive_line;
+    PS_ASSERT(ne <= PS_ARRAY_LEN(extra));
     if (ps_http1_write_head(&c->wbuf, status, h, n, extra, ne) < 0)
         return -ENOMEM;
     c->resp_started = 1;
@@ -348,9 +382,9 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
         return send_iov(c, NULL, 0);
     }
     if (c->resp_chunked) {
-        char size_line[24];
-        int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
-        struct iovec v[3] = {{size_line, (size_t)sl}, {(void *)data, len}, {"\r\n", 2}};
+        char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
+        size_t sl = ps_http1_chunk_head(size_line, len);
+        struct iovec v[3] = {{size_line, sl}, {(void *)data, len}, {"\r\n", 2}};
         return send_iov(c, v, 3);
     }
     struct iovec v = {(void *)data, len};
@@ -389,9 +423,9 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
         return ps_conn_write(c, NULL, 0);
     c->resp_bytes += count;
     if (c->resp_chunked) {
-        char size_line[24];
-        int sl = snprintf(size_line, sizeof(size_line), "%llx\r\n", (unsigned long long)count);
-        if (ps_buf_append(&c->wbuf, size_line, (size_t)sl) < 0)
+        char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
+        size_t sl = ps_http1_chunk_head(size_line, count);
+        if (ps_buf_append(&c->wbuf, size_line, sl) < 0)
             return -ENOMEM;
         c->sf_trailer = 1;
     }
@@ -415,7 +449,7 @@ void ps_conn_end(ps_conn_t *c)
     c->resp_ended = 1;
     if (!c->failed) {
         if (c->resp_chunked) {
-            struct iovec v = {"0\r\n\r\n", 5};
+            struct iovec v = {PS_HTTP1_LAST_CHUNK, sizeof(PS_HTTP1_LAST_CHUNK) - 1};
             send_iov(c, &v, 1);
         } else if (c->resp_left > 0) {
             c->keep_alive = 0; /* shorter than announced: only a close can say so */
@@ -430,17 +464,10 @@ int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
         ps_conn_end(c);
         return 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (!ps_http1_valid_field(h[i].name, h[i].value))
-            return -EINVAL;
-    ps_buf_t *b = &c->wbuf;
-    if (ps_buf_append(b, "0\r\n", 3) < 0)
-        goto oom;
-    for (size_t i = 0; i < n; i++)
-        if (ps_buf_append_slice(b, h[i].name) < 0 || ps_buf_append(b, ": ", 2) < 0 ||
-            ps_buf_append_slice(b, h[i].value) < 0 || ps_buf_append(b, "\r\n", 2) < 0)
-            goto oom;
-    if (ps_buf_append(b, "\r\n", 2) < 0)
+    int rc = ps_http1_write_last_chunk(&c->wbuf, h, n);
+    if (rc == -EINVAL)
+        return rc;
+    if (rc < 0)
         goto oom;
     c->resp_chunked = 0; /* the last chunk is queued: nothing more to frame */
     send_iov(c, NULL, 0);
@@ -482,7 +509,7 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     ps_slice_t s = ps_http1_error_response(status);
     struct iovec v = {(void *)s.base, s.len};
     c->resp_started = 1;
-    c->resp_status = status;
+    c->x.status = status;
     c->keep_alive = 0;
     send_iov(c, &v, 1);
     c->resp_ended = 1;
@@ -492,7 +519,7 @@ void ps_conn_send_error(ps_conn_t *c, int status)
 void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
 {
     if (c->w->handler->on_rejected && !c->resp_started)
-        c->w->handler->on_rejected(c, status, reason);
+        c->w->handler->on_rejected(&c->x, status, reason);
     ps_conn_send_error(c, status);
 }
 
@@ -517,6 +544,7 @@ static int parse(ps_conn_t *c)
     int rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
     if (used)
         c->head_started = 1;
+    PS_ASSERT(used <= ps_buf_size(&c->rbuf));
     ps_buf_consume(&c->rbuf, used);
     return rc;
 }
@@ -593,8 +621,8 @@ static void body_failed(ps_conn_t *c, int status, const char *reason)
 {
     c->error_status = status;
     c->keep_alive = 0;
-    if (c->app_data)
-        c->w->handler->on_disconnect(c);
+    if (c->x.app_data)
+        c->w->handler->on_disconnect(&c->x);
     c->in_handler = 1;
     ps_conn_reject(c, status, reason);
     c->in_handler = 0;
@@ -644,7 +672,7 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         if (!ev_is_active(&c->wio))
             ev_timer_stop(c->w->loop, &c->timer);
         c->in_handler = 1;
-        c->w->handler->on_body(c);
+        c->w->handler->on_body(&c->x);
         c->in_handler = 0;
         after_handler(c);
         if (c->state == PS_CONN_IDLE) {
@@ -703,11 +731,11 @@ static void reset_for_next(ps_conn_t *c)
 {
     ps_http1_next(&c->parser);
     ps_buf_reset(&c->body);
-    c->state = PS_CONN_IDLE;
+    set_state(c, PS_CONN_IDLE);
     c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
     c->continue_sent = c->head_started = c->body_wanted = 0;
     c->head_deadline = 0;
-    c->resp_status = 0;
+    c->x.status = 0;
     c->resp_left = -1;
     c->resp_bytes = 0;
     ps_buf_shrink(&c->body, KEEP_BUF);
@@ -721,7 +749,7 @@ static void complete(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
     if (!c->keep_alive || !r->message_complete || c->w->stopping) {
-        int unread = ps_buf_size(&c->rbuf) > 0 || !r->message_complete || c->resp_status >= 400;
+        int unread = ps_buf_size(&c->rbuf) > 0 || !r->message_complete || c->x.status >= 400;
         if (unread)
             linger(c);
         else
@@ -749,7 +777,7 @@ static void after_handler(ps_conn_t *c)
             ps_buf_shrink(&c->body, KEEP_BUF);
         }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
-            c->state = PS_CONN_FLUSH;
+            set_state(c, PS_CONN_FLUSH);
             start_writing(c);
         } else {
             complete(c);
@@ -765,7 +793,7 @@ static void after_handler(ps_conn_t *c)
 static void dispatch(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    c->state = PS_CONN_APP;
+    set_state(c, PS_CONN_APP);
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;
     c->body_wanted = 0;
@@ -773,7 +801,7 @@ static void dispatch(ps_conn_t *c)
         ev_io_stop(c->w->loop, &c->rio);
     ev_timer_stop(c->w->loop, &c->timer);
     c->in_handler = 1;
-    c->w->handler->on_request(c);
+    c->w->handler->on_request(&c->x);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -782,7 +810,7 @@ static void dispatch(ps_conn_t *c)
  * closes after the answer. May close c. */
 static void answer_error(ps_conn_t *c, int status, const char *reason)
 {
-    c->state = PS_CONN_APP;
+    set_state(c, PS_CONN_APP);
     ev_io_stop(c->w->loop, &c->rio);
     c->in_handler = 1;
     ps_conn_reject(c, status, reason);
@@ -837,7 +865,7 @@ static void process(ps_conn_t *c)
             return;
         }
         if (c->state == PS_CONN_IDLE) {
-            c->state = PS_CONN_BODY;
+            set_state(c, PS_CONN_BODY);
             c->req_start = ev_now(w->loop);
             progress = 1;
             if (!w->async && !r->message_complete && expect_body(c) < 0)
@@ -887,7 +915,7 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
         arm_timer(c, c->w->cfg.timeout_request_body);
     if (c->state == PS_CONN_APP) {
         c->in_handler = 1;
-        c->w->handler->on_writable(c);
+        c->w->handler->on_writable(&c->x);
         c->in_handler = 0;
         after_handler(c);
     } else if (c->state == PS_CONN_FLUSH) {
@@ -950,3 +978,100 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
         break;
     }
 }
+
+/* ---- the exchange calls over HTTP/1 (exchange.h) ------------------------- */
+
+static int x_body_fill(ps_exchange_t *x)
+{
+    return ps_conn_body_fill(ps_conn_of(x));
+}
+
+static int x_body_want(ps_exchange_t *x)
+{
+    return ps_conn_body_want(ps_conn_of(x));
+}
+
+static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
+                   const char *body, size_t len)
+{
+    return ps_conn_start_response(ps_conn_of(x), status, h, n, body, len);
+}
+
+static int x_write(ps_exchange_t *x, const char *data, size_t len)
+{
+    return ps_conn_write(ps_conn_of(x), data, len);
+}
+
+static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
+{
+    return ps_conn_write_blocking(ps_conn_of(x), data, len);
+}
+
+static int x_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
+{
+    return ps_conn_sendfile(ps_conn_of(x), fd, offset, count);
+}
+
+static int x_informational(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n)
+{
+    return ps_conn_send_informational(ps_conn_of(x), status, h, n);
+}
+
+static int x_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n)
+{
+    return ps_conn_end_with_trailers(ps_conn_of(x), h, n);
+}
+
+static void x_end(ps_exchange_t *x)
+{
+    ps_conn_end(ps_conn_of(x));
+}
+
+static void x_abort(ps_exchange_t *x)
+{
+    ps_conn_abort(ps_conn_of(x));
+}
+
+static void x_send_error(ps_exchange_t *x, int status)
+{
+    ps_conn_send_error(ps_conn_of(x), status);
+}
+
+static void x_reject(ps_exchange_t *x, int status, const char *reason)
+{
+    ps_conn_reject(ps_conn_of(x), status, reason);
+}
+
+static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len)
+{
+    return ps_conn_local_address(ps_conn_of(x), ss, len);
+}
+
+static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
+                          ps_slice_t *version)
+{
+    return ps_http1_request_line(&ps_conn_of(x)->parser, method, target, version);
+}
+
+static int x_client_gone(ps_exchange_t *x)
+{
+    return ps_conn_of(x)->failed;
+}
+
+static const ps_exchange_ops_t ps_http1_exchange_ops = {
+    .body_fill = x_body_fill,
+    .body_want = x_body_want,
+    .start = x_start,
+    .write = x_write,
+    .write_blocking = x_write_blocking,
+    .sendfile = x_sendfile,
+    .informational = x_informational,
+    .end_with_trailers = x_end_with_trailers,
+    .end = x_end,
+    .abort = x_abort,
+    .send_error = x_send_error,
+    .reject = x_reject,
+    .local_address = x_local_address,
+    .request_line = x_request_line,
+    .client_gone = x_client_gone,
+};

@@ -1,8 +1,9 @@
 /* One connection: its input, parser, output queue, timers and the
  * request/response state machine.
  *
- * The core calls the interface layer (WSGI, ASGI) through ps_handler_t and
- * the layer answers through the ps_conn_* functions below. Those functions
+ * The core calls the interface layer (WSGI, ASGI) through ps_handler_t with
+ * the connection's embedded exchange (exchange.h); the layer answers through
+ * the exchange calls, which land in the ps_conn_* functions below. Those functions
  * never free the connection: a connection is closed at a safe point after the
  * handler callback returns, and its memory is released before the loop sleeps.
  */
@@ -15,32 +16,11 @@
 #include <ev.h>
 
 #include "buf.h"
+#include "exchange.h"
 #include "http1.h"
 #include "proxy.h"
 
-typedef struct ps_worker ps_worker_t;
 typedef struct ps_conn ps_conn_t;
-
-typedef struct {
-    /* A request head is complete. For a synchronous layer the whole body is
-     * buffered too (ps_conn_body_fill); for an asynchronous one it may still
-     * be arriving. The handler starts a response, or finishes it with
-     * ps_conn_end(). */
-    void (*on_request)(ps_conn_t *c);
-    /* Output drained after a write returned PS_WRITE_PENDING: produce more. */
-    void (*on_writable)(ps_conn_t *c);
-    /* The client went away while a response was in progress (app_data set). */
-    void (*on_disconnect)(ps_conn_t *c);
-    /* The connection is being freed: drop conn_data and app_data. */
-    void (*dispose)(ps_conn_t *c);
-    /* Asynchronous layers only: body bytes (or the body's end) arrived after
-     * ps_conn_body_want() returned 0. */
-    void (*on_body)(ps_conn_t *c);
-    /* Optional: the server refused a request with a canned answer (reason:
-     * static words, e.g. "header field too large"). Called outside any
-     * parser callback, before the answer is sent; the layer logs it. */
-    void (*on_rejected)(ps_conn_t *c, int status, const char *reason);
-} ps_handler_t;
 
 enum ps_conn_state {
     PS_CONN_IDLE,   /* reading a request head (or idle between requests) */
@@ -51,13 +31,8 @@ enum ps_conn_state {
     PS_CONN_CLOSED,
 };
 
-/* Return values of the write functions. */
-enum {
-    PS_WRITE_DONE = 0,    /* everything is in the kernel: produce more */
-    PS_WRITE_PENDING = 1, /* queued: wait for on_writable before more */
-};
-
 struct ps_conn {
+    ps_exchange_t x; /* the request in progress, as the interface layer sees it */
     ps_worker_t *w;
     int fd;
     uint8_t state;
@@ -83,10 +58,9 @@ struct ps_conn {
     ev_io wio;
     ev_timer timer;
     ps_http1_parser_t parser;
-    ps_buf_t rbuf; /* received bytes not parsed yet */
-    ps_buf_t body; /* decoded body bytes not read by the application yet */
-    ps_buf_t wbuf; /* output not accepted by the kernel yet */
-    int resp_status;
+    ps_buf_t rbuf;       /* received bytes not parsed yet */
+    ps_buf_t body;       /* decoded body bytes not read by the application yet */
+    ps_buf_t wbuf;       /* output not accepted by the kernel yet */
     int64_t resp_left;   /* body bytes still due under Content-Length, or -1 */
     uint64_t resp_bytes; /* body bytes the application produced */
     int sf_fd;           /* sendfile in progress: file, offset, bytes left */
@@ -95,8 +69,6 @@ struct ps_conn {
     ev_tstamp req_start;
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
-    void *app_data;  /* the interface layer's per-request state */
-    void *conn_data; /* the interface layer's per-connection state */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     const struct sockaddr_storage *local; /* the listener's, when specific */
@@ -122,6 +94,11 @@ void ps_conn_close(ps_conn_t *c);
 void ps_conn_free(ps_conn_t *c);
 /* During a graceful stop: closes the connection if it is between requests. */
 void ps_conn_stop_idle(ps_conn_t *c);
+
+static inline ps_conn_t *ps_conn_of(ps_exchange_t *x)
+{
+    return (ps_conn_t *)((char *)x - offsetof(ps_conn_t, x));
+}
 
 static inline ps_request_t *ps_conn_request(ps_conn_t *c)
 {

@@ -1111,3 +1111,81 @@ int ps_http1_method_id(ps_slice_t method)
     int k = known_method(method.base, method.len);
     return k >= 0 ? known_methods[k].id : PS_METHOD_OTHER;
 }
+
+const char *ps_http1_reason_phrase(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 103:
+        return "Early Hints";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 303:
+        return "See Other";
+    case 304:
+        return "Not Modified";
+    case 307:
+        return "Temporary Redirect";
+    case 308:
+        return "Permanent Redirect";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "";
+    }
+}
+
+int ps_http1_write_last_chunk(ps_buf_t *out, const ps_header_t *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!ps_http1_valid_field(h[i].name, h[i].value))
+            return -EINVAL;
+    if (ps_buf_append(out, "0\r\n", 3) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (ps_buf_append_slice(out, h[i].name) < 0 || ps_buf_append(out, ": ", 2) < 0 ||
+            ps_buf_append_slice(out, h[i].value) < 0 || ps_buf_append(out, "\r\n", 2) < 0)
+            return -ENOMEM;
+    return ps_buf_append(out, "\r\n", 2) < 0 ? -ENOMEM : 0;
+}

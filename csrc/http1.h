@@ -177,6 +177,38 @@ int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, 
 /* 1 when name is a token and value holds no CR, LF or NUL. */
 int ps_http1_valid_field(ps_slice_t name, ps_slice_t value);
 
+/* The reason phrase of a status code ("Not Found"), "" for one without a
+ * registered phrase here. Static storage. */
+const char *ps_http1_reason_phrase(int status);
+
+/* ---- chunked framing of a response body (RFC 9112 section 7.1) ---- */
+
+#define PS_HTTP1_CHUNK_HEAD_MAX 20 /* 16 hex digits and CRLF */
+#define PS_HTTP1_LAST_CHUNK "0\r\n\r\n"
+
+/* Writes the size line of a chunk of len bytes (len > 0) into out, which
+ * has room for PS_HTTP1_CHUNK_HEAD_MAX bytes. Returns its length. The data
+ * follows, then CRLF. */
+static inline size_t ps_http1_chunk_head(char *out, uint64_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char tmp[16];
+    size_t n = 0;
+    do {
+        tmp[n++] = hex[len & 15];
+        len >>= 4;
+    } while (len != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\r';
+    out[n + 1] = '\n';
+    return n + 2;
+}
+
+/* Appends the last chunk with trailer fields (none when n is 0) to out.
+ * Returns 0, -EINVAL for an invalid field (nothing appended) or -ENOMEM. */
+int ps_http1_write_last_chunk(ps_buf_t *out, const ps_header_t *h, size_t n);
+
 /* A complete canned response for an error status, with Connection: close. */
 ps_slice_t ps_http1_error_response(int status);
 

@@ -10,6 +10,8 @@ import argparse
 import inspect
 import os
 import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pyserver import __version__, config, logconfig, workers_proc
 from pyserver.config import Config, StartupError
@@ -430,7 +432,9 @@ def _from_env(action, raw):
     return convert(raw)
 
 
-def parse_args(argv=None, environ=None):
+def parse_args(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Parse the command line, fill unset options from the environment.
 
     Returns a dict of the options that were given, ready for Config(**kwargs).
@@ -457,7 +461,7 @@ def parse_args(argv=None, environ=None):
     return {key: value for key, value in vars(args).items() if value is not None}
 
 
-def run(cfg):
+def run(cfg: Config) -> int:
     """Load cfg, serve until stopped; return the process exit status."""
     try:
         from pyserver import _core
@@ -520,7 +524,7 @@ def remove_pid_file(path):
         pass
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `pyserver` script and `python -m pyserver`."""
     kwargs = parse_args(argv)
     app = kwargs.pop("app")

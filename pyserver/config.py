@@ -42,6 +42,17 @@ hold final values:
     reload_dirs               list of directories to watch (default: app_dir)
     reload_includes           list of file name patterns to watch (default: *.py)
 
+Supervision by a foreign process manager (the gunicorn worker sets these; None leaves
+the worker alone):
+
+    on_tick                   None or callable(retire: bool) -> bool, called every
+                              tick_interval seconds from the worker's loop; True stops
+                              the worker gracefully
+    on_stop_signal            None or callable(signum), called before the worker acts on
+                              SIGINT, SIGTERM or SIGQUIT
+    tick_interval             float seconds between on_tick calls
+    loaded_app                the application object, once imported
+
 With one worker and no process-management option (--timeout, --max-requests,
 --max-rss, --preload, --reuse-port, --reload) the server runs in a single process, without
 a master.
@@ -331,12 +342,15 @@ class Config:
         self.error_logger = None
         self.access_logger = None
         self.loaded_app = None
+        self.on_tick = None
+        self.on_stop_signal = None
+        self.tick_interval = 1.0
         self.sockets = []
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
         self._unix_paths = []
         self.loaded = False
 
-    def load(self):
+    def load(self) -> None:
         """Set up logging, import the app, bind the sockets. Raises StartupError."""
         assert not self.loaded, "Config.load() called twice"
         self.configure_logging()

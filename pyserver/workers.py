@@ -15,6 +15,8 @@ import datetime
 import os
 import signal
 import sys
+from types import FrameType
+from typing import Any
 
 try:
     from gunicorn.workers.base import Worker as _GunicornWorker
@@ -73,13 +75,13 @@ class PyserverWorker(_GunicornWorker):
     WORKER_BOOT_ERROR = 3
     APP_LOAD_ERROR = 4
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._retiring = False
 
     # ---- boot ----
 
-    def load_wsgi(self):
+    def load_wsgi(self) -> None:
         """Imports the application; any failure exits with APP_LOAD_ERROR (4)."""
         try:
             super().load_wsgi()
@@ -90,7 +92,7 @@ class PyserverWorker(_GunicornWorker):
             sys.stderr.flush()
             sys.exit(self.APP_LOAD_ERROR)
 
-    def handle_abort(self, sig, frame):
+    def handle_abort(self, sig: int, frame: FrameType | None) -> None:
         """The arbiter's timeout: run worker_abort, then leave at once.
 
         gunicorn raises SystemExit here; inside an application called by the core that would be
@@ -109,7 +111,7 @@ class PyserverWorker(_GunicornWorker):
 
     # ---- serving ----
 
-    def run(self):
+    def run(self) -> None:
         from pyserver import _core
 
         try:
@@ -122,7 +124,7 @@ class PyserverWorker(_GunicornWorker):
         if status:  # ASGI lifespan startup failed
             sys.exit(self.WORKER_BOOT_ERROR)
 
-    def _make_config(self):
+    def _make_config(self) -> tuple[Any, Config]:
         """Returns (app, config): the application as the core calls it and gunicorn's
         settings mapped onto a pyserver Config."""
         gcfg = self.cfg
@@ -186,7 +188,7 @@ class PyserverWorker(_GunicornWorker):
             return _ASGIHooks(app, hooks)
         return _WSGIHooks(app, hooks)
 
-    def _tick(self, retire):
+    def _tick(self, retire: bool) -> bool:
         """Called by the core's loop every tick_interval seconds. Returns True to stop
         gracefully: gunicorn's arbiter then starts the replacement worker."""
         self.notify()
@@ -199,7 +201,7 @@ class PyserverWorker(_GunicornWorker):
             self.alive = False
         return not self.alive
 
-    def _on_stop_signal(self, signum):
+    def _on_stop_signal(self, signum: int) -> None:
         """SIGINT/SIGQUIT: fast stop after gunicorn's worker_int hook; SIGTERM: graceful."""
         self.alive = False
         if signum in (signal.SIGINT, signal.SIGQUIT):

@@ -21,7 +21,7 @@ from pyserver.config import StartupError
 try:
     from setproctitle import setproctitle as _setproctitle
 except ImportError:  # optional
-    _setproctitle = None
+    _setproctitle = None  # type: ignore[assignment]
 
 
 def set_title(title):

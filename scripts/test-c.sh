@@ -30,7 +30,7 @@ ssl_cflags=$(pkg-config --cflags openssl)
 ssl_libs=$(pkg-config --libs openssl)
 h2_cflags=$(pkg-config --cflags libnghttp2)
 h2_libs=$(pkg-config --libs libnghttp2)
-cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
+cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 -DPS_DEBUG_ASSERTS $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
 cflags="$cflags $h2_cflags"
 
 rm -rf "$out"

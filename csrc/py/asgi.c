@@ -22,8 +22,6 @@
 #include "bridge.h"
 
 #define MAX_STACK_HEADERS 32
-#define NAME_SLOTS 128
-#define NAME_MAX_LEN 48
 
 enum {
     S_TYPE,
@@ -106,17 +104,6 @@ static const char *const str_names[S_COUNT] = {
     "https",
 };
 
-typedef struct {
-    char name[NAME_MAX_LEN];
-    uint8_t len;
-    PyObject *bytes; /* the lower-case name */
-} name_slot_t;
-
-typedef struct {
-    PyObject *client; /* (host, port) or None */
-    PyObject *server; /* (host, port) or [path, None] */
-} asgi_conn_info_t;
-
 struct ps_asgi {
     ps_module_state_t *st;
     ps_worker_t *w;
@@ -141,20 +128,20 @@ struct ps_asgi {
     PyObject *asgi_template;
     PyObject *extensions_template;
     PyObject *empty_bytes;
-    PyObject *methods[64];
-    name_slot_t names[NAME_SLOTS];
+    ps_py_cache_t cache; /* methods, header names */
     uint32_t limit_concurrency;
     uint32_t active;
     unsigned stop_sent : 1;
 };
 
 typedef struct {
-    PyObject_HEAD ps_conn_t *conn; /* NULL once detached: response complete or client gone */
+    PyObject_HEAD ps_exchange_t *x; /* NULL once detached: response complete or client gone */
     ps_asgi_t *ctx;
     PyObject *receive_waiter; /* Future a receive() waits on */
     PyObject *send_waiter;    /* Future a send() waits on */
     PyObject *headers;        /* from http.response.start */
     PyObject *client;         /* the forwarded (host, 0), NULL when the client is the peer */
+    ps_slice_t fwd_client;    /* the same as sent, for the access log (into the request) */
     int status;
     int sendfile_fd;
     unsigned started : 1;       /* http.response.start received */
@@ -272,92 +259,6 @@ static PyObject *message(ps_asgi_t *ctx, int type)
 
 /* ---- scope ---- */
 
-static PyObject *addr_tuple(const struct sockaddr_storage *ss)
-{
-    char text[INET6_ADDRSTRLEN];
-    int port;
-    if (ps_net_format_address(ss, text, &port) < 0)
-        return Py_NewRef(Py_None);
-    return Py_BuildValue("(si)", text, port);
-}
-
-static void conn_info_free(asgi_conn_info_t *ci)
-{
-    Py_XDECREF(ci->client);
-    Py_XDECREF(ci->server);
-    PyMem_Free(ci);
-}
-
-static asgi_conn_info_t *conn_info(ps_conn_t *c)
-{
-    if (c->conn_data)
-        return c->conn_data;
-    asgi_conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
-    if (ci == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    struct sockaddr_storage local;
-    socklen_t len = sizeof(local);
-    memset(&local, 0, sizeof(local));
-    int rc = ps_conn_local_address(c, &local, &len);
-    if (rc < 0) {
-        errno = -rc;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto error;
-    }
-    if (c->is_unix) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&local;
-        ((char *)&local)[PS_MIN((size_t)len, sizeof(local) - 1)] = '\0';
-        PyObject *path = PyUnicode_DecodeFSDefault(len > sizeof(sa_family_t) ? un->sun_path : "");
-        ci->server = path ? Py_BuildValue("[NO]", path, Py_None) : NULL;
-        ci->client = Py_NewRef(Py_None);
-    } else {
-        ci->server = addr_tuple(&local);
-        ci->client = addr_tuple(&c->peer);
-    }
-    if (ci->server == NULL || ci->client == NULL)
-        goto error;
-    c->conn_data = ci;
-    return ci;
-error:
-    conn_info_free(ci);
-    return NULL;
-}
-
-/* The lower-case header name as bytes, from a bounded cache. New ref. */
-static PyObject *header_name(ps_asgi_t *ctx, ps_slice_t name)
-{
-    char buf[NAME_MAX_LEN];
-    if (name.len > NAME_MAX_LEN) {
-        PyObject *b = PyBytes_FromStringAndSize(name.base, (Py_ssize_t)name.len);
-        if (b == NULL)
-            return NULL;
-        char *p = PyBytes_AS_STRING(b);
-        for (size_t i = 0; i < name.len; i++)
-            if (p[i] >= 'A' && p[i] <= 'Z')
-                p[i] = (char)(p[i] + 32);
-        return b;
-    }
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < name.len; i++) {
-        char ch = name.base[i];
-        ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
-        buf[i] = ch;
-        h = (h ^ (uint8_t)ch) * 16777619u;
-    }
-    name_slot_t *slot = &ctx->names[h % NAME_SLOTS];
-    if (slot->bytes && slot->len == name.len && memcmp(slot->name, buf, name.len) == 0)
-        return Py_NewRef(slot->bytes);
-    PyObject *b = PyBytes_FromStringAndSize(buf, (Py_ssize_t)name.len);
-    if (b == NULL)
-        return NULL;
-    Py_XSETREF(slot->bytes, Py_NewRef(b));
-    memcpy(slot->name, buf, name.len);
-    slot->len = (uint8_t)name.len;
-    return b;
-}
-
 static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_trailers)
 {
     PyObject *list = PyList_New((Py_ssize_t)r->nheaders);
@@ -365,7 +266,7 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
         return NULL;
     for (uint32_t i = 0; i < r->nheaders; i++) {
         const ps_header_t *h = &r->headers[i];
-        PyObject *name = header_name(ctx, h->name);
+        PyObject *name = ps_py_header_name(&ctx->cache, h->name);
         PyObject *value =
             name ? PyBytes_FromStringAndSize(h->value.base, (Py_ssize_t)h->value.len) : NULL;
         PyObject *pair = value ? PyTuple_Pack(2, name, value) : NULL;
@@ -385,7 +286,7 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
 
 static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
 {
-    return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
+    return ps_py_method(&ctx->cache, r);
 }
 
 static int set_new(PyObject *d, PyObject *key, PyObject *value)
@@ -451,20 +352,19 @@ static PyObject *target_server(const ps_request_t *r)
 
 /* fwd: what a trusted proxy said (the scheme, the client: then kept by the
  * cycle for the access log). */
-static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
                              const ps_proxy_result_t *fwd)
 {
-    ps_request_t *r = ps_conn_request(c);
-    asgi_conn_info_t *ci = conn_info(c);
-    if (ci == NULL)
+    ps_request_t *r = x->req;
+    ps_py_addresses_t *a = ps_py_addresses(&ctx->cache, x);
+    if (a == NULL)
         return NULL;
     PyObject **s = ctx->s;
     PyObject *scheme = fwd->scheme == PS_SCHEME_HTTPS ? s[S_HTTPS] : s[S_HTTP];
-    PyObject *client = ci->client; /* borrowed */
+    PyObject *client = a->client; /* borrowed */
     if (ps_unlikely(fwd->client.base != NULL)) {
-        PyObject *host =
-            PyUnicode_DecodeLatin1(fwd->client.base, (Py_ssize_t)fwd->client.len, NULL);
-        cycle->client = host ? Py_BuildValue("(Ni)", host, 0) : NULL;
+        cycle->fwd_client = fwd->client;
+        cycle->client = ps_py_forwarded_client(&ctx->cache, fwd->client);
         if (cycle->client == NULL)
             return NULL;
         client = cycle->client;
@@ -488,7 +388,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
         set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
         PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
         (ps_likely(r->target_host.base == NULL)
-             ? PyDict_SetItem(scope, s[S_SERVER], ci->server)
+             ? PyDict_SetItem(scope, s[S_SERVER], a->server)
              : set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
         set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
         (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
@@ -501,43 +401,15 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
 
 /* ---- the request cycle ---- */
 
-/* One access-log line; the client is the forwarded one when a trusted
- * proxy named it. */
-static void log_access(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle, int status)
-{
-    ps_request_t *r = ps_conn_request(c);
-    asgi_conn_info_t *ci = c->conn_data;
-    PyObject *method = method_str(ctx, r);
-    PyObject *target = PyUnicode_DecodeLatin1(r->target.base, PS_MIN(r->target.len, 4096), NULL);
-    PyObject *client = NULL, *msg = NULL, *res = NULL;
-    PyObject *who = cycle->client ? cycle->client : ci ? ci->client : Py_None; /* borrowed */
-    if (who != Py_None)
-        client = PyUnicode_FromFormat("%S:%S", PyTuple_GET_ITEM(who, 0), PyTuple_GET_ITEM(who, 1));
-    else
-        client = PyUnicode_FromString("-");
-    if (method && target && client)
-        msg = PyUnicode_FromFormat("%U - \"%U %U HTTP/1.%d\" %d", client, method, target,
-                                   (int)r->http_minor, status);
-    if (msg)
-        res = PyObject_CallOneArg(ctx->access_info, msg);
-    if (res == NULL)
-        PyErr_Clear();
-    Py_XDECREF(res);
-    Py_XDECREF(msg);
-    Py_XDECREF(client);
-    Py_XDECREF(method);
-    Py_XDECREF(target);
-}
-
 /* Cuts the cycle from its connection and drops the connection's reference
  * (which may free the cycle: callers touch it no more). */
 static void detach(CycleObject *cycle)
 {
-    ps_conn_t *c = cycle->conn;
-    if (c == NULL)
+    ps_exchange_t *x = cycle->x;
+    if (x == NULL)
         return;
-    cycle->conn = NULL;
-    c->app_data = NULL;
+    cycle->x = NULL;
+    x->app_data = NULL;
     Py_DECREF(cycle);
 }
 
@@ -559,15 +431,15 @@ static void wake_receiver(CycleObject *cycle)
  * pending receive() learns the exchange is over. */
 static void complete(CycleObject *cycle)
 {
-    ps_conn_t *c = cycle->conn;
+    ps_exchange_t *x = cycle->x;
     ps_asgi_t *ctx = cycle->ctx;
     cycle->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, cycle, c->resp_status);
+        ps_log_access(ctx->access_info, x, cycle->fwd_client, x->status);
     wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
-    ps_conn_end(c); /* may start the next pipelined request */
+    ps_exchange_end(x); /* may start the next pipelined request */
     Py_DECREF(cycle);
 }
 
@@ -595,10 +467,10 @@ static void lose(CycleObject *cycle)
 }
 
 /* The http.request message for what the body buffer holds now. */
-static PyObject *body_message(CycleObject *cycle, ps_conn_t *c)
+static PyObject *body_message(CycleObject *cycle, ps_exchange_t *x)
 {
     ps_asgi_t *ctx = cycle->ctx;
-    ps_buf_t *b = &c->body;
+    ps_buf_t *b = x->body;
     PyObject *m = message(ctx, S_HTTP_REQUEST);
     if (m == NULL)
         return NULL;
@@ -610,7 +482,7 @@ static PyObject *body_message(CycleObject *cycle, ps_conn_t *c)
     }
     Py_DECREF(body);
     ps_buf_consume(b, ps_buf_size(b));
-    int more = !ps_conn_request(c)->message_complete;
+    int more = !x->req->message_complete;
     if (PyDict_SetItem(m, ctx->s[S_MORE_BODY], more ? Py_True : Py_False) < 0) {
         Py_DECREF(m);
         return NULL;
@@ -624,9 +496,9 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 {
     CycleObject *self = (CycleObject *)op;
     ps_asgi_t *ctx = self->ctx;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     PS_UNUSED(unused);
-    if (c == NULL)
+    if (x == NULL)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->body_done) {
         /* Nothing more will come but the end of the exchange. */
@@ -634,9 +506,9 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
             return NULL;
         return Py_NewRef(self->receive_waiter);
     }
-    int rc = ps_conn_body_want(c);
+    int rc = ps_exchange_body_want(x);
     if (rc > 0)
-        return ready(ctx, body_message(self, c));
+        return ready(ctx, body_message(self, x));
     if (rc < 0)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->receive_waiter == NULL && (self->receive_waiter = new_future(ctx)) == NULL)
@@ -645,70 +517,6 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 }
 
 /* ---- send() ---- */
-
-static const char *reason_phrase(int status)
-{
-    switch (status) {
-    case 100:
-        return "Continue";
-    case 101:
-        return "Switching Protocols";
-    case 103:
-        return "Early Hints";
-    case 200:
-        return "OK";
-    case 201:
-        return "Created";
-    case 202:
-        return "Accepted";
-    case 204:
-        return "No Content";
-    case 206:
-        return "Partial Content";
-    case 301:
-        return "Moved Permanently";
-    case 302:
-        return "Found";
-    case 303:
-        return "See Other";
-    case 304:
-        return "Not Modified";
-    case 307:
-        return "Temporary Redirect";
-    case 308:
-        return "Permanent Redirect";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 422:
-        return "Unprocessable Content";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "";
-    }
-}
 
 /* Views an ASGI header list as slices into its bytes objects. *hs is a
  * stack array of room entries or a PyMem block the caller frees. Returns
@@ -766,8 +574,8 @@ static PyObject *after_write(CycleObject *self, int rc)
     }
     if (rc < 0) {
         /* The socket broke: close it now; the cycle hears it as a disconnect. */
-        if (self->conn)
-            ps_conn_abort(self->conn);
+        if (self->x)
+            ps_exchange_abort(self->x);
         PyErr_SetString(self->ctx->disconnected, "the client disconnected");
         return NULL;
     }
@@ -796,10 +604,10 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
             hs[n++].value = (ps_slice_t){length_text, (size_t)l};
         }
     }
-    const char *reason = reason_phrase(st);
+    const char *reason = ps_http1_reason_phrase(st);
     int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
-    int rc = ps_conn_start_response(self->conn, (ps_slice_t){status_line, (size_t)sl}, hs,
-                                    (size_t)n, body, len);
+    int rc =
+        ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)
         PyMem_Free(hs);
     if (rc == -EINVAL)
@@ -887,7 +695,7 @@ static PyObject *send_body(CycleObject *self, PyObject *msg)
         int64_t length = more || (self->want_trailers && self->te_trailers) ? -1 : view.len;
         rc = send_head(self, view.buf, (size_t)view.len, length);
     } else {
-        rc = ps_conn_write(self->conn, view.buf, (size_t)view.len);
+        rc = ps_exchange_write(self->x, view.buf, (size_t)view.len);
     }
     PyBuffer_Release(&view);
     if (rc == -EINVAL)
@@ -928,7 +736,7 @@ static PyObject *send_pathsend(CycleObject *self, PyObject *msg)
     Py_DECREF(fspath);
     int rc = send_head(self, NULL, 0, st.st_size);
     if (rc >= 0)
-        rc = ps_conn_sendfile(self->conn, fd, 0, (uint64_t)st.st_size);
+        rc = ps_exchange_sendfile(self->x, fd, 0, (uint64_t)st.st_size);
     if (rc == PS_WRITE_PENDING) {
         self->sendfile_fd = fd; /* closed, and the response completed, in on_writable */
         return after_write(self, rc);
@@ -964,13 +772,13 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0) : 0;
     if (n < 0)
         return NULL;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     Py_INCREF(self);
     self->complete = 1;
     if (ctx->access_info)
-        log_access(ctx, c, self, c->resp_status);
+        ps_log_access(ctx->access_info, x, self->fwd_client, x->status);
     detach(self);
-    int rc = ps_conn_end_with_trailers(c, hs, (size_t)n);
+    int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
         PyMem_Free(hs);
     Py_DECREF(self);
@@ -1015,7 +823,7 @@ static PyObject *send_early_hint(CycleObject *self, PyObject *msg)
         hs[i].name = PS_SLICE_LIT("Link");
         hs[i].value = (ps_slice_t){s, (size_t)len};
     }
-    int rc = ps_conn_send_informational(self->conn, PS_SLICE_LIT("103 Early Hints"), hs, (size_t)n);
+    int rc = ps_exchange_informational(self->x, PS_SLICE_LIT("103 Early Hints"), hs, (size_t)n);
     rv = after_write(self, rc == -EINVAL ? PS_WRITE_DONE : rc);
 done:
     if (hs != stack)
@@ -1046,7 +854,7 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
         PyErr_Format(PyExc_RuntimeError, "%R sent after the response completed", type);
         return NULL;
     }
-    if (self->conn == NULL) {
+    if (self->x == NULL) {
         PyErr_SetString(ctx->disconnected, "the client disconnected");
         return NULL;
     }
@@ -1073,15 +881,15 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
 static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
 {
     ps_asgi_t *ctx = self->ctx;
-    ps_conn_t *c = self->conn;
+    ps_exchange_t *x = self->x;
     if (ctx->active > 0)
         ctx->active--;
     if (exc != NULL) {
         int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-            if (c) {
-                ps_request_t *r = ps_conn_request(c);
+            if (x) {
+                ps_request_t *r = x->req;
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application (%.*s %.*s)",
                                  (int)r->method.len, r->method.base,
                                  (int)PS_MIN(r->target.len, 200), r->target.base);
@@ -1089,17 +897,17 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application");
             }
         }
-    } else if (c && !self->complete && !cancelled) {
+    } else if (x && !self->complete && !cancelled) {
         ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
                      self->head_sent ? "completing" : "starting");
     }
-    if (c != NULL && !self->complete) {
+    if (x != NULL && !self->complete) {
         Py_INCREF(self);
         detach(self);
         if (self->head_sent)
-            ps_conn_abort(c);
+            ps_exchange_abort(x);
         else
-            ps_conn_send_error(c, 500);
+            ps_exchange_send_error(x, 500);
         Py_DECREF(self);
     }
     PyErr_Clear();
@@ -1353,13 +1161,13 @@ static PyType_Spec Cycle_spec = {
 
 /* ---- connection callbacks ---- */
 
-static int start_task(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
+static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
                       const ps_proxy_result_t *fwd)
 {
     PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
     AppCallObject *call = NULL;
     int rc = -1;
-    scope = build_scope(ctx, c, cycle, fwd);
+    scope = build_scope(ctx, x, cycle, fwd);
     if (scope == NULL)
         goto error;
     receive = PyCFunction_New(&receive_def, (PyObject *)cycle);
@@ -1397,44 +1205,42 @@ error:
     return rc;
 }
 
-static void on_request(ps_conn_t *c)
+static void on_request(ps_exchange_t *x)
 {
-    ps_asgi_t *ctx = c->w->handler_data;
-    ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_reject(c, 400, "secure scheme headers disagree");
+    ps_asgi_t *ctx = x->handler_data;
+    ps_proxy_result_t fwd;
+    if (ps_py_forwarded(x, &fwd) < 0)
         return;
-    }
     /* Like uvicorn: tasks in progress or open connections (this one
      * included) over the limit. */
     uint32_t limit = ctx->limit_concurrency;
-    if (limit && (ctx->active >= limit || c->w->nconns > limit)) {
-        ps_conn_reject(c, 503, "concurrency limit reached");
+    if (limit && (ctx->active >= limit || ps_worker_connections(x->worker) > limit)) {
+        ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
     CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
     if (cycle == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
         return;
     }
     cycle->ctx = ctx;
-    cycle->conn = c;
+    cycle->x = x;
     cycle->sendfile_fd = -1;
-    c->app_data = cycle; /* the connection's reference */
-    if (start_task(ctx, c, cycle, &fwd) < 0) {
+    x->app_data = cycle; /* the connection's reference */
+    if (start_task(ctx, x, cycle, &fwd) < 0) {
         ps_log_exception(ctx->error_logger, "Exception in ASGI application");
         detach(cycle);
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
     }
 }
 
-static void on_body(ps_conn_t *c)
+static void on_body(ps_exchange_t *x)
 {
-    CycleObject *cycle = c->app_data;
+    CycleObject *cycle = x->app_data;
     if (cycle == NULL || cycle->receive_waiter == NULL)
         return;
-    PyObject *m = body_message(cycle, c);
+    PyObject *m = body_message(cycle, x);
     if (m == NULL) {
         PyErr_Clear();
         return;
@@ -1443,9 +1249,9 @@ static void on_body(ps_conn_t *c)
     Py_DECREF(m);
 }
 
-static void on_writable(ps_conn_t *c)
+static void on_writable(ps_exchange_t *x)
 {
-    CycleObject *cycle = c->app_data;
+    CycleObject *cycle = x->app_data;
     if (cycle == NULL)
         return;
     Py_INCREF(cycle);
@@ -1458,25 +1264,23 @@ static void on_writable(ps_conn_t *c)
     Py_DECREF(cycle);
 }
 
-static void on_disconnect(ps_conn_t *c)
+static void on_disconnect(ps_exchange_t *x)
 {
-    if (c->app_data)
-        lose(c->app_data);
+    if (x->app_data)
+        lose(x->app_data);
 }
 
-static void dispose(ps_conn_t *c)
+static void dispose(ps_exchange_t *x)
 {
-    if (c->app_data)
-        lose(c->app_data);
-    if (c->conn_data)
-        conn_info_free(c->conn_data);
-    c->conn_data = NULL;
+    if (x->app_data)
+        lose(x->app_data);
+    ps_py_addresses_free(x);
 }
 
-static void on_rejected(ps_conn_t *c, int status, const char *reason)
+static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    ps_asgi_t *ctx = c->w->handler_data;
-    ps_rejects_log(&ctx->rejects, c, status, reason);
+    ps_asgi_t *ctx = x->handler_data;
+    ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
 const ps_handler_t ps_asgi_handler = {
@@ -1486,6 +1290,7 @@ const ps_handler_t ps_asgi_handler = {
     .dispose = dispose,
     .on_body = on_body,
     .on_rejected = on_rejected,
+    .async = 1,
 };
 
 /* ---- the server object the runner drives ---- */
@@ -1494,9 +1299,8 @@ const ps_handler_t ps_asgi_handler = {
  * loop so the runner can run lifespan shutdown. This may run inside a task
  * step (the last response completing), so asyncio is told directly rather
  * than through libev, which might otherwise block with nothing to wait for. */
-static void on_drained(ps_worker_t *w)
+void ps_asgi_drained(ps_asgi_t *ctx)
 {
-    ps_asgi_t *ctx = w->handler_data;
     if (ctx->stop_sent || ctx->loop_stop == NULL)
         return;
     ctx->stop_sent = 1;
@@ -1535,7 +1339,6 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "state must be a dict");
         return NULL;
     }
-    ctx->w->on_drained = on_drained;
     ps_worker_start(ctx->w);
     Py_RETURN_NONE;
 }
@@ -1640,10 +1443,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->asgi_template);
     Py_XDECREF(ctx->extensions_template);
     Py_XDECREF(ctx->empty_bytes);
-    for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
-        Py_XDECREF(ctx->methods[i]);
-    for (size_t i = 0; i < NAME_SLOTS; i++)
-        Py_XDECREF(ctx->names[i].bytes);
+    ps_py_cache_clear(&ctx->cache);
     PyMem_Free(ctx);
 }
 
@@ -1678,6 +1478,8 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, P
         return (ps_asgi_t *)PyErr_NoMemory();
     ctx->st = st;
     ctx->app = Py_NewRef(app);
+    if (ps_py_cache_init(&ctx->cache, PS_PY_ASGI) < 0)
+        goto error;
     for (int i = 0; i < S_COUNT; i++)
         if ((ctx->s[i] = PyUnicode_InternFromString(str_names[i])) == NULL)
             goto error;
@@ -1715,7 +1517,6 @@ error:
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w)
 {
     ctx->w = w;
-    w->async = 1;
 }
 
 void ps_asgi_detach(ps_asgi_t *ctx)

@@ -5,8 +5,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "../common.h"
-#include "../loop.h"
+#include "../worker.h"
 #include "../net.h"
 
 typedef struct {
@@ -40,6 +42,9 @@ int ps_asgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
+/* The worker's graceful stop finished its last connection (its drained
+ * hook): stops asyncio's loop once Server.start() has run. */
+void ps_asgi_drained(ps_asgi_t *ctx);
 /* Before the worker's loop is destroyed: stops the layer's timers. */
 void ps_asgi_detach(ps_asgi_t *ctx);
 PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);
@@ -48,15 +53,48 @@ PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
 void ps_asgi_server_release(PyObject *server);
 extern const ps_handler_t ps_asgi_handler;
 
-/* The selector core over a libev loop (evselector.c). New reference. */
+/* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
 
-/* The request method as str, cached per llhttp method id in cache[n].
- * Returns a new reference, or NULL with an exception. */
-static inline PyObject *ps_py_method(PyObject **cache, size_t n, const ps_request_t *r)
+/* ---- request.c: what both interfaces take from an exchange ---- */
+
+typedef enum {
+    PS_PY_WSGI, /* header names as environ keys (str), addresses as str */
+    PS_PY_ASGI, /* header names as lower-case bytes, addresses as tuples */
+} ps_py_kind_t;
+
+#define PS_PY_NAME_SLOTS 256
+#define PS_PY_NAME_MAX 64
+
+typedef struct {
+    char name[PS_PY_NAME_MAX]; /* the transformed key */
+    uint8_t len;
+    PyObject *obj;
+} ps_py_name_slot_t;
+
+/* One interface's caches (it lives as long as the layer). */
+typedef struct {
+    ps_py_kind_t kind;
+    PyObject *content_type, *content_length; /* WSGI's two keys without HTTP_ */
+    PyObject *methods[64];                   /* by llhttp method id */
+    ps_py_name_slot_t names[PS_PY_NAME_SLOTS];
+} ps_py_cache_t;
+
+/* Returns 0 or -1 with an exception (then call ps_py_cache_clear). */
+int ps_py_cache_init(ps_py_cache_t *c, ps_py_kind_t kind);
+void ps_py_cache_clear(ps_py_cache_t *c);
+/* The slow paths of the two below (request.c): a key made and put in its
+ * slot, and a name too long to cache. New reference or NULL. */
+PyObject *ps_py_cache_fill(ps_py_cache_t *c, const char *key, size_t n, uint32_t h);
+PyObject *ps_py_long_name(ps_py_cache_t *c, ps_slice_t name);
+
+/* The request method as str, exactly as sent: a method llhttp has no id
+ * for (PS_METHOD_OTHER) is never cached. Returns a new reference, or NULL
+ * with an exception. Inline: it runs for every request. */
+static inline PyObject *ps_py_method(ps_py_cache_t *c, const ps_request_t *r)
 {
-    if (r->method_id < n) {
-        PyObject **slot = &cache[r->method_id];
+    if (r->method_id < PS_ARRAY_LEN(c->methods)) {
+        PyObject **slot = &c->methods[r->method_id];
         if (*slot == NULL)
             *slot = PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
         return Py_XNewRef(*slot);
@@ -64,13 +102,96 @@ static inline PyObject *ps_py_method(PyObject **cache, size_t n, const ps_reques
     return PyUnicode_FromStringAndSize(r->method.base, (Py_ssize_t)r->method.len);
 }
 
+static inline PyObject *ps_py_cached_name(ps_py_cache_t *c, const char *key, size_t n, uint32_t h)
+{
+    ps_py_name_slot_t *slot = &c->names[h % PS_PY_NAME_SLOTS];
+    if (slot->obj && slot->len == n && memcmp(slot->name, key, n) == 0)
+        return Py_NewRef(slot->obj);
+    return ps_py_cache_fill(c, key, n, h);
+}
+
+/* A request header's name in the kind's shape, from a bounded cache: WSGI
+ * "HTTP_" + upper case with '-' as '_' (CONTENT_TYPE, CONTENT_LENGTH as
+ * they are), ASGI lower-case bytes. Returns a new reference, NULL with an
+ * exception, or (WSGI) NULL without one for a name with '_', which would
+ * pass for one with '-' and must not reach the application. Inline: it
+ * runs for every header of every request. */
+static inline PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name)
+{
+    char key[PS_PY_NAME_MAX];
+    uint32_t h = 2166136261u;
+    if (c->kind == PS_PY_WSGI) {
+        if (name.len == 12 && PS_SLICE_IEQ(name, "content-type"))
+            return Py_NewRef(c->content_type);
+        if (name.len == 14 && PS_SLICE_IEQ(name, "content-length"))
+            return Py_NewRef(c->content_length);
+        if (memchr(name.base, '_', name.len) != NULL)
+            return NULL;
+        if (5 + name.len > sizeof(key))
+            return ps_py_long_name(c, name);
+        memcpy(key, "HTTP_", 5);
+        for (size_t i = 0; i < name.len; i++) {
+            char ch = name.base[i];
+            ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
+            key[5 + i] = ch;
+            h = (h ^ (uint8_t)ch) * 16777619u;
+        }
+        return ps_py_cached_name(c, key, 5 + name.len, h);
+    }
+    if (name.len > sizeof(key))
+        return ps_py_long_name(c, name);
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        key[i] = ch;
+        h = (h ^ (uint8_t)ch) * 16777619u;
+    }
+    return ps_py_cached_name(c, key, name.len, h);
+}
+
+/* The exchange's addresses in the kind's shape, made on its connection's
+ * first request and kept in x->conn_data (free with ps_py_addresses_free).
+ * Over a unix socket both kinds say the same: the server is the socket's
+ * path and there is no client address. */
+typedef struct {
+    PyObject *client;      /* WSGI REMOTE_ADDR ("" on a unix socket); ASGI (host, port) or None */
+    PyObject *client_port; /* WSGI REMOTE_PORT, NULL on a unix socket; ASGI NULL */
+    PyObject *server; /* WSGI SERVER_NAME (address or path); ASGI (host, port) or [path, None] */
+    PyObject *server_port; /* WSGI SERVER_PORT ("" on a unix socket); ASGI NULL */
+} ps_py_addresses_t;
+
+/* Returns the addresses (borrowed from x), or NULL with an exception. */
+ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
+void ps_py_addresses_free(ps_exchange_t *x);
+
+/* Reads a trusted proxy's headers into *fwd (PS_SCHEME_NONE and no client
+ * when the peer is not trusted). Returns 0, or -1 after rejecting the
+ * request with 400 when two secure scheme headers disagree. */
+int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd);
+static inline int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
+{
+    *fwd = (ps_proxy_result_t){PS_SCHEME_NONE, {NULL, 0}};
+    return x->proxy ? ps_py_forwarded_apply(x, fwd) : 0;
+}
+/* The forwarded client: WSGI its host as str, ASGI (host, 0). New
+ * reference, or NULL with an exception. */
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client);
+
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */
 void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
 
-/* Rejected requests (ps_conn_reject): one access line each, like any
+/* The access line of a request, the same for WSGI and ASGI:
+ *   CLIENT - "METHOD TARGET HTTP/x.y" STATUS
+ * CLIENT is "address:port" ("[::1]:port" for IPv6), "-" over a unix
+ * socket, or the client a trusted proxy forwarded (fwd_client.base set)
+ * with port 0. Bytes outside printable ASCII, '"' and backslash are escaped
+ * as \xNN. Never raises; a pending exception stays pending. */
+void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_client, int status);
+
+/* Rejected requests (ps_exchange_reject): one access line each, like any
  * other request, and a reason line on the error logger at INFO, at most
  * PS_REJECT_LINES_PER_SECOND a second per worker; the dropped ones are
  * counted and summed up in one line once that second is over. */
@@ -90,16 +211,16 @@ typedef struct {
  * off (borrowed). Reads error_logger's level once. Returns 0 or -1 with an
  * exception. */
 int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger);
-/* Logs a rejection of c's request; nothing at all when both logs are off.
+/* Logs a rejection of x's request; nothing at all when both logs are off.
  * The access line is left out while the layer has the request (app_data
  * set): the layer writes that one. Never raises. */
-void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason);
+void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason);
 /* Before the worker's loop goes away: writes a pending summary and stops
  * the timer. */
 void ps_rejects_stop(ps_rejects_t *r);
 void ps_rejects_clear(ps_rejects_t *r);
 
-/* The libev selector (evselector.c), continued. ps_evselector_new above
+/* The libev selector (evselector.x), continued. ps_evselector_new above
  * builds an EvSelectorCore that borrows `loop` (the loop must already have
  * the GIL release callbacks installed). */
 /* Adds pyserver._core.EvSelectorCore. Returns 0 or -1 with an exception. */

@@ -1,5 +1,6 @@
 /* Error logging from C into Python's logging (pyserver.error), and the
- * lines for requests the server rejected. */
+ * access log: one line format for every request, WSGI or ASGI, answered or
+ * rejected. */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -116,11 +117,13 @@ static size_t append_escaped(char *out, size_t len, size_t cap, const char *s, s
     return len;
 }
 
+#define PEER_MAX (256 * 4 + 16)
+
 /* "METHOD TARGET HTTP/x.y" when the request line was read, else "-". */
-static void format_request_line(ps_conn_t *c, char *out, size_t cap)
+static void format_request_line(ps_exchange_t *x, char *out, size_t cap)
 {
     ps_slice_t m, t, v;
-    if (!ps_http1_request_line(&c->parser, &m, &t, &v)) {
+    if (!ps_exchange_request_line(x, &m, &t, &v)) {
         snprintf(out, cap, "-");
         return;
     }
@@ -131,21 +134,24 @@ static void format_request_line(ps_conn_t *c, char *out, size_t cap)
     append_escaped(out, len, cap, v.base, v.len);
 }
 
-/* The peer as "address:port", "-" for a unix socket. */
-static void format_peer(const ps_conn_t *c, char *out, size_t cap)
+/* The client as the access log shows it: "address:port", an IPv6 address
+ * in brackets ("[::1]:8000"), "-" over a unix socket; a forwarded client
+ * (fwd.base set) with port 0. */
+static void format_client(const ps_exchange_t *x, ps_slice_t fwd, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN];
-    const struct sockaddr_storage *ss = &c->peer;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-        snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-        snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(a->sin6_port));
-    } else {
+    int port = 0;
+    if (fwd.base != NULL) {
+        int v6 = memchr(fwd.base, ':', fwd.len) != NULL;
+        size_t len = append_escaped(out, 0, cap, "[", v6);
+        len = append_escaped(out, len, cap, fwd.base, PS_MIN(fwd.len, 256));
+        snprintf(out + len, cap - len, "%s:0", v6 ? "]" : "");
+    } else if (x->is_unix || ps_net_format_address(x->peer, host, &port) < 0) {
         snprintf(out, cap, "-");
+    } else if (x->peer->ss_family == AF_INET6) {
+        snprintf(out, cap, "[%s]:%d", host, port);
+    } else {
+        snprintf(out, cap, "%s:%d", host, port);
     }
 }
 
@@ -184,9 +190,9 @@ static void on_summary(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* One more reason line in this second? Counts the ones that are not, and
  * makes sure their summary follows when the second is over. */
-static int reason_line_allowed(ps_rejects_t *r, ps_conn_t *c)
+static int reason_line_allowed(ps_rejects_t *r, ps_exchange_t *x)
 {
-    struct ev_loop *loop = c->w->loop;
+    struct ev_loop *loop = ps_worker_loop(x->worker);
     ev_tstamp now = ev_now(loop);
     if (now >= r->window_end) {
         r->window_end = now + 1.0;
@@ -204,19 +210,19 @@ static int reason_line_allowed(ps_rejects_t *r, ps_conn_t *c)
     return 0;
 }
 
-void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reason)
+void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason)
 {
-    int access = r->access_info != NULL && c->app_data == NULL;
+    int access = r->access_info != NULL && x->app_data == NULL;
     if (!access && r->error_info == NULL)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
-    char line[4096 + 128], peer[INET6_ADDRSTRLEN + 8];
-    format_request_line(c, line, sizeof(line));
-    format_peer(c, peer, sizeof(peer));
+    char line[4096 + 128], peer[PEER_MAX];
+    format_request_line(x, line, sizeof(line));
+    format_client(x, (ps_slice_t){NULL, 0}, peer, sizeof(peer));
     if (access)
         emit(r->access_info, "%s - \"%s\" %d", peer, line, status);
-    if (r->error_info && reason_line_allowed(r, c)) {
+    if (r->error_info && reason_line_allowed(r, x)) {
         if (line[0] == '-' && line[1] == '\0')
             emit(r->error_info, "Rejected %d from %s: %s", status, peer,
                  reason ? reason : "refused");
@@ -224,6 +230,17 @@ void ps_rejects_log(ps_rejects_t *r, ps_conn_t *c, int status, const char *reaso
             emit(r->error_info, "Rejected %d \"%s\" from %s: %s", status, line, peer,
                  reason ? reason : "refused");
     }
+    PyErr_Restore(type, value, tb);
+}
+
+void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_client, int status)
+{
+    char line[4096 + 128], client[PEER_MAX];
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
+    format_request_line(x, line, sizeof(line));
+    format_client(x, fwd_client, client, sizeof(client));
+    emit(access_info, "%s - \"%s\" %d", client, line, status);
     PyErr_Restore(type, value, tb);
 }
 

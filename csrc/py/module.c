@@ -291,9 +291,9 @@ static void call_reopen_logs(void)
 }
 
 /* SIGUSR1 in a worker (the loop holds the GIL in its callbacks). */
-static void reopen_logs(ps_worker_t *w)
+static void reopen_logs(void *data)
 {
-    PS_UNUSED(w);
+    PS_UNUSED(data);
     call_reopen_logs();
 }
 
@@ -358,9 +358,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
         ps_worker_stop(sup->w);
 }
 
-static void on_stop_signal(ps_worker_t *w, int signum)
+static void on_stop_signal(supervisor_t *sup, int signum)
 {
-    supervisor_t *sup = w->stop_signal_data;
     PyObject *res = PyObject_CallFunction(sup->on_stop_signal, "i", signum);
     if (res == NULL)
         ps_log_exception(sup->logger, "pyserver: config.on_stop_signal failed");
@@ -398,10 +397,6 @@ static int supervisor_init(supervisor_t *sup, PyObject *config)
 static void supervisor_start(supervisor_t *sup, ps_worker_t *w)
 {
     sup->w = w;
-    if (sup->on_stop_signal) {
-        w->on_stop_signal = on_stop_signal;
-        w->stop_signal_data = sup;
-    }
     if (sup->on_tick == NULL)
         return;
     if (worker_slot == NULL)
@@ -432,6 +427,39 @@ static int is_asgi(PyObject *config)
     return rc;
 }
 
+/* What one serve() call's worker calls back (ps_worker_hooks_t). */
+typedef struct {
+    supervisor_t *sup;
+    ps_asgi_t *actx; /* NULL for WSGI */
+} serve_hooks_data_t;
+
+static void hook_stop_signal(void *data, int signum)
+{
+    serve_hooks_data_t *d = data;
+    if (d->sup->on_stop_signal)
+        on_stop_signal(d->sup, signum);
+}
+
+static void hook_drained(void *data)
+{
+    serve_hooks_data_t *d = data;
+    if (d->actx)
+        ps_asgi_drained(d->actx);
+}
+
+/* USR1 reopens the log files, except under gunicorn: its own handler
+ * does that there. */
+static const ps_worker_hooks_t serve_hooks = {
+    .reopen_logs = reopen_logs,
+    .stop_signal = hook_stop_signal,
+    .drained = hook_drained,
+};
+
+static const ps_worker_hooks_t supervised_hooks = {
+    .stop_signal = hook_stop_signal,
+    .drained = hook_drained,
+};
+
 /* serve(app, sockets, config, own_sockets=()): runs one worker on the
  * current thread until a stop signal; returns None. own_sockets are this
  * worker's SO_REUSEPORT listeners (see ps_worker_add_own_listener). The
@@ -458,6 +486,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ps_asgi_t *actx = NULL;
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
+    serve_hooks_data_t hooks_data = {NULL, NULL};
     /* Heap-allocated like the worker: its timer must not move while the loop runs. */
     supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
     if (sup == NULL) {
@@ -478,8 +507,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     cfg.proxy = proxy_on ? &proxy : NULL;
-    int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx)
-                  : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx);
+    hooks_data.sup = sup;
+    hooks_data.actx = actx;
+    const ps_worker_hooks_t *hooks = sup->on_tick == NULL ? &serve_hooks : &supervised_hooks;
+    int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx, hooks, &hooks_data)
+                  : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx, hooks, &hooks_data);
     if (rc < 0) {
         PyMem_RawFree(w);
         w = NULL;
@@ -499,10 +531,6 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         goto done;
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
-    /* USR1 reopens the log files, except under gunicorn: its own handler
-     * does that there. */
-    if (sup->on_tick == NULL)
-        w->on_reopen_logs = reopen_logs;
     supervisor_start(sup, w);
 
     gil_state_t gil = {NULL};

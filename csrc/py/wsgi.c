@@ -20,8 +20,6 @@
 #include <structmember.h>
 
 #define MAX_STACK_HEADERS 32
-#define HEADER_KEY_SLOTS 256
-#define HEADER_KEY_MAX 64
 
 enum {
     K_REQUEST_METHOD,
@@ -47,12 +45,6 @@ static const char *const key_names[K_COUNT] = {
     "REMOTE_PORT",    "RAW_URI",     "wsgi.input",  "wsgi.url_scheme",
 };
 
-typedef struct {
-    char name[HEADER_KEY_MAX]; /* the environ key, e.g. HTTP_USER_AGENT */
-    uint8_t len;
-    PyObject *key;
-} header_key_t;
-
 struct ps_wsgi {
     ps_module_state_t *st;
     PyObject *app;
@@ -62,7 +54,6 @@ struct ps_wsgi {
     ps_rejects_t rejects;
     uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
-    PyObject *methods[64]; /* by llhttp method id */
     PyObject *protocols[2];
     PyObject *empty;
     PyObject *close_name; /* "close", interned: the type's method cache hits */
@@ -71,20 +62,12 @@ struct ps_wsgi {
     PyObject *schemes[3]; /* by PS_SCHEME_*: NULL, "http", "https" */
     char *root_path;      /* UTF-8, no trailing slash */
     size_t root_path_len;
-    header_key_t header_keys[HEADER_KEY_SLOTS];
+    ps_py_cache_t cache; /* methods, header names */
 };
-
-/* Per connection: the addresses, made into str once. */
-typedef struct {
-    PyObject *remote_addr;
-    PyObject *remote_port;
-    PyObject *server_name;
-    PyObject *server_port;
-} conn_info_t;
 
 typedef struct {
     PyObject_HEAD vectorcallfunc vectorcall;
-    ps_conn_t *conn; /* NULL once the request is over */
+    ps_exchange_t *x; /* NULL once the request is over */
     ps_wsgi_t *ctx;
     PyObject *status;
     PyObject *headers;
@@ -93,6 +76,7 @@ typedef struct {
     Py_ssize_t index;      /* next item when result is a list or tuple */
     PyObject *input;       /* the wsgi.input object */
     PyObject *remote_addr; /* the forwarded client (str), NULL when it is the peer */
+    ps_slice_t fwd_client; /* the same as sent, for the access log (into the request) */
     int64_t known_length;  /* body length known up front, or -1 */
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
@@ -100,7 +84,7 @@ typedef struct {
 } RequestObject;
 
 typedef struct {
-    PyObject_HEAD ps_conn_t *conn; /* NULL once the request is over */
+    PyObject_HEAD ps_exchange_t *x; /* NULL once the request is over */
     ps_wsgi_t *ctx;
 } InputObject;
 
@@ -146,121 +130,10 @@ static PyObject *port_str(int port)
     return PyUnicode_FromFormat("%d", port);
 }
 
-/* Formats an IPv4/IPv6 address and port; returns 0 or -1 with exception. */
-static int addr_pair(const struct sockaddr_storage *ss, PyObject **host, PyObject **port)
-{
-    char text[INET6_ADDRSTRLEN];
-    int p;
-    ps_net_format_address(ss, text, &p);
-    *host = PyUnicode_FromString(text);
-    *port = *host ? port_str(p) : NULL;
-    if (*port == NULL) {
-        Py_CLEAR(*host);
-        return -1;
-    }
-    return 0;
-}
-
-static void conn_info_free(conn_info_t *ci)
-{
-    Py_XDECREF(ci->remote_addr);
-    Py_XDECREF(ci->remote_port);
-    Py_XDECREF(ci->server_name);
-    Py_XDECREF(ci->server_port);
-    PyMem_Free(ci);
-}
-
-/* The connection's addresses as str, made on its first request. */
-static conn_info_t *conn_info(ps_conn_t *c)
-{
-    if (c->conn_data)
-        return c->conn_data;
-    conn_info_t *ci = PyMem_Calloc(1, sizeof(*ci));
-    if (ci == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    struct sockaddr_storage local;
-    socklen_t len = sizeof(local);
-    if (c->is_unix) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&local;
-        if (getsockname(c->fd, (struct sockaddr *)&local, &len) < 0 || len <= sizeof(sa_family_t))
-            un->sun_path[0] = '\0';
-        else
-            ((char *)&local)[PS_MIN(len, sizeof(local) - 1)] = '\0';
-        ci->server_name = PyUnicode_DecodeFSDefault(un->sun_path);
-        ci->server_port = PyUnicode_FromString("");
-        ci->remote_addr = PyUnicode_FromString("");
-        if (!ci->server_name || !ci->server_port || !ci->remote_addr)
-            goto error;
-    } else {
-        int rc = ps_conn_local_address(c, &local, &len);
-        if (rc < 0) {
-            errno = -rc;
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto error;
-        }
-        if (addr_pair(&local, &ci->server_name, &ci->server_port) < 0 ||
-            addr_pair(&c->peer, &ci->remote_addr, &ci->remote_port) < 0)
-            goto error;
-    }
-    c->conn_data = ci;
-    return ci;
-error:
-    conn_info_free(ci);
-    return NULL;
-}
-
-/* The environ key for a request header name ("HTTP_USER_AGENT"), from a
- * bounded cache. Returns a new reference, NULL with an exception, or NULL
- * without one for a name that must not reach the application. */
-static PyObject *header_key(ps_wsgi_t *ctx, ps_slice_t name)
-{
-    char buf[HEADER_KEY_MAX];
-    if (name.len == 12 && PS_SLICE_IEQ(name, "content-type"))
-        return Py_NewRef(ctx->keys[K_CONTENT_TYPE]);
-    if (name.len == 14 && PS_SLICE_IEQ(name, "content-length"))
-        return Py_NewRef(ctx->keys[K_CONTENT_LENGTH]);
-    size_t n = 5 + name.len;
-    char *key = n <= HEADER_KEY_MAX ? buf : PyMem_Malloc(n);
-    if (key == NULL)
-        return PyErr_NoMemory();
-    memcpy(key, "HTTP_", 5);
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < name.len; i++) {
-        char ch = name.base[i];
-        if (ch == '_') {
-            /* "X_Forwarded_For" would pass for "X-Forwarded-For". */
-            if (key != buf)
-                PyMem_Free(key);
-            return NULL;
-        }
-        ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
-        key[5 + i] = ch;
-        h = (h ^ (uint8_t)ch) * 16777619u;
-    }
-    if (key != buf) {
-        PyObject *result = PyUnicode_FromStringAndSize(key, (Py_ssize_t)n);
-        PyMem_Free(key);
-        return result;
-    }
-    header_key_t *slot = &ctx->header_keys[h % HEADER_KEY_SLOTS];
-    if (slot->key && slot->len == n && memcmp(slot->name, key, n) == 0)
-        return Py_NewRef(slot->key);
-    PyObject *result = PyUnicode_FromStringAndSize(key, (Py_ssize_t)n);
-    if (result == NULL)
-        return NULL;
-    PyUnicode_InternInPlace(&result);
-    Py_XSETREF(slot->key, Py_NewRef(result)); /* a colliding name replaces the slot */
-    memcpy(slot->name, key, n);
-    slot->len = (uint8_t)n;
-    return result;
-}
-
 /* Adds one header, joining a repeated one with ", ". Returns 0 or -1. */
 static int add_header(ps_wsgi_t *ctx, PyObject *env, const ps_header_t *h)
 {
-    PyObject *key = header_key(ctx, h->name);
+    PyObject *key = ps_py_header_name(&ctx->cache, h->name);
     if (key == NULL)
         return PyErr_Occurred() ? -1 : 0;
     PyObject *value = latin1(h->value.base, h->value.len);
@@ -332,7 +205,7 @@ static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
 
 static PyObject *method_str(ps_wsgi_t *ctx, const ps_request_t *r)
 {
-    return ps_py_method(ctx->methods, PS_ARRAY_LEN(ctx->methods), r);
+    return ps_py_method(&ctx->cache, r);
 }
 
 /* What a trusted proxy said: the scheme, and the client, whose address
@@ -346,18 +219,19 @@ static int add_forwarded(ps_wsgi_t *ctx, PyObject *env, RequestObject *req,
         return -1;
     if (fwd->client.base == NULL)
         return 0;
-    req->remote_addr = latin1(fwd->client.base, fwd->client.len);
+    req->fwd_client = fwd->client;
+    req->remote_addr = ps_py_forwarded_client(&ctx->cache, fwd->client);
     if (req->remote_addr == NULL || PyDict_SetItem(env, k[K_REMOTE_ADDR], req->remote_addr) < 0 ||
         PyDict_SetItem(env, k[K_REMOTE_PORT], ctx->zero) < 0)
         return -1;
     return 0;
 }
 
-static int add_server(PyObject *env, PyObject **k, conn_info_t *ci)
+static int add_server(PyObject *env, PyObject **k, const ps_py_addresses_t *a)
 {
-    if (PyDict_SetItem(env, k[K_SERVER_NAME], ci->server_name) < 0)
+    if (PyDict_SetItem(env, k[K_SERVER_NAME], a->server) < 0)
         return -1;
-    return PyDict_SetItem(env, k[K_SERVER_PORT], ci->server_port);
+    return PyDict_SetItem(env, k[K_SERVER_PORT], a->server_port);
 }
 
 /* An absolute-form target names the server (RFC 9112 section 3.2.2), as
@@ -370,12 +244,12 @@ static int add_target_server(PyObject *env, PyObject **k, const ps_request_t *r)
 }
 
 /* Returns a new environ dict, or NULL with an exception. */
-static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
+static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *req,
                                const ps_proxy_result_t *fwd)
 {
-    ps_request_t *r = ps_conn_request(c);
-    conn_info_t *ci = conn_info(c);
-    if (ci == NULL)
+    ps_request_t *r = x->req;
+    ps_py_addresses_t *a = ps_py_addresses(&ctx->cache, x);
+    if (a == NULL)
         return NULL;
     PyObject *env = PyDict_Copy(ctx->base_environ);
     if (env == NULL)
@@ -384,11 +258,11 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req,
     if (set_item(env, k[K_REQUEST_METHOD], method_str(ctx, r)) < 0 ||
         add_target(ctx, env, r->target) < 0 ||
         PyDict_SetItem(env, k[K_SERVER_PROTOCOL], ctx->protocols[r->http_minor & 1]) < 0 ||
-        (ps_likely(r->target_host.base == NULL) ? add_server(env, k, ci)
+        (ps_likely(r->target_host.base == NULL) ? add_server(env, k, a)
                                                 : add_target_server(env, k, r)) < 0 ||
-        PyDict_SetItem(env, k[K_REMOTE_ADDR], ci->remote_addr) < 0 ||
-        (ci->remote_port ? PyDict_SetItem(env, k[K_REMOTE_PORT], ci->remote_port)
-                         : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||
+        PyDict_SetItem(env, k[K_REMOTE_ADDR], a->client) < 0 ||
+        (a->client_port ? PyDict_SetItem(env, k[K_REMOTE_PORT], a->client_port)
+                        : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||
         PyDict_SetItem(env, k[K_WSGI_INPUT], req->input) < 0)
         goto error;
     if ((fwd->scheme != PS_SCHEME_NONE || fwd->client.base) &&
@@ -410,40 +284,14 @@ enum {
     SEND_GONE = -2,  /* the client went away */
 };
 
-/* One access-log line; the client is the forwarded one when a trusted
- * proxy named it (then with port 0). */
-static void log_access(ps_wsgi_t *ctx, ps_conn_t *c, RequestObject *req)
-{
-    ps_request_t *r = ps_conn_request(c);
-    conn_info_t *ci = c->conn_data;
-    PyObject *method = method_str(ctx, r);
-    PyObject *target = latin1(r->target.base, PS_MIN(r->target.len, 4096));
-    PyObject *msg = NULL, *res = NULL;
-    if (method && target && ci) {
-        PyObject *addr = req->remote_addr ? req->remote_addr : ci->remote_addr;
-        PyObject *port = req->remote_addr ? ctx->zero : ci->remote_port;
-        msg = PyUnicode_FromFormat("%U%s%U - \"%U %U HTTP/1.%d\" %d", addr, port ? ":" : "",
-                                   port ? port : ctx->empty, method, target, (int)r->http_minor,
-                                   c->resp_status);
-    }
-    if (msg)
-        res = PyObject_CallOneArg(ctx->access_info, msg);
-    if (res == NULL)
-        PyErr_Clear();
-    Py_XDECREF(res);
-    Py_XDECREF(msg);
-    Py_XDECREF(method);
-    Py_XDECREF(target);
-}
-
 /* The request is over: calls close() on the response, logs it, detaches the
  * Python objects from the connection and drops the connection's reference
  * to req (which may free it). */
 static void request_done(RequestObject *req)
 {
-    ps_conn_t *c = req->conn;
+    ps_exchange_t *x = req->x;
     ps_wsgi_t *ctx = req->ctx;
-    if (c == NULL)
+    if (x == NULL)
         return;
     PyObject *result = req->result;
     if (result && !PyList_CheckExact(result) && !PyTuple_CheckExact(result)) {
@@ -458,11 +306,11 @@ static void request_done(RequestObject *req)
             Py_XDECREF(res);
         }
     }
-    if (ctx->access_info && c->resp_status)
-        log_access(ctx, c, req);
-    ((InputObject *)req->input)->conn = NULL;
-    req->conn = NULL;
-    c->app_data = NULL;
+    if (ctx->access_info && x->status)
+        ps_log_access(ctx->access_info, x, req->fwd_client, x->status);
+    ((InputObject *)req->input)->x = NULL;
+    req->x = NULL;
+    x->app_data = NULL;
     Py_CLEAR(req->iter);
     Py_CLEAR(req->result);
     Py_DECREF(req);
@@ -472,18 +320,18 @@ static void request_done(RequestObject *req)
  * else the connection closes. */
 static void fail(RequestObject *req)
 {
-    ps_conn_t *c = req->conn;
-    ps_request_t *r = ps_conn_request(c);
-    if (c->failed) {
+    ps_exchange_t *x = req->x;
+    ps_request_t *r = x->req;
+    if (ps_exchange_client_gone(x)) {
         PyErr_Clear(); /* the client left; the application only noticed */
     } else {
         ps_log_exception(req->ctx->error_logger, "Exception in WSGI application (%.*s %.*s)",
                          (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
                          r->target.base);
         if (req->headers_sent)
-            ps_conn_abort(c);
+            ps_exchange_abort(x);
         else
-            ps_conn_send_error(c, 500);
+            ps_exchange_send_error(x, 500);
     }
     request_done(req);
 }
@@ -539,7 +387,7 @@ static int send_head(RequestObject *req, const char *body, size_t len)
         hs[n].name = PS_SLICE_LIT("Content-Length");
         hs[n++].value = (ps_slice_t){length, (size_t)l};
     }
-    rc = ps_conn_start_response(req->conn, status, hs, n, body, len);
+    rc = ps_exchange_start(req->x, status, hs, n, body, len);
     if (rc == -EINVAL) {
         PyErr_Format(PyExc_ValueError, "invalid status or header in the response: %R %R",
                      req->status, req->headers);
@@ -558,7 +406,7 @@ static int send_body(RequestObject *req, const char *data, size_t len)
 {
     if (!req->headers_sent)
         return send_head(req, data, len);
-    return map_write(ps_conn_write(req->conn, data, len));
+    return map_write(ps_exchange_write(req->x, data, len));
 }
 
 /* The body is complete. */
@@ -572,7 +420,7 @@ static void finish(RequestObject *req)
             return;
         }
     }
-    ps_conn_end(req->conn);
+    ps_exchange_end(req->x);
     request_done(req);
 }
 
@@ -653,7 +501,7 @@ static int try_sendfile(RequestObject *req)
     req->known_length = st.st_size > off ? st.st_size - off : 0;
     int rc = send_head(req, NULL, 0);
     if (rc >= 0)
-        rc = map_write(ps_conn_sendfile(req->conn, (int)fd, off, (uint64_t)req->known_length));
+        rc = map_write(ps_exchange_sendfile(req->x, (int)fd, off, (uint64_t)req->known_length));
     if (rc == SEND_ERROR)
         fail(req);
     else if (rc == SEND_GONE)
@@ -688,30 +536,28 @@ static void start_body(RequestObject *req)
     pump(req);
 }
 
-static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c);
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 
-static void on_request(ps_conn_t *c)
+static void on_request(ps_exchange_t *x)
 {
-    ps_wsgi_t *ctx = c->w->handler_data;
-    ps_proxy_result_t fwd = {PS_SCHEME_NONE, {NULL, 0}};
-    if (c->proxy_trusted && ps_proxy_apply(c->w->cfg.proxy, ps_conn_request(c), &fwd) < 0) {
-        ps_conn_reject(c, 400, "secure scheme headers disagree");
+    ps_wsgi_t *ctx = x->handler_data;
+    ps_proxy_result_t fwd;
+    if (ps_py_forwarded(x, &fwd) < 0)
         return;
-    }
     /* One request runs at a time here: what the limit bounds is the open
      * connections, this one included (uvicorn counts connections or tasks). */
-    if (ctx->limit_concurrency && c->w->nconns > ctx->limit_concurrency) {
-        ps_conn_reject(c, 503, "concurrency limit reached");
+    if (ctx->limit_concurrency && ps_worker_connections(x->worker) > ctx->limit_concurrency) {
+        ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
-    RequestObject *req = request_new(ctx, c);
+    RequestObject *req = request_new(ctx, x);
     if (req == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
-        ps_conn_send_error(c, 500);
+        ps_exchange_send_error(x, 500);
         return;
     }
-    c->app_data = req; /* owns the reference until request_done() */
-    PyObject *environ = build_environ(ctx, c, req, &fwd);
+    x->app_data = req; /* owns the reference until request_done() */
+    PyObject *environ = build_environ(ctx, x, req, &fwd);
     if (environ == NULL) {
         fail(req);
         return;
@@ -727,9 +573,9 @@ static void on_request(ps_conn_t *c)
     start_body(req);
 }
 
-static void on_writable(ps_conn_t *c)
+static void on_writable(ps_exchange_t *x)
 {
-    RequestObject *req = c->app_data;
+    RequestObject *req = x->app_data;
     if (req == NULL)
         return;
     if (req->sendfile_fd >= 0) {
@@ -740,25 +586,23 @@ static void on_writable(ps_conn_t *c)
     pump(req);
 }
 
-static void on_disconnect(ps_conn_t *c)
+static void on_disconnect(ps_exchange_t *x)
 {
-    if (c->app_data)
-        request_done(c->app_data);
+    if (x->app_data)
+        request_done(x->app_data);
 }
 
-static void dispose(ps_conn_t *c)
+static void dispose(ps_exchange_t *x)
 {
-    if (c->app_data)
-        request_done(c->app_data);
-    if (c->conn_data)
-        conn_info_free(c->conn_data);
-    c->conn_data = NULL;
+    if (x->app_data)
+        request_done(x->app_data);
+    ps_py_addresses_free(x);
 }
 
-static void on_rejected(ps_conn_t *c, int status, const char *reason)
+static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    ps_wsgi_t *ctx = c->w->handler_data;
-    ps_rejects_log(&ctx->rejects, c, status, reason);
+    ps_wsgi_t *ctx = x->handler_data;
+    ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
 const ps_handler_t ps_wsgi_handler = {
@@ -835,8 +679,8 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
         PyErr_Format(PyExc_TypeError, "write() takes bytes, not %.100s", Py_TYPE(data)->tp_name);
         return NULL;
     }
-    ps_conn_t *c = self->conn;
-    if (c == NULL) {
+    ps_exchange_t *x = self->x;
+    if (x == NULL) {
         PyErr_SetString(PyExc_OSError, "write() after the response ended");
         return NULL;
     }
@@ -851,7 +695,7 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
     if (rc == SEND_ERROR)
         return NULL;
     if (rc == PS_WRITE_PENDING) {
-        Py_BEGIN_ALLOW_THREADS rc = map_write(ps_conn_write_blocking(c, NULL, 0));
+        Py_BEGIN_ALLOW_THREADS rc = map_write(ps_exchange_write_blocking(x, NULL, 0));
         Py_END_ALLOW_THREADS
     }
     if (rc == SEND_GONE) {
@@ -925,10 +769,10 @@ static PyType_Spec Request_spec = {
  * 0, or -1 with an exception (the spool file cannot be read). */
 static int input_fill(InputObject *self)
 {
-    ps_conn_t *c = self->conn;
-    if (c == NULL || ps_buf_size(&c->body) > 0)
+    ps_exchange_t *x = self->x;
+    if (x == NULL || ps_buf_size(x->body) > 0)
         return 0;
-    int rc = ps_conn_body_fill(c);
+    int rc = ps_exchange_body_fill(x);
     if (rc == 0)
         return 0;
     errno = -rc;
@@ -938,7 +782,7 @@ static int input_fill(InputObject *self)
 
 static ps_buf_t *input_body(InputObject *self)
 {
-    return self->conn ? &self->conn->body : NULL;
+    return self->x ? self->x->body : NULL;
 }
 
 static int parse_size(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *size)
@@ -1086,7 +930,7 @@ static PyType_Spec Input_spec = {
     .slots = Input_slots,
 };
 
-static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x)
 {
     PyTypeObject *rt = ctx->st->request_type, *it = ctx->st->input_type;
     RequestObject *req = (RequestObject *)rt->tp_alloc(rt, 0);
@@ -1097,11 +941,11 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_conn_t *c)
         Py_DECREF(req);
         return NULL;
     }
-    in->conn = c;
+    in->x = x;
     in->ctx = ctx;
     req->input = (PyObject *)in;
     req->vectorcall = Request_vectorcall;
-    req->conn = c;
+    req->x = x;
     req->ctx = ctx;
     req->known_length = -1;
     req->sendfile_fd = -1;
@@ -1419,6 +1263,8 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
         return (ps_wsgi_t *)PyErr_NoMemory();
     ctx->st = st;
     ctx->app = Py_NewRef(app);
+    if (ps_py_cache_init(&ctx->cache, PS_PY_WSGI) < 0)
+        goto error;
     for (int i = 0; i < K_COUNT; i++)
         if ((ctx->keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
             goto error;
@@ -1486,10 +1332,7 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     ps_rejects_clear(&ctx->rejects);
     for (int i = 0; i < K_COUNT; i++)
         Py_XDECREF(ctx->keys[i]);
-    for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
-        Py_XDECREF(ctx->methods[i]);
-    for (size_t i = 0; i < HEADER_KEY_SLOTS; i++)
-        Py_XDECREF(ctx->header_keys[i].key);
+    ps_py_cache_clear(&ctx->cache);
     Py_XDECREF(ctx->protocols[0]);
     Py_XDECREF(ctx->protocols[1]);
     Py_XDECREF(ctx->empty);

@@ -1,10 +1,14 @@
 /* Unit tests of csrc/buf.c: growable buffers and slices. */
 #include <errno.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "check.h"
+#include "common.h"
 
 static void test_empty_buffer_has_no_storage(void)
 {
@@ -178,8 +182,28 @@ static void test_slice_ieq_ignores_case_only(void)
     CHECK(!PS_SLICE_IEQ(empty, "a"));
 }
 
+/* The C tests build with PS_DEBUG_ASSERTS: a broken invariant aborts. */
+static void test_broken_invariant_aborts(void)
+{
+#ifdef PS_DEBUG_ASSERTS
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGABRT, SIG_DFL);
+        size_t len = 3, cap = 2;
+        PS_ASSERT(len <= cap);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+#else
+    CHECK(!"the C tests must be built with -DPS_DEBUG_ASSERTS");
+#endif
+}
+
 int main(void)
 {
+    test_broken_invariant_aborts();
     test_empty_buffer_has_no_storage();
     test_reserve_allocates_at_least_what_is_asked();
     test_append_then_consume_returns_bytes_in_order();

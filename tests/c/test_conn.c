@@ -1,4 +1,4 @@
-/* Loopback tests of csrc/conn.c and csrc/loop.c: a real worker on
+/* Loopback tests of csrc/conn.c, csrc/worker.c and csrc/listener.c: a real worker on
  * 127.0.0.1 with a small C handler, and a client thread that sends raw
  * requests and compares the raw answers byte for byte.
  *
@@ -22,7 +22,7 @@
 #include "check.h"
 #include "common.h"
 #include "conn.h"
-#include "loop.h"
+#include "worker.h"
 
 /* conn.c's high-water mark for a request body waiting for the application. */
 #define CONN_BODY_HIGH (256 * 1024)
@@ -41,7 +41,7 @@ static struct {
 
 /* ---- the handler: a tiny application ------------------------------------ */
 
-static void respond(ps_conn_t *c, const ps_header_t *extra, size_t nextra, const char *body,
+static void respond(ps_exchange_t *x, const ps_header_t *extra, size_t nextra, const char *body,
                     size_t len)
 {
     char length[24];
@@ -51,41 +51,41 @@ static void respond(ps_conn_t *c, const ps_header_t *extra, size_t nextra, const
     h[n++] = (ps_header_t){PS_SLICE_LIT("Content-Length"), {length, strlen(length)}};
     for (size_t i = 0; i < nextra && n < PS_ARRAY_LEN(h); i++)
         h[n++] = extra[i];
-    if (ps_conn_start_response(c, PS_SLICE_LIT("200 OK"), h, n, body, len) == -EINVAL) {
-        ps_conn_send_error(c, 500);
+    if (ps_exchange_start(x, PS_SLICE_LIT("200 OK"), h, n, body, len) == -EINVAL) {
+        ps_exchange_send_error(x, 500);
         return;
     }
-    ps_conn_end(c);
+    ps_exchange_end(x);
 }
 
-/* Reads the whole body through ps_conn_body_fill() and answers its size;
+/* Reads the whole body through ps_exchange_body_fill() and answers its size;
  * with `detail`, "<size> <sum> mem|spool": a checksum of its bytes and
  * whether it came from a spool file. The body is complete before on_request. */
-static void answer_body_size(ps_conn_t *c, int detail)
+static void answer_body_size(ps_exchange_t *x, int detail)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = x->req;
     uint64_t total = 0, sum = 0;
-    int spooled = c->spool_fd >= 0;
+    int spooled = ps_conn_of(x)->spool_fd >= 0;
     CHECK(r->message_complete);
     for (;;) {
-        if (ps_conn_body_fill(c) < 0) {
-            ps_conn_send_error(c, 500);
+        if (ps_exchange_body_fill(x) < 0) {
+            ps_exchange_send_error(x, 500);
             return;
         }
-        size_t n = ps_buf_size(&c->body);
+        size_t n = ps_buf_size(x->body);
         if (n == 0)
             break;
-        const unsigned char *p = (const unsigned char *)ps_buf_head(&c->body);
+        const unsigned char *p = (const unsigned char *)ps_buf_head(x->body);
         for (size_t i = 0; i < n; i++)
             sum = sum * 31 + p[i];
         total += n;
-        ps_buf_consume(&c->body, n);
+        ps_buf_consume(x->body, n);
     }
     char text[64];
     int len = detail ? snprintf(text, sizeof(text), "%llu %llu %s", (unsigned long long)total,
                                 (unsigned long long)sum, spooled ? "spool" : "mem")
                      : snprintf(text, sizeof(text), "%llu", (unsigned long long)total);
-    respond(c, NULL, 0, text, (size_t)len);
+    respond(x, NULL, 0, text, (size_t)len);
 }
 
 /*  /          "hello" with Content-Length
@@ -96,49 +96,49 @@ static void answer_body_size(ps_conn_t *c, int detail)
  *  /close     "hello" with Connection: close from the application
  *  /bad-head  an invalid header name from the application
  *  anything else: the target itself, so pipelined answers can be told apart */
-static void on_request(ps_conn_t *c)
+static void on_request(ps_exchange_t *x)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = x->req;
     ps_slice_t t = r->target;
     if (PS_SLICE_IEQ(t, "/")) {
-        respond(c, NULL, 0, "hello", 5);
+        respond(x, NULL, 0, "hello", 5);
     } else if (PS_SLICE_IEQ(t, "/chunked")) {
-        int rc = ps_conn_start_response(c, PS_SLICE_LIT("200 OK"), NULL, 0, "hello", 5);
+        int rc = ps_exchange_start(x, PS_SLICE_LIT("200 OK"), NULL, 0, "hello", 5);
         if (rc >= 0)
-            ps_conn_write(c, " world", 6);
-        ps_conn_end(c);
+            ps_exchange_write(x, " world", 6);
+        ps_exchange_end(x);
     } else if (PS_SLICE_IEQ(t, "/size")) {
-        answer_body_size(c, 0);
+        answer_body_size(x, 0);
     } else if (PS_SLICE_IEQ(t, "/sum")) {
-        answer_body_size(c, 1);
+        answer_body_size(x, 1);
     } else if (PS_SLICE_IEQ(t, "/slow")) {
         usleep(1500 * 1000); /* a synchronous application that keeps the loop busy */
-        respond(c, NULL, 0, "slow", 4);
+        respond(x, NULL, 0, "slow", 4);
     } else if (PS_SLICE_IEQ(t, "/close")) {
         ps_header_t h = {PS_SLICE_LIT("Connection"), PS_SLICE_LIT("close")};
-        respond(c, &h, 1, "hello", 5);
+        respond(x, &h, 1, "hello", 5);
     } else if (PS_SLICE_IEQ(t, "/bad-head")) {
         ps_header_t h = {PS_SLICE_LIT("Bad Name"), PS_SLICE_LIT("x")};
-        respond(c, &h, 1, "hello", 5);
+        respond(x, &h, 1, "hello", 5);
     } else {
-        respond(c, NULL, 0, t.base, t.len);
+        respond(x, NULL, 0, t.base, t.len);
     }
 }
 
 /* Every response above ends inside on_request: nothing more to produce. */
-static void on_writable(ps_conn_t *c)
+static void on_writable(ps_exchange_t *x)
 {
-    PS_UNUSED(c);
+    PS_UNUSED(x);
 }
 
-static void on_disconnect(ps_conn_t *c)
+static void on_disconnect(ps_exchange_t *x)
 {
-    PS_UNUSED(c);
+    PS_UNUSED(x);
 }
 
-static void dispose(ps_conn_t *c)
+static void dispose(ps_exchange_t *x)
 {
-    PS_UNUSED(c);
+    PS_UNUSED(x);
 }
 
 /* What on_rejected last heard (written by the server thread before the
@@ -149,9 +149,9 @@ static struct {
     const char *reason;
 } rejected;
 
-static void on_rejected(ps_conn_t *c, int status, const char *reason)
+static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
-    PS_UNUSED(c);
+    PS_UNUSED(x);
     __atomic_store_n(&rejected.status, status, __ATOMIC_RELAXED);
     __atomic_store_n(&rejected.reason, reason, __ATOMIC_RELAXED);
     __atomic_add_fetch(&rejected.count, 1, __ATOMIC_RELEASE);
@@ -215,7 +215,7 @@ static void server_start(void)
         .date_header = 0,
     };
     server.listen_fd = listen_loopback();
-    if (ps_worker_init(&server.w, &cfg, &hello_handler, NULL) < 0 ||
+    if (ps_worker_init(&server.w, &cfg, &hello_handler, NULL, NULL, NULL) < 0 ||
         ps_worker_add_listener(&server.w, server.listen_fd) < 0) {
         fprintf(stderr, "test_conn: cannot start the worker\n");
         exit(2);

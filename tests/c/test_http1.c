@@ -1671,8 +1671,50 @@ static void test_continue_response_is_exact(void)
     CHECK_SLICE_EQ(ps_http1_continue, "HTTP/1.1 100 Continue\r\n\r\n");
 }
 
+/* Chunk size lines are lower-case hex with CRLF, whatever the size. */
+static void test_chunk_heads_are_hex_lines(void)
+{
+    char out[PS_HTTP1_CHUNK_HEAD_MAX];
+    size_t n = ps_http1_chunk_head(out, 1);
+    CHECK(n == 3 && memcmp(out, "1\r\n", 3) == 0);
+    n = ps_http1_chunk_head(out, 0x1a2b);
+    CHECK(n == 6 && memcmp(out, "1a2b\r\n", 6) == 0);
+    n = ps_http1_chunk_head(out, UINT64_MAX);
+    CHECK(n == 18 && memcmp(out, "ffffffffffffffff\r\n", 18) == 0);
+}
+
+/* The last chunk carries valid trailer fields and nothing for invalid ones. */
+static void test_last_chunk_carries_trailers(void)
+{
+    ps_buf_t b = {0};
+    ps_header_t ok[2] = {{PS_SLICE_LIT("Digest"), PS_SLICE_LIT("x")},
+                         {PS_SLICE_LIT("Expires"), PS_SLICE_LIT("0")}};
+    CHECK_EQ(ps_http1_write_last_chunk(&b, NULL, 0), 0);
+    CHECK(ps_buf_size(&b) == 5 && memcmp(ps_buf_head(&b), PS_HTTP1_LAST_CHUNK, 5) == 0);
+    ps_buf_consume(&b, ps_buf_size(&b));
+    CHECK_EQ(ps_http1_write_last_chunk(&b, ok, 2), 0);
+    const char *want = "0\r\nDigest: x\r\nExpires: 0\r\n\r\n";
+    CHECK(ps_buf_size(&b) == strlen(want) && memcmp(ps_buf_head(&b), want, strlen(want)) == 0);
+    ps_buf_consume(&b, ps_buf_size(&b));
+    ps_header_t bad = {PS_SLICE_LIT("Bad Name"), PS_SLICE_LIT("x")};
+    CHECK_EQ(ps_http1_write_last_chunk(&b, &bad, 1), -EINVAL);
+    CHECK_EQ(ps_buf_size(&b), 0);
+    ps_buf_free(&b);
+}
+
+static void test_reason_phrases(void)
+{
+    CHECK(strcmp(ps_http1_reason_phrase(200), "OK") == 0);
+    CHECK(strcmp(ps_http1_reason_phrase(404), "Not Found") == 0);
+    CHECK(strcmp(ps_http1_reason_phrase(103), "Early Hints") == 0);
+    CHECK(strcmp(ps_http1_reason_phrase(299), "") == 0);
+}
+
 int main(void)
 {
+    test_chunk_heads_are_hex_lines();
+    test_last_chunk_carries_trailers();
+    test_reason_phrases();
     test_simple_get_is_parsed();
     test_header_values_lose_surrounding_whitespace();
     test_head_request_is_flagged();

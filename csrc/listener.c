@@ -1,20 +1,25 @@
 #define _GNU_SOURCE
-#include "loop.h"
+/* Accepting connections for a worker: the accept gate (EPOLLEXCLUSIVE),
+ * the per-wakeup caps, EMFILE shedding, and releasing listeners at a stop.
+ * The listener state lives in ps_worker_t (worker.h). */
+#include "listener.h"
 
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "conn.h"
 #include "net.h"
+#include "worker.h"
 
 /* Connections accepted per listener wakeup, so one busy listener cannot
  * starve the connections already open. */
@@ -95,7 +100,7 @@ static int gate_set(ps_worker_t *w, ps_listener_t *l, int op)
     return epoll_ctl(w->gate_epfd, op, l->fd, &ev);
 }
 
-static void set_accepting(ps_worker_t *w, int on)
+void ps_listener_set_accepting(ps_worker_t *w, int on)
 {
     if (w->accepting == (unsigned)on)
         return;
@@ -118,16 +123,16 @@ static void set_accepting(ps_worker_t *w, int on)
 
 /* Out of descriptors: give the spare one back, accept and drop the waiting
  * connection so the listener does not spin, then take the spare again. */
-static void shed_one(ps_worker_t *w, int lfd)
+void ps_listener_shed(int *reserve_fd, int lfd)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    if (w->reserve_fd >= 0)
-        close(w->reserve_fd);
+    if (*reserve_fd >= 0)
+        close(*reserve_fd);
     int fd = ps_net_accept(lfd, &ss, &len);
     if (fd >= 0)
         close(fd);
-    w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    *reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /* Accepts up to `max` connections from l. */
@@ -140,7 +145,7 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         socklen_t peer_len;
         int fd = ps_net_accept(l->fd, &peer, &peer_len);
         if (fd == -EMFILE || fd == -ENFILE) {
-            shed_one(w, l->fd);
+            ps_listener_shed(&w->reserve_fd, l->fd);
             return;
         }
         if (fd == -EINVAL) {
@@ -166,7 +171,7 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         int full = ++w->nconns >= w->cfg.limit_connections;
         ps_conn_accepted(c); /* may close c */
         if (full) {
-            set_accepting(w, 0);
+            ps_listener_set_accepting(w, 0);
             return;
         }
     }
@@ -219,7 +224,7 @@ static void on_gate_check(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* Called on a fresh loop: makes gate_fd and lets libev register it. */
-static void gate_open(ps_worker_t *w)
+void ps_listener_gate_open(ps_worker_t *w)
 {
     w->gate_fd = w->gate_epfd = -1;
     if (ev_backend(w->loop) != EVBACKEND_EPOLL)
@@ -242,7 +247,7 @@ static void gate_open(ps_worker_t *w)
     ev_timer_init(&w->gate_check, on_gate_check, 1.0, 1.0);
 }
 
-static void gate_close(ps_worker_t *w)
+void ps_listener_gate_close(ps_worker_t *w)
 {
     if (w->gate_fd < 0)
         return;
@@ -281,7 +286,7 @@ static int last_server(ps_worker_t *w)
  * (--fd, socket activation, gunicorn's), whose owner queues connections for
  * the next server, and never at a rolling restart, whose new workers serve
  * the same sockets. */
-static void release_listeners(ps_worker_t *w)
+void ps_listener_release(ps_worker_t *w)
 {
     int last = w->stopping && last_server(w);
     int lane = last || (w->slot && w->slot->release == 1);
@@ -295,239 +300,6 @@ static void release_listeners(ps_worker_t *w)
     }
     if (w->slot && w->slot->release == 1)
         w->slot->release = 2; /* done: the master may stop steering */
-}
-
-/* The worker has stopped: leave the loop (or tell whoever drives it). */
-static void drained(ps_worker_t *w)
-{
-    ev_break(w->loop, EVBREAK_ALL);
-    if (w->on_drained)
-        w->on_drained(w);
-}
-
-void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->prev = c->next = NULL;
-    c->next_dead = w->dead;
-    w->dead = c;
-    w->nconns--;
-    if (w->stopping) {
-        if (w->nconns == 0)
-            drained(w);
-    } else if (!w->accepting && w->nconns < w->cfg.limit_connections) {
-        set_accepting(w, 1);
-    }
-}
-
-static void free_dead(ps_worker_t *w)
-{
-    while (w->dead) {
-        ps_conn_t *c = w->dead;
-        w->dead = c->next_dead;
-        w->handler->dispose(c);
-        ps_conn_free(c);
-    }
-}
-
-static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
-{
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    free_dead(ps_container_of(p, ps_worker_t, prepare));
-}
-
-static void close_all(ps_worker_t *w)
-{
-    while (w->conns)
-        ps_conn_close(w->conns);
-}
-
-static void stop_now(ps_worker_t *w)
-{
-    w->stopping = 1;
-    set_accepting(w, 0);
-    close_all(w);
-    drained(w);
-}
-
-static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    stop_now(ps_container_of(t, ps_worker_t, stop_timer));
-}
-
-static void close_idle(ps_worker_t *w)
-{
-    for (ps_conn_t *c = w->conns, *next; c; c = next) {
-        next = c->next;
-        ps_conn_stop_idle(c);
-    }
-}
-
-void ps_worker_stop(ps_worker_t *w)
-{
-    if (w->stopping)
-        return;
-    w->stopping = 1;
-    release_listeners(w);
-    w->stop_started = ev_now(w->loop);
-    set_accepting(w, 0);
-    /* Under a master (rolling restarts, recycling), idle connections get a
-     * second before they are closed (by the heartbeat): a connection
-     * accepted just before the stop gets its first request served, and a
-     * busy keep-alive client gets its next response with "Connection:
-     * close" instead of racing a close with its next request. */
-    if (w->slot == NULL)
-        close_idle(w);
-    if (w->nconns == 0) {
-        drained(w);
-        return;
-    }
-    if (w->cfg.graceful_timeout > 0) {
-        ev_timer_set(&w->stop_timer, w->cfg.graceful_timeout, 0);
-        ev_timer_start(w->loop, &w->stop_timer);
-    }
-}
-
-static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
-{
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    ps_worker_t *w = s->data;
-    if (s->signum == SIGUSR1) {
-        if (w->on_reopen_logs)
-            w->on_reopen_logs(w);
-        return;
-    }
-    if (w->on_stop_signal)
-        w->on_stop_signal(w, s->signum);
-    /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
-     * master's own SIGINT reaches the workers of a terminal's process group. */
-    if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
-        stop_now(w);
-    else
-        ps_worker_stop(w);
-}
-
-static void beat(ps_worker_t *w)
-{
-    w->slot->heartbeat = ps_master_now();
-}
-
-/* Once a second: tell the master the loop is alive; stop if it is gone. */
-static void on_heartbeat(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    ps_worker_t *w = ps_container_of(t, ps_worker_t, heartbeat);
-    PS_UNUSED(revents);
-    beat(w);
-    if (getppid() != w->ppid)
-        ps_worker_stop(w);
-    release_listeners(w); /* a lane closed, or a last stop that began while retiring */
-    if (w->stopping && ev_now(loop) - w->stop_started >= 1.0) {
-        close_idle(w);
-        if (w->nconns == 0)
-            ev_break(loop, EVBREAK_ALL);
-    }
-}
-
-/* The slot wrapper around the interface layer's handler: records the
- * request (a bounded copy, for the watchdog's log line) and counts it. */
-static void copy_slice(char *dst, size_t cap, ps_slice_t s)
-{
-    size_t n = PS_MIN(s.len, cap - 1);
-    memcpy(dst, s.base, n);
-    dst[n] = '\0';
-}
-
-static void slot_on_request(ps_conn_t *c)
-{
-    ps_worker_t *w = c->w;
-    ps_slot_t *s = w->slot;
-    ps_request_t *r = ps_conn_request(c);
-    copy_slice(s->method, sizeof(s->method), r->method);
-    copy_slice(s->path, sizeof(s->path), r->target);
-    uint64_t n = s->requests + 1;
-    s->requests = n;
-    if (s->max_requests > 0 && n >= s->max_requests)
-        s->retire = 1;
-    w->inner_handler->on_request(c);
-}
-
-static void slot_on_writable(ps_conn_t *c)
-{
-    c->w->inner_handler->on_writable(c);
-}
-
-static void slot_on_disconnect(ps_conn_t *c)
-{
-    c->w->inner_handler->on_disconnect(c);
-}
-
-static void slot_dispose(ps_conn_t *c)
-{
-    c->w->inner_handler->dispose(c);
-}
-
-static void slot_on_body(ps_conn_t *c)
-{
-    c->w->inner_handler->on_body(c);
-}
-
-static void slot_on_rejected(ps_conn_t *c, int status, const char *reason)
-{
-    if (c->w->inner_handler->on_rejected)
-        c->w->inner_handler->on_rejected(c, status, reason);
-}
-
-static const ps_handler_t slot_handler = {
-    .on_request = slot_on_request,
-    .on_writable = slot_on_writable,
-    .on_disconnect = slot_on_disconnect,
-    .dispose = slot_dispose,
-    .on_body = slot_on_body,
-    .on_rejected = slot_on_rejected,
-};
-
-void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
-{
-    w->slot = slot;
-    w->ppid = getppid();
-    w->inner_handler = w->handler;
-    w->handler = &slot_handler;
-    ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
-}
-
-int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
-                   void *handler_data)
-{
-    memset(w, 0, sizeof(*w));
-    w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOENV);
-    if (w->loop == NULL)
-        return -ENOMEM;
-    w->cfg = *cfg;
-    if (w->cfg.limit_connections == 0)
-        w->cfg.limit_connections = 10000;
-    w->handler = handler;
-    w->handler_data = handler_data;
-    w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    ev_prepare_init(&w->prepare, on_prepare);
-    ev_prepare_start(w->loop, &w->prepare);
-    ev_unref(w->loop); /* the prepare watcher alone does not keep the loop alive */
-    gate_open(w);
-    ev_init(&w->stop_timer, on_stop_timeout);
-    ev_signal_init(&w->sigint, on_signal, SIGINT);
-    ev_signal_init(&w->sigterm, on_signal, SIGTERM);
-    ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
-    ev_signal_init(&w->sigusr1, on_signal, SIGUSR1);
-    w->sigint.data = w->sigterm.data = w->sigquit.data = w->sigusr1.data = w;
-    return 0;
 }
 
 /* Listeners are added before ps_worker_run(): the array may move. */
@@ -560,50 +332,6 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     return 0;
 }
 
-void ps_worker_start(ps_worker_t *w)
-{
-    ev_signal_start(w->loop, &w->sigint);
-    ev_signal_start(w->loop, &w->sigterm);
-    ev_signal_start(w->loop, &w->sigquit);
-    if (w->on_reopen_logs)
-        ev_signal_start(w->loop, &w->sigusr1);
-    /* Own (SO_REUSEPORT) listeners are this worker's alone: no herd there. */
-    int gated = 0;
-    for (uint32_t i = 0; i < w->nlisteners; i++)
-        gated |= w->listeners[i].gated = w->gate_fd >= 0 && !w->listeners[i].own;
-    if (gated) {
-        ev_timer_start(w->loop, &w->gate_check);
-        ev_unref(w->loop);
-    }
-    set_accepting(w, 1);
-    if (w->slot) {
-        beat(w);
-        ev_timer_start(w->loop, &w->heartbeat);
-        ev_unref(w->loop); /* the heartbeat alone does not keep the loop alive */
-        w->slot->ready = 1;
-    }
-}
-
-void ps_worker_finish(ps_worker_t *w)
-{
-    if (w->slot && ev_is_active(&w->heartbeat)) {
-        ev_ref(w->loop);
-        ev_timer_stop(w->loop, &w->heartbeat);
-    }
-    if (ev_is_active(&w->gate_check)) {
-        ev_ref(w->loop);
-        ev_timer_stop(w->loop, &w->gate_check);
-    }
-    set_accepting(w, 0);
-    close_all(w);
-    free_dead(w);
-    ev_signal_stop(w->loop, &w->sigint);
-    ev_signal_stop(w->loop, &w->sigterm);
-    ev_signal_stop(w->loop, &w->sigquit);
-    ev_signal_stop(w->loop, &w->sigusr1);
-    ev_timer_stop(w->loop, &w->stop_timer);
-}
-
 void ps_worker_shut_at_stop(ps_worker_t *w, int fd)
 {
     for (uint32_t i = 0; i < w->nlisteners; i++)
@@ -619,27 +347,24 @@ int ps_worker_add_own_listener(ps_worker_t *w, int fd)
     return rc;
 }
 
-void ps_worker_run(ps_worker_t *w)
+void ps_listener_start(ps_worker_t *w)
 {
-    ps_worker_start(w);
-    ev_run(w->loop, 0);
-    ps_worker_finish(w);
+    /* Own (SO_REUSEPORT) listeners are this worker's alone: no herd there. */
+    int gated = 0;
+    for (uint32_t i = 0; i < w->nlisteners; i++)
+        gated |= w->listeners[i].gated = w->gate_fd >= 0 && !w->listeners[i].own;
+    if (gated) {
+        ev_timer_start(w->loop, &w->gate_check);
+        ev_unref(w->loop);
+    }
+    ps_listener_set_accepting(w, 1);
 }
 
-void ps_worker_free(ps_worker_t *w)
+void ps_listener_finish(ps_worker_t *w)
 {
-    close_all(w);
-    free_dead(w);
-    if (w->loop) {
-        gate_close(w);
+    if (ev_is_active(&w->gate_check)) {
         ev_ref(w->loop);
-        ev_prepare_stop(w->loop, &w->prepare);
-        ev_loop_destroy(w->loop);
-        w->loop = NULL;
+        ev_timer_stop(w->loop, &w->gate_check);
     }
-    free(w->listeners);
-    w->listeners = NULL;
-    if (w->reserve_fd >= 0)
-        close(w->reserve_fd);
-    w->reserve_fd = -1;
+    ps_listener_set_accepting(w, 0);
 }

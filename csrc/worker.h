@@ -1,15 +1,19 @@
-/* A worker: one libev loop, its listening sockets and its connections. */
-#ifndef PS_LOOP_H
-#define PS_LOOP_H
+/* A worker: one libev loop, its listening sockets and its connections.
+ * Accepting is listener.[ch]; one connection is conn.[ch]. */
+#ifndef PS_WORKER_H
+#define PS_WORKER_H
 
 #include <stdint.h>
 #include <sys/types.h>
 
 #include <ev.h>
 
-#include "conn.h"
+#include "exchange.h"
 #include "http1.h"
+#include "listener.h"
 #include "master.h"
+
+typedef struct ps_conn ps_conn_t;
 
 typedef struct {
     ps_http1_limits_t limits;
@@ -28,20 +32,18 @@ typedef struct {
     unsigned date_header : 1;
 } ps_config_t;
 
+/* What the worker calls in the code that runs it: each optional, on the
+ * loop thread, with ps_worker_init's hooks_data. */
 typedef struct {
-    ev_io io;
-    ps_worker_t *w;
-    int fd;
-    int is_unix;
-    int own;          /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
-    int shut_at_stop; /* bound by this server: released at its last stop (loop.c) */
-    int released;     /* drained and shut down: never watched again */
-    int gated;        /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
-    /* The bound address when it is a specific one: then it is every accepted
-     * connection's local address too, and no getsockname is needed. */
-    struct sockaddr_storage local;
-    socklen_t local_len;
-} ps_listener_t;
+    /* SIGUSR1: reopen log files. NULL leaves SIGUSR1 to someone else. */
+    void (*reopen_logs)(void *data);
+    /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
+     * (the gunicorn worker runs its worker_int hook here). */
+    void (*stop_signal)(void *data, int signum);
+    /* A stop finished its last connection (the ASGI layer stops asyncio's
+     * loop, which may be waiting outside libev). */
+    void (*drained)(void *data);
+} ps_worker_hooks_t;
 
 struct ps_worker {
     struct ev_loop *loop;
@@ -54,10 +56,10 @@ struct ps_worker {
     ps_conn_t *dead;  /* closed, freed before the loop sleeps */
     uint32_t nconns;
     unsigned stopping : 1;
-    unsigned async : 1; /* the interface layer answers from outside callbacks (ASGI) */
+    unsigned async : 1; /* handler->async, kept here for the hot path */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
-    /* The accept gate (see loop.c): shared listeners sit in libev's epoll set
+    /* The accept gate (see listener.c): shared listeners sit in libev's epoll set
      * with EPOLLEXCLUSIVE, reported to libev as events of gate_fd. */
     int gate_fd;        /* an eventfd never written; -1 when there is no gate */
     int gate_epfd;      /* libev's epoll set */
@@ -73,22 +75,15 @@ struct ps_worker {
     const ps_handler_t *inner_handler;
     pid_t ppid;
     ev_timer heartbeat;
-    ev_tstamp stop_started; /* graceful stop under a master: when it began */
-    /* SIGUSR1: reopen log files (optional). */
-    void (*on_reopen_logs)(ps_worker_t *w);
-    /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
-     * (optional: the gunicorn worker runs its worker_int hook here). */
-    void (*on_stop_signal)(ps_worker_t *w, int signum);
-    /* A stop finished its last connection (optional: the ASGI layer stops
-     * asyncio's loop, which may be waiting outside libev). */
-    void (*on_drained)(ps_worker_t *w);
-    void *stop_signal_data;
+    ev_tstamp stop_started;         /* graceful stop under a master: when it began */
+    const ps_worker_hooks_t *hooks; /* never NULL (an empty table) */
+    void *hooks_data;
     char scratch[64 * 1024]; /* every read lands here first */
 };
 
-/* Returns 0 or -errno. */
+/* hooks: NULL for none; it must outlive the worker. Returns 0 or -errno. */
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
-                   void *handler_data);
+                   void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data);
 int ps_worker_add_listener(ps_worker_t *w, int fd);
 /* A listener of this worker's --reuse-port lane. Under a master it is left
  * to the worker's replacement, unless the master closes the lane (or is
@@ -113,6 +108,18 @@ void ps_worker_free(ps_worker_t *w);
  * stops at once (like SIGQUIT), and the worker stops when the master dies.
  * Call after ps_worker_init and before ps_worker_run. */
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot);
+
+/* The worker's live connections (the interface layers' concurrency limits). */
+static inline uint32_t ps_worker_connections(const ps_worker_t *w)
+{
+    return w->nconns;
+}
+
+/* The worker's libev loop. */
+static inline struct ev_loop *ps_worker_loop(const ps_worker_t *w)
+{
+    return w->loop;
+}
 
 /* Internal to the core: connection bookkeeping. */
 void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c);

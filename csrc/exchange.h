@@ -1,0 +1,209 @@
+/* One request and its response, whatever protocol carries it.
+ *
+ * The interface layers (csrc/py/) see a request only as a ps_exchange_t:
+ * the parsed head, the peer's and local addresses, the body as it is
+ * decoded, and the response calls below. A protocol fills one: HTTP/1
+ * embeds one in each connection (conn.c), HTTP/2 will fill one per stream.
+ * The calls go through the protocol's const ops table; the static inline
+ * wrappers cost one indirect call each.
+ *
+ * None of the calls frees the exchange: a protocol releases it at a safe
+ * point after the handler callback returns (dispose), never under the
+ * caller.
+ */
+#ifndef PS_EXCHANGE_H
+#define PS_EXCHANGE_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "buf.h"
+#include "http1.h"
+#include "proxy.h"
+
+typedef struct ps_exchange ps_exchange_t;
+typedef struct ps_worker ps_worker_t;
+
+/* Return values of the write calls. */
+enum {
+    PS_WRITE_DONE = 0,    /* everything is in the kernel: produce more */
+    PS_WRITE_PENDING = 1, /* queued: wait for on_writable before more */
+};
+
+/* What the protocol calls in the interface layer (ps_worker_init's). */
+typedef struct {
+    /* A request head is complete. For a synchronous layer the whole body is
+     * buffered too (ps_exchange_body_fill); for an asynchronous one it may
+     * still be arriving. The handler starts a response, or finishes it with
+     * ps_exchange_end(). */
+    void (*on_request)(ps_exchange_t *x);
+    /* Output drained after a write returned PS_WRITE_PENDING: produce more. */
+    void (*on_writable)(ps_exchange_t *x);
+    /* The client went away while a response was in progress (app_data set). */
+    void (*on_disconnect)(ps_exchange_t *x);
+    /* The exchange's carrier is being freed: drop conn_data and app_data. */
+    void (*dispose)(ps_exchange_t *x);
+    /* Asynchronous layers only: body bytes (or the body's end) arrived after
+     * ps_exchange_body_want() returned 0. */
+    void (*on_body)(ps_exchange_t *x);
+    /* Optional: the server refused a request with a canned answer (reason:
+     * static words, e.g. "header field too large"). Called outside any
+     * parser callback, before the answer is sent; the layer logs it. */
+    void (*on_rejected)(ps_exchange_t *x, int status, const char *reason);
+    /* The layer answers from outside these callbacks (ASGI's tasks) and
+     * reads the body as it arrives; 0: it answers inside on_request with
+     * the whole body buffered first (WSGI). */
+    unsigned async : 1;
+} ps_handler_t;
+
+/* A protocol's implementation of the calls below (see their wrappers). */
+typedef struct {
+    int (*body_fill)(ps_exchange_t *x);
+    int (*body_want)(ps_exchange_t *x);
+    int (*start)(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
+                 const char *body, size_t len);
+    int (*write)(ps_exchange_t *x, const char *data, size_t len);
+    int (*write_blocking)(ps_exchange_t *x, const char *data, size_t len);
+    int (*sendfile)(ps_exchange_t *x, int fd, int64_t offset, uint64_t count);
+    int (*informational)(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n);
+    int (*end_with_trailers)(ps_exchange_t *x, const ps_header_t *h, size_t n);
+    void (*end)(ps_exchange_t *x);
+    void (*abort)(ps_exchange_t *x);
+    void (*send_error)(ps_exchange_t *x, int status);
+    void (*reject)(ps_exchange_t *x, int status, const char *reason);
+    int (*local_address)(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len);
+    int (*request_line)(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
+                        ps_slice_t *version);
+    int (*client_gone)(ps_exchange_t *x);
+} ps_exchange_ops_t;
+
+/* Filled by the protocol; the interface layer reads the fields and writes
+ * only app_data, conn_data and (consuming) *body. */
+struct ps_exchange {
+    const ps_exchange_ops_t *ops;
+    ps_request_t *req;       /* the parsed head (the protocol's) */
+    ps_buf_t *body;          /* decoded body bytes not read yet */
+    ps_worker_t *worker;     /* the worker serving it (opaque here) */
+    void *handler_data;      /* ps_worker_init's handler_data */
+    const ps_proxy_t *proxy; /* forwarded headers to apply: set only for a trusted peer */
+    const struct sockaddr_storage *peer;
+    socklen_t peer_len;
+    unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
+    unsigned secure : 1;  /* carried over TLS: the scheme is https */
+    int status;           /* the response status once started, else 0 */
+    void *app_data;       /* the interface layer's per-request state */
+    void *conn_data;      /* the interface layer's per-connection state */
+};
+
+/* Synchronous layers: the whole body was read before on_request, into
+ * *x->body or a spool file. When *x->body is empty this refills it with
+ * the next piece of the file; it never waits for the client. Returns 0
+ * (*x->body still empty: the body is over) or -errno. */
+static inline int ps_exchange_body_fill(ps_exchange_t *x)
+{
+    return x->ops->body_fill(x);
+}
+
+/* Asynchronous layers: returns 1 when *x->body holds bytes or the body is
+ * complete, 0 when it starts reading and will call on_body later, -errno
+ * when the client is gone or sent a bad body (the exchange is closing). */
+static inline int ps_exchange_body_want(ps_exchange_t *x)
+{
+    return x->ops->body_want(x);
+}
+
+/* Starts the response: validates status and headers, decides the framing
+ * and sends the head together with the first body bytes in one write.
+ * Returns PS_WRITE_DONE, PS_WRITE_PENDING, -EINVAL when the head is invalid
+ * (nothing sent) or -errno when the client is gone. */
+static inline int ps_exchange_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h,
+                                    size_t n, const char *body, size_t len)
+{
+    return x->ops->start(x, status, h, n, body, len);
+}
+
+/* Sends body bytes (framed as the head decided). Same returns. */
+static inline int ps_exchange_write(ps_exchange_t *x, const char *data, size_t len)
+{
+    return x->ops->write(x, data, len);
+}
+
+/* Like ps_exchange_write but waits until the bytes are in the kernel. */
+static inline int ps_exchange_write_blocking(ps_exchange_t *x, const char *data, size_t len)
+{
+    return x->ops->write_blocking(x, data, len);
+}
+
+/* Sends count bytes of file fd from offset. The fd must stay open until
+ * on_writable is called or PS_WRITE_DONE returned. Same returns. */
+static inline int ps_exchange_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
+{
+    return x->ops->sendfile(x, fd, offset, count);
+}
+
+/* Sends a 1xx head (103 Early Hints) before the response. Same returns;
+ * -EINVAL when the response already started or the head is invalid. */
+static inline int ps_exchange_informational(ps_exchange_t *x, ps_slice_t status,
+                                            const ps_header_t *h, size_t n)
+{
+    return x->ops->informational(x, status, h, n);
+}
+
+/* Ends the response with trailer fields (dropped when the framing has no
+ * room for them). Returns 0 or -EINVAL for an invalid field. */
+static inline int ps_exchange_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n)
+{
+    return x->ops->end_with_trailers(x, h, n);
+}
+
+/* The response is complete. Called outside a handler callback (from an
+ * asyncio task), the protocol moves on at once: it may start the next
+ * pipelined request or close, so detach per-request state first. */
+static inline void ps_exchange_end(ps_exchange_t *x)
+{
+    x->ops->end(x);
+}
+
+/* The response cannot be completed: the carrier closes once the handler
+ * returns. */
+static inline void ps_exchange_abort(ps_exchange_t *x)
+{
+    x->ops->abort(x);
+}
+
+/* Answers a canned error (nothing may have been sent) and closes after. */
+static inline void ps_exchange_send_error(ps_exchange_t *x, int status)
+{
+    x->ops->send_error(x, status);
+}
+
+/* The same for a request the server refuses (bad, too large, over a
+ * limit): the layer hears of it through on_rejected first. */
+static inline void ps_exchange_reject(ps_exchange_t *x, int status, const char *reason)
+{
+    x->ops->reject(x, status, reason);
+}
+
+/* The local address (a syscall only when the listener's is not specific).
+ * Returns 0 or -errno. */
+static inline int ps_exchange_local_address(ps_exchange_t *x, struct sockaddr_storage *ss,
+                                            socklen_t *len)
+{
+    return x->ops->local_address(x, ss, len);
+}
+
+/* The request line as received, for logs: returns 1 and sets the slices
+ * when it was read completely, 0 before that. */
+static inline int ps_exchange_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
+                                           ps_slice_t *version)
+{
+    return x->ops->request_line(x, method, target, version);
+}
+
+/* Returns 1 when the client can no longer receive output. */
+static inline int ps_exchange_client_gone(ps_exchange_t *x)
+{
+    return x->ops->client_gone(x);
+}
+
+#endif

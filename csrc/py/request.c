@@ -1,0 +1,195 @@
+/* What WSGI and ASGI both take from an exchange, written once: the client
+ * and server addresses, what a trusted proxy forwarded, the cached header
+ * names and the cached methods. The two interfaces differ only in the
+ * Python shapes, chosen by the cache's kind. */
+#include <errno.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/un.h>
+
+#include "bridge.h"
+
+int ps_py_cache_init(ps_py_cache_t *c, ps_py_kind_t kind)
+{
+    memset(c, 0, sizeof(*c));
+    c->kind = kind;
+    if (kind != PS_PY_WSGI)
+        return 0;
+    c->content_type = PyUnicode_InternFromString("CONTENT_TYPE");
+    c->content_length = PyUnicode_InternFromString("CONTENT_LENGTH");
+    return c->content_type && c->content_length ? 0 : -1;
+}
+
+void ps_py_cache_clear(ps_py_cache_t *c)
+{
+    for (size_t i = 0; i < PS_ARRAY_LEN(c->methods); i++)
+        Py_CLEAR(c->methods[i]);
+    for (size_t i = 0; i < PS_PY_NAME_SLOTS; i++)
+        Py_CLEAR(c->names[i].obj);
+    Py_CLEAR(c->content_type);
+    Py_CLEAR(c->content_length);
+}
+
+/* WSGI: an interned str; ASGI: bytes. New reference or NULL. */
+static PyObject *make_key(ps_py_kind_t kind, const char *key, size_t n)
+{
+    if (kind != PS_PY_WSGI)
+        return PyBytes_FromStringAndSize(key, (Py_ssize_t)n);
+    PyObject *s = PyUnicode_FromStringAndSize(key, (Py_ssize_t)n);
+    if (s)
+        PyUnicode_InternInPlace(&s);
+    return s;
+}
+
+PyObject *ps_py_cache_fill(ps_py_cache_t *c, const char *key, size_t n, uint32_t h)
+{
+    ps_py_name_slot_t *slot = &c->names[h % PS_PY_NAME_SLOTS];
+    PyObject *result = make_key(c->kind, key, n);
+    if (result == NULL)
+        return NULL;
+    Py_XSETREF(slot->obj, Py_NewRef(result)); /* a colliding name replaces the slot */
+    memcpy(slot->name, key, n);
+    slot->len = (uint8_t)n;
+    return result;
+}
+
+PyObject *ps_py_long_name(ps_py_cache_t *c, ps_slice_t name)
+{
+    size_t n = (c->kind == PS_PY_WSGI ? 5 : 0) + name.len;
+    char *key = PyMem_Malloc(n);
+    if (key == NULL)
+        return PyErr_NoMemory();
+    char *p = key;
+    if (c->kind == PS_PY_WSGI) {
+        memcpy(key, "HTTP_", 5);
+        p += 5;
+    }
+    for (size_t i = 0; i < name.len; i++) {
+        char ch = name.base[i];
+        if (c->kind == PS_PY_WSGI)
+            ch = ch == '-' ? '_' : (ch >= 'a' && ch <= 'z' ? (char)(ch - 32) : ch);
+        else
+            ch = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        p[i] = ch;
+    }
+    PyObject *result = make_key(c->kind, key, n);
+    PyMem_Free(key);
+    return result;
+}
+
+/* ---- addresses ---- */
+
+static void addresses_free(ps_py_addresses_t *a)
+{
+    Py_XDECREF(a->client);
+    Py_XDECREF(a->client_port);
+    Py_XDECREF(a->server);
+    Py_XDECREF(a->server_port);
+    PyMem_Free(a);
+}
+
+void ps_py_addresses_free(ps_exchange_t *x)
+{
+    if (x->conn_data)
+        addresses_free(x->conn_data);
+    x->conn_data = NULL;
+}
+
+/* One address as the kind wants it: WSGI a host str and a port str, ASGI
+ * a (host, port) tuple in *host. Returns 0 or -1 with an exception. */
+static int ip_objects(ps_py_kind_t kind, const struct sockaddr_storage *ss, PyObject **host,
+                      PyObject **port)
+{
+    char text[INET6_ADDRSTRLEN];
+    int p;
+    if (ps_net_format_address(ss, text, &p) < 0) {
+        *host = kind == PS_PY_WSGI ? PyUnicode_FromString("") : Py_NewRef(Py_None);
+        return *host ? 0 : -1;
+    }
+    if (kind != PS_PY_WSGI) {
+        *host = Py_BuildValue("(si)", text, p);
+        return *host ? 0 : -1;
+    }
+    *host = PyUnicode_FromString(text);
+    *port = *host ? PyUnicode_FromFormat("%d", p) : NULL;
+    return *port ? 0 : -1;
+}
+
+/* A unix socket: the path the listener is bound to, no client address.
+ * WSGI: SERVER_NAME the path, SERVER_PORT and REMOTE_ADDR "", no
+ * REMOTE_PORT; ASGI: server [path, None], client None. */
+static int unix_objects(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *a)
+{
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    memset(&local, 0, sizeof(local));
+    const struct sockaddr_un *un = (const struct sockaddr_un *)&local;
+    if (ps_exchange_local_address(x, &local, &len) < 0 || len <= sizeof(sa_family_t))
+        len = 0;
+    ((char *)&local)[PS_MIN((size_t)len, sizeof(local) - 1)] = '\0';
+    PyObject *path = PyUnicode_DecodeFSDefault(len ? un->sun_path : "");
+    if (path == NULL)
+        return -1;
+    if (kind == PS_PY_WSGI) {
+        a->server = path;
+        a->server_port = PyUnicode_FromString("");
+        a->client = PyUnicode_FromString("");
+        return a->server_port && a->client ? 0 : -1;
+    }
+    a->server = Py_BuildValue("[NO]", path, Py_None);
+    a->client = Py_NewRef(Py_None);
+    return a->server ? 0 : -1;
+}
+
+ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
+{
+    if (x->conn_data)
+        return x->conn_data;
+    ps_py_addresses_t *a = PyMem_Calloc(1, sizeof(*a));
+    if (a == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (x->is_unix) {
+        if (unix_objects(c->kind, x, a) < 0)
+            goto error;
+    } else {
+        struct sockaddr_storage local;
+        socklen_t len = sizeof(local);
+        int rc = ps_exchange_local_address(x, &local, &len);
+        if (rc < 0) {
+            errno = -rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto error;
+        }
+        if (ip_objects(c->kind, &local, &a->server, &a->server_port) < 0 ||
+            ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0)
+            goto error;
+    }
+    x->conn_data = a;
+    return a;
+error:
+    addresses_free(a);
+    return NULL;
+}
+
+/* ---- what a trusted proxy forwarded ---- */
+
+int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd)
+{
+    if (ps_proxy_apply(x->proxy, x->req, fwd) < 0) {
+        ps_exchange_reject(x, 400, "secure scheme headers disagree");
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client)
+{
+    PyObject *host = PyUnicode_DecodeLatin1(client.base, (Py_ssize_t)client.len, NULL);
+    if (host == NULL || c->kind == PS_PY_WSGI)
+        return host;
+    return Py_BuildValue("(Ni)", host, 0);
+}

@@ -1,0 +1,322 @@
+/* One worker: its loop, stop and drain, signals, the heartbeat slot under
+ * a master, and connections freed at the safe point before the loop sleeps.
+ * Accepting is listener.c's. */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "conn.h"
+#include "listener.h"
+#include "net.h"
+
+/* The worker has stopped: leave the loop (or tell whoever drives it). */
+static void drained(ps_worker_t *w)
+{
+    ev_break(w->loop, EVBREAK_ALL);
+    if (w->hooks->drained)
+        w->hooks->drained(w->hooks_data);
+}
+
+void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    c->next_dead = w->dead;
+    w->dead = c;
+    w->nconns--;
+    if (w->stopping) {
+        if (w->nconns == 0)
+            drained(w);
+    } else if (!w->accepting && w->nconns < w->cfg.limit_connections) {
+        ps_listener_set_accepting(w, 1);
+    }
+}
+
+static void free_dead(ps_worker_t *w)
+{
+    while (w->dead) {
+        ps_conn_t *c = w->dead;
+        w->dead = c->next_dead;
+        w->handler->dispose(&c->x);
+        ps_conn_free(c);
+    }
+}
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    free_dead(ps_container_of(p, ps_worker_t, prepare));
+}
+
+static void close_all(ps_worker_t *w)
+{
+    while (w->conns)
+        ps_conn_close(w->conns);
+}
+
+static void stop_now(ps_worker_t *w)
+{
+    w->stopping = 1;
+    ps_listener_set_accepting(w, 0);
+    close_all(w);
+    drained(w);
+}
+
+static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    stop_now(ps_container_of(t, ps_worker_t, stop_timer));
+}
+
+static void close_idle(ps_worker_t *w)
+{
+    for (ps_conn_t *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        ps_conn_stop_idle(c);
+    }
+}
+
+void ps_worker_stop(ps_worker_t *w)
+{
+    if (w->stopping)
+        return;
+    w->stopping = 1;
+    ps_listener_release(w);
+    w->stop_started = ev_now(w->loop);
+    ps_listener_set_accepting(w, 0);
+    /* Under a master (rolling restarts, recycling), idle connections get a
+     * second before they are closed (by the heartbeat): a connection
+     * accepted just before the stop gets its first request served, and a
+     * busy keep-alive client gets its next response with "Connection:
+     * close" instead of racing a close with its next request. */
+    if (w->slot == NULL)
+        close_idle(w);
+    if (w->nconns == 0) {
+        drained(w);
+        return;
+    }
+    if (w->cfg.graceful_timeout > 0) {
+        ev_timer_set(&w->stop_timer, w->cfg.graceful_timeout, 0);
+        ev_timer_start(w->loop, &w->stop_timer);
+    }
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    ps_worker_t *w = s->data;
+    if (s->signum == SIGUSR1) {
+        if (w->hooks->reopen_logs)
+            w->hooks->reopen_logs(w->hooks_data);
+        return;
+    }
+    if (w->hooks->stop_signal)
+        w->hooks->stop_signal(w->hooks_data, s->signum);
+    /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
+     * master's own SIGINT reaches the workers of a terminal's process group. */
+    if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
+        stop_now(w);
+    else
+        ps_worker_stop(w);
+}
+
+static void beat(ps_worker_t *w)
+{
+    w->slot->heartbeat = ps_master_now();
+}
+
+/* Once a second: tell the master the loop is alive; stop if it is gone. */
+static void on_heartbeat(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_worker_t *w = ps_container_of(t, ps_worker_t, heartbeat);
+    PS_UNUSED(revents);
+    beat(w);
+    if (getppid() != w->ppid)
+        ps_worker_stop(w);
+    ps_listener_release(w); /* a lane closed, or a last stop that began while retiring */
+    if (w->stopping && ev_now(loop) - w->stop_started >= 1.0) {
+        close_idle(w);
+        if (w->nconns == 0)
+            ev_break(loop, EVBREAK_ALL);
+    }
+}
+
+/* The slot wrapper around the interface layer's handler: records the
+ * request (a bounded copy, for the watchdog's log line) and counts it. */
+static void copy_slice(char *dst, size_t cap, ps_slice_t s)
+{
+    size_t n = PS_MIN(s.len, cap - 1);
+    memcpy(dst, s.base, n);
+    dst[n] = '\0';
+}
+
+static void slot_on_request(ps_exchange_t *x)
+{
+    ps_worker_t *w = x->worker;
+    ps_slot_t *s = w->slot;
+    ps_request_t *r = x->req;
+    copy_slice(s->method, sizeof(s->method), r->method);
+    copy_slice(s->path, sizeof(s->path), r->target);
+    uint64_t n = s->requests + 1;
+    s->requests = n;
+    if (s->max_requests > 0 && n >= s->max_requests)
+        s->retire = 1;
+    w->inner_handler->on_request(x);
+}
+
+static void slot_on_writable(ps_exchange_t *x)
+{
+    x->worker->inner_handler->on_writable(x);
+}
+
+static void slot_on_disconnect(ps_exchange_t *x)
+{
+    x->worker->inner_handler->on_disconnect(x);
+}
+
+static void slot_dispose(ps_exchange_t *x)
+{
+    x->worker->inner_handler->dispose(x);
+}
+
+static void slot_on_body(ps_exchange_t *x)
+{
+    x->worker->inner_handler->on_body(x);
+}
+
+static void slot_on_rejected(ps_exchange_t *x, int status, const char *reason)
+{
+    if (x->worker->inner_handler->on_rejected)
+        x->worker->inner_handler->on_rejected(x, status, reason);
+}
+
+static const ps_handler_t slot_handler = {
+    .on_request = slot_on_request,
+    .on_writable = slot_on_writable,
+    .on_disconnect = slot_on_disconnect,
+    .dispose = slot_dispose,
+    .on_body = slot_on_body,
+    .on_rejected = slot_on_rejected,
+};
+
+static const ps_handler_t slot_handler_async = {
+    .on_request = slot_on_request,
+    .on_writable = slot_on_writable,
+    .on_disconnect = slot_on_disconnect,
+    .dispose = slot_dispose,
+    .on_body = slot_on_body,
+    .on_rejected = slot_on_rejected,
+    .async = 1,
+};
+
+void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
+{
+    w->slot = slot;
+    w->ppid = getppid();
+    w->inner_handler = w->handler;
+    w->handler = w->async ? &slot_handler_async : &slot_handler;
+    ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
+}
+
+int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
+                   void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data)
+{
+    static const ps_worker_hooks_t no_hooks = {0};
+    memset(w, 0, sizeof(*w));
+    w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOENV);
+    if (w->loop == NULL)
+        return -ENOMEM;
+    w->cfg = *cfg;
+    if (w->cfg.limit_connections == 0)
+        w->cfg.limit_connections = 10000;
+    w->handler = handler;
+    w->handler_data = handler_data;
+    w->async = handler->async;
+    w->hooks = hooks ? hooks : &no_hooks;
+    w->hooks_data = hooks_data;
+    w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ev_prepare_init(&w->prepare, on_prepare);
+    ev_prepare_start(w->loop, &w->prepare);
+    ev_unref(w->loop); /* the prepare watcher alone does not keep the loop alive */
+    ps_listener_gate_open(w);
+    ev_init(&w->stop_timer, on_stop_timeout);
+    ev_signal_init(&w->sigint, on_signal, SIGINT);
+    ev_signal_init(&w->sigterm, on_signal, SIGTERM);
+    ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
+    ev_signal_init(&w->sigusr1, on_signal, SIGUSR1);
+    w->sigint.data = w->sigterm.data = w->sigquit.data = w->sigusr1.data = w;
+    return 0;
+}
+
+void ps_worker_start(ps_worker_t *w)
+{
+    ev_signal_start(w->loop, &w->sigint);
+    ev_signal_start(w->loop, &w->sigterm);
+    ev_signal_start(w->loop, &w->sigquit);
+    if (w->hooks->reopen_logs)
+        ev_signal_start(w->loop, &w->sigusr1);
+    ps_listener_start(w);
+    if (w->slot) {
+        beat(w);
+        ev_timer_start(w->loop, &w->heartbeat);
+        ev_unref(w->loop); /* the heartbeat alone does not keep the loop alive */
+        w->slot->ready = 1;
+    }
+}
+
+void ps_worker_finish(ps_worker_t *w)
+{
+    if (w->slot && ev_is_active(&w->heartbeat)) {
+        ev_ref(w->loop);
+        ev_timer_stop(w->loop, &w->heartbeat);
+    }
+    ps_listener_finish(w);
+    close_all(w);
+    free_dead(w);
+    ev_signal_stop(w->loop, &w->sigint);
+    ev_signal_stop(w->loop, &w->sigterm);
+    ev_signal_stop(w->loop, &w->sigquit);
+    ev_signal_stop(w->loop, &w->sigusr1);
+    ev_timer_stop(w->loop, &w->stop_timer);
+}
+
+void ps_worker_run(ps_worker_t *w)
+{
+    ps_worker_start(w);
+    ev_run(w->loop, 0);
+    ps_worker_finish(w);
+}
+
+void ps_worker_free(ps_worker_t *w)
+{
+    close_all(w);
+    free_dead(w);
+    if (w->loop) {
+        ps_listener_gate_close(w);
+        ev_ref(w->loop);
+        ev_prepare_stop(w->loop, &w->prepare);
+        ev_loop_destroy(w->loop);
+        w->loop = NULL;
+    }
+    free(w->listeners);
+    w->listeners = NULL;
+    if (w->reserve_fd >= 0)
+        close(w->reserve_fd);
+    w->reserve_fd = -1;
+}
