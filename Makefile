@@ -7,6 +7,7 @@
 #   make fuzz       run the HTTP/1 parser fuzzer for FUZZ_SECONDS (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
+#   make dist       sdist and wheel of the distribution pyserver-ev in dist/
 #   make clean      remove build outputs (distclean also removes .venv)
 
 SHELL := /bin/bash
@@ -39,7 +40,7 @@ CORE_FLAGS = $(PYSERVER_CFLAGS)|$(PYSERVER_LDFLAGS)|$(PYSERVER_WERROR)
 
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint clean \
+.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint dist clean \
 	distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
@@ -124,6 +125,14 @@ fuzz: deps-fuzz apt-deps
 
 bench: build
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# ---- distribution -----------------------------------------------------------
+
+# The wheel is built from the unpacked sdist, so this also checks the sdist builds.
+dist: deps
+	@$(PY) -c 'import build' 2>/dev/null || $(PIP) install build
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
 
 # ---- lint -------------------------------------------------------------------
 

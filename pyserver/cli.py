@@ -464,7 +464,8 @@ def run(cfg):
     except ImportError as exc:
         print(
             f"pyserver: error: the C core pyserver._core cannot be loaded ({exc}); "
-            "build it with `make build` or `pip install .`",
+            "build it with `make build` or `pip install .` in a source tree "
+            "(the distribution is named pyserver-ev)",
             file=sys.stderr,
         )
         return 1
