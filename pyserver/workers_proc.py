@@ -72,12 +72,20 @@ def spawn_worker(cfg, number, own_fds=()):
 
 
 def _serve_worker(cfg, number, own_fds):
-    from pyserver import _core
+    from pyserver import _core, hooks
 
     set_title(f"pyserver: worker {number}")
     signal.signal(signal.SIGABRT, _on_watchdog_abort)
+    cfg.worker_number = number
+    server = hooks.HookServer(cfg)
+    server.pid = os.getppid()
+    worker = hooks.HookWorker(cfg, number)
     try:
+        hooks.run(cfg, "post_fork", server, worker)
+        if (cfg.uid is not None or cfg.gid is not None) and not cfg.preload:
+            cfg.drop_privileges()
         app = cfg.load_worker_app()
+        hooks.run(cfg, "post_worker_init", worker)
     except StartupError as exc:
         print(f"pyserver: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -88,6 +96,7 @@ def _serve_worker(cfg, number, own_fds):
     finally:
         for sock in own:
             sock.close()
+        hooks.run(cfg, "worker_exit", server, worker)
     return status or 0  # ASGI: 3 when lifespan startup failed
 
 

@@ -154,7 +154,9 @@ def test_rejection_gets_an_access_line_and_a_reason(limited_server, case):
     assert access == [f'INFO:     {peer} - "{request_line}" {status}'], log[-3000:]
     why = lines_of(log, f"from {peer}:")
     shown = "" if request_line == "-" else f' "{request_line}"'
-    assert why == [f"INFO:     Rejected {status}{shown} from {peer}: {reason}"], log[-3000:]
+    # Error-log lines: "[time] [pid] [INFO] message".
+    why = [re.sub(r"^\[[^]]+\] \[\d+\] ", "", line) for line in why]
+    assert why == [f"[INFO] Rejected {status}{shown} from {peer}: {reason}"], log[-3000:]
 
 
 @pytest.mark.parametrize("interface", sorted(APPS))
