@@ -581,6 +581,11 @@ def run(cfg):
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         logger.info("Listening on %s", config.socket_url(sock))
+    if cfg.use_master:
+        plural = "es" if cfg.workers > 1 else ""
+        logger.info("Running %d worker process%s, 1 thread each", cfg.workers, plural)
+    else:
+        logger.info("Running in a single process, 1 thread")
     status = 0
     try:
         write_pid_file(cfg.pid)

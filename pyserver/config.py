@@ -422,6 +422,8 @@ class Config:
         if self.loaded_app is None:
             app = self.load_app()
             self.interface = self.resolve_interface(app)
+            detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
+            self.error_logger.info("Application %s: %s", self.app_spec, detected)
             if self.interface == "asgi":
                 self.loaded_app = importer.as_asgi3(app)
             else:
