@@ -319,7 +319,10 @@ class Config:
         if workers is None:
             workers = os.environ.get("WEB_CONCURRENCY", 1)
         self.workers = check_int("workers", workers)
-        self.timeout = DEFAULT_TIMEOUT if timeout is None else check_float("timeout", timeout)
+        # --reload is for development: no watchdog (a debugger may stop a request) unless
+        # --timeout is given.
+        default_timeout = 0.0 if reload else DEFAULT_TIMEOUT
+        self.timeout = default_timeout if timeout is None else check_float("timeout", timeout)
         # uvicorn's --limit-max-requests is gunicorn's --max-requests: the
         # master retires the worker once its replacement is ready.
         self.max_requests = check_int("max_requests", max_requests or self.limit_max_requests)
@@ -455,7 +458,9 @@ class Config:
             )
         except importer.AppImportError as exc:
             hint = ""
-            if exc.in_app:
+            if exc.in_app and self.reload:
+                self.error_logger.error("Traceback:", exc_info=exc.__cause__)
+            elif exc.in_app:
                 self.error_logger.debug("Traceback:", exc_info=exc.__cause__)
                 if not self.error_logger.isEnabledFor(logging.DEBUG):
                     hint = " (--log-level debug shows the traceback)"

@@ -88,6 +88,8 @@ def _serve_worker(cfg, number, own_fds):
         hooks.run(cfg, "post_worker_init", worker)
     except StartupError as exc:
         print(f"pyserver: {exc}", file=sys.stderr)
+        if cfg.reload and exc.exit_code == 3:
+            _wait_for_change(cfg)
         return exc.exit_code
     own = [socket.socket(fileno=fd) for fd in own_fds]
     cfg.error_logger.debug("Worker %d (pid %d) serving", number, os.getpid())
@@ -98,6 +100,17 @@ def _serve_worker(cfg, number, own_fds):
             sock.close()
         hooks.run(cfg, "worker_exit", server, worker)
     return status or 0  # ASGI: 3 when lifespan startup failed
+
+
+def _wait_for_change(cfg):
+    """--reload and the application cannot be imported: wait, without trying again, until
+    the master sees a watched file change and stops this worker to start a new one."""
+    cfg.error_logger.info("Waiting for a watched file to change before importing again")
+    _flush()
+    for signum in (signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(signum, lambda signum, frame: os._exit(0))
+    while True:
+        signal.pause()
 
 
 def _on_watchdog_abort(signum, frame):

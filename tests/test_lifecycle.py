@@ -241,3 +241,29 @@ def test_wsgi_errors_below_the_log_level_are_dropped():
         assert fetch(srv.port, "GET", "/info").status == 200
         assert wait_for(lambda: '"GET /info' in srv.log())
         assert not [line for line in srv.log().splitlines() if line.endswith("quiet-line")]
+
+
+# ---- --reload and a broken file -----------------------------------------------------------
+
+GOOD = 'def app(environ, start_response):\n    start_response("200 OK", [])\n    return [b"%s"]\n'
+
+
+def test_reload_shows_the_traceback_and_waits_for_the_next_change(tmp_path):
+    """A broken file is imported once (traceback shown), not again until it changes; the
+    previous worker keeps serving meanwhile; the fix is picked up."""
+    module = tmp_path / "reloadme.py"
+    module.write_text(GOOD % "v1")
+    with run_server("reloadme:app", "--reload", "--app-dir", str(tmp_path)) as srv:
+        assert fetch(srv.port, "GET", "/").body == b"v1"
+        module.write_text("def app(environ, start_response):\n    return [b'v2'\n")
+        assert wait_for(lambda: "Waiting for a watched file to change" in srv.log(), 15.0), (
+            srv.log()
+        )
+        time.sleep(3.0)  # the master's boot backoff would have retried several times by now
+        log = srv.log()
+        assert log.count('error while importing module "reloadme"') == 1, log
+        assert "Traceback" in log and "SyntaxError" in log
+        assert fetch(srv.port, "GET", "/").body == b"v1"  # the old worker still serves
+        module.write_text(GOOD % "v3")
+        assert wait_for(lambda: fetch(srv.port, "GET", "/").body == b"v3", 15.0), srv.log()
+        assert srv.log().count('error while importing module "reloadme"') == 1
