@@ -2,6 +2,8 @@
 #
 #   make run        install what is missing, build, serve the demo on 127.0.0.1:8000
 #   make test       build, run the C unit tests and the pytest suite
+#   make test-pythons  build and run pytest on Python 3.10, 3.12 and 3.13 (pyenv), each in
+#                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run the HTTP/1 parser fuzzer for FUZZ_SECONDS (default 60)
@@ -40,7 +42,7 @@ CORE_FLAGS = $(PYSERVER_CFLAGS)|$(PYSERVER_LDFLAGS)|$(PYSERVER_WERROR)
 
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 
-.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint dist clean \
+.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-c test-asan fuzz bench lint dist clean \
 	distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
@@ -97,6 +99,14 @@ run: build
 # pytest's own exit status is kept: 5 (no tests collected) fails like any other.
 test: build test-c
 	$(PYTEST) tests $(PYTEST_ARGS)
+
+# The other Python versions `make test` does not run (it uses $(PYTHON), 3.11 here).
+# The full suite takes about 4 minutes per version on this 2-core machine; CI runs the
+# subset below on each (see README "Python versions"), override with TEST_PYTHONS_ARGS=tests.
+TEST_PYTHONS ?= 3.10 3.12 3.13
+TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
+test-pythons: apt-deps
+	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)
 
 test-c: apt-deps
 	scripts/test-c.sh
@@ -164,6 +174,6 @@ clean:
 		-exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(wildcard .venv-3.*)
 
 FORCE:

@@ -3,7 +3,8 @@
 Every option can also come from the environment as PYSERVER_<NAME> (for
 example PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false, PYSERVER_BIND="a b");
 the command line wins. WEB_CONCURRENCY sets the worker count when neither
---workers nor PYSERVER_WORKERS does.
+--workers nor PYSERVER_WORKERS does. Options still unset then come from the
+-c/--config file and ./pyproject.toml's [tool.pyserver] (configfile.py).
 """
 
 import argparse
@@ -101,7 +102,8 @@ def build_parser():
         prog="pyserver",
         description="Serve a WSGI or ASGI application with pyserver's C core (libev + llhttp).",
         epilog="Every option can also be set as an environment variable PYSERVER_<OPTION> "
-        "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false); the command line wins.",
+        "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false). Precedence: command line, "
+        "environment, -c FILE, ./pyproject.toml [tool.pyserver], defaults.",
     )
     options = []
 

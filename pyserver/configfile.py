@@ -119,6 +119,8 @@ LIST_DESTS = ("bind", "reload_dirs", "reload_includes", "env")
 
 def _set(settings, actions, dest, value, where):
     action = actions[dest]
+    if dest in ("umask", "uds_perms") and isinstance(value, int) and not isinstance(value, bool):
+        value = format(value, "o")  # 0o022 in Python, 18 in TOML: the CLI reads octal text
     try:
         settings.options[dest] = convert(action, value)
     except (ValueError, TypeError) as exc:

@@ -80,7 +80,7 @@ def serve_single(cfg, server, core):
         run(cfg, "worker_exit", server, worker)
 
 
-def wrap_wsgi(app, cfg, number=1):
+def wrap_wsgi(app, cfg):
     """The application with pre_request/post_request around it, or app itself."""
     pre = cfg.hooks.get("pre_request")
     post = cfg.hooks.get("post_request")

@@ -267,3 +267,11 @@ def test_reload_shows_the_traceback_and_waits_for_the_next_change(tmp_path):
         module.write_text(GOOD % "v3")
         assert wait_for(lambda: fetch(srv.port, "GET", "/").body == b"v3", 15.0), srv.log()
         assert srv.log().count('error while importing module "reloadme"') == 1
+
+
+def test_umask_from_config_file_as_python_int(tmp_path):
+    conf = tmp_path / "conf.py"
+    conf.write_text("umask = 0o027\nraw_env = ['OPS_F=file']\n")
+    with run_server("apps.ops_app:app", "-c", str(conf)) as srv:
+        got = info(srv.port)
+    assert got["umask"] == 0o027 and got["env"] == {"OPS_F": "file"}
