@@ -104,6 +104,12 @@ test: build test-c
 # The full suite takes about 4 minutes per version on this 2-core machine; CI runs the
 # subset below on each (see README "Python versions"), override with TEST_PYTHONS_ARGS=tests.
 TEST_PYTHONS ?= 3.10 3.12 3.13
+# What depends on the Python version: the C bridge (WSGI, ASGI, the selector, the loop),
+# the CLI and config loading, the frameworks. Left to `make test` alone: the process,
+# resource, hostile-client, gunicorn and packaging files (slow, version-independent C).
+TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file lifecycle \
+	environ responses wsgi_input errors http1 body_buffering rfc9112 evselector evloop \
+	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi))
 TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
 test-pythons: apt-deps
 	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)

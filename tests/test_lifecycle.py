@@ -275,3 +275,16 @@ def test_umask_from_config_file_as_python_int(tmp_path):
     with run_server("apps.ops_app:app", "-c", str(conf)) as srv:
         got = info(srv.port)
     assert got["umask"] == 0o027 and got["env"] == {"OPS_F": "file"}
+
+
+def test_flask_app_logger_info_is_not_an_error():
+    """Flask's default handler writes "[time] INFO in ops_flask: ..." to wsgi.errors: it is
+    logged at --wsgi-errors-level (WARNING), not as an ERROR."""
+    pytest.importorskip("flask")
+    with run_server("apps.ops_flask:app") as srv:
+        assert fetch(srv.port, "GET", "/log").status == 200
+        assert wait_for(lambda: "flask-info-line" in srv.log())
+        line = next(line for line in srv.log().splitlines() if "flask-info-line" in line)
+    m = ERROR_LINE.match(line)
+    assert m and m.group(2) == "WARNING", line
+    assert m.group(3).endswith("INFO in ops_flask: flask-info-line"), line
