@@ -572,6 +572,7 @@ def run(cfg):
         cfg.load()
         hooks.run_startup(cfg, "when_ready", server)
     except StartupError as exc:
+        cfg.close_sockets()
         print(f"pyserver: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -428,6 +428,10 @@ class Config:
             detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
             self.error_logger.info("Application %s: %s", self.app_spec, detected)
             if self.interface == "asgi":
+                if "pre_request" in self.hooks or "post_request" in self.hooks:
+                    self.error_logger.warning(
+                        "pre_request/post_request hooks are for WSGI applications: not called"
+                    )
                 self.loaded_app = importer.as_asgi3(app)
             else:
                 from pyserver import hooks

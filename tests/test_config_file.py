@@ -324,3 +324,10 @@ def test_no_request_hooks_no_wrapper(tmp_path):
         response = fetch(srv.port, "GET", "/environ")
         assert response.status == 200
         assert_serving(srv.port)
+
+
+def test_request_hooks_with_an_asgi_app_warn(tmp_path):
+    conf = write(tmp_path / "conf.py", "def pre_request(worker, req):\n    raise SystemExit\n")
+    with run_server("apps.asgi_basic:app", "-c", conf, "--lifespan", "off") as srv:
+        assert fetch(srv.port, "GET", "/").status in (200, 404)
+        assert "pre_request/post_request hooks are for WSGI applications" in srv.log()
