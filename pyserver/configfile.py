@@ -10,7 +10,8 @@ file and the setting.
 The Python file is run with runpy. Its module-level names are read: gunicorn's setting names
 that pyserver has an equivalent for (GUNICORN below), pyserver's own option names, and the
 server hooks (HOOKS). Names starting with "_" and imported modules are skipped; any other
-name is an error naming it (a helper function can be called `_helper`).
+name is an error naming it (a helper function can be called `_helper`); functions and
+classes imported from elsewhere are skipped too.
 """
 
 import argparse
@@ -139,6 +140,8 @@ def load_python(path, actions):
     for name, value in namespace.items():
         if name.startswith("_") or isinstance(value, types.ModuleType):
             continue
+        if callable(value) and getattr(value, "__module__", "__config__") != "__config__":
+            continue  # imported (from multiprocessing import cpu_count), not a setting
         where = f"config file {path}: {name}"
         if name in HOOKS:
             if not callable(value):

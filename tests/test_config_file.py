@@ -42,6 +42,7 @@ def test_gunicorn_settings_bind_workers_and_limits(tmp_path):
         tmp_path / "conf.py",
         f"""
         import multiprocessing  # modules are skipped
+        from os import getpid  # and what they give
         bind = "{HOST}:{port}"
         workers = 2
         keepalive = 2
