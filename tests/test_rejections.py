@@ -21,6 +21,7 @@ from helpers import (
     fd_count,
     fetch,
     run_server,
+    settled_fd_count,
     wait_for,
 )
 
@@ -329,7 +330,10 @@ def test_limit_concurrency_counts_open_connections(interface):
 def test_limit_concurrency_wsgi_keep_alive_connections_count():
     """Idle keep-alive connections are open connections too (as in uvicorn)."""
     with run_server(APPS["wsgi"], "--limit-concurrency", "1") as server:
-        baseline = fd_count(server.pid)
+        # The loop runs (and holds its own fds) once a request was served: the port accepts
+        # connections a little earlier, as soon as it is bound.
+        assert fetch(server.port, "GET", "/hello").status == 200
+        baseline = settled_fd_count(server.pid)
         with server.connect() as first:
             assert first.request("GET", "/hello").status == 200
             response = fetch(server.port, "GET", "/hello")
