@@ -2,11 +2,14 @@
 #
 #   make run        install what is missing, build, serve the demo on 127.0.0.1:8000
 #   make test       build, run the C unit tests and the pytest suite
+#   make test-pythons  build and run pytest on Python 3.10, 3.12 and 3.13 (pyenv), each in
+#                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run every fuzzer in tests/fuzz, FUZZ_SECONDS each (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, mypy, and "only csrc/py includes Python.h"
+#   make dist       sdist and wheel of the distribution pyserver-ev in dist/
 #   make clean      remove build outputs (distclean also removes .venv)
 
 SHELL := /bin/bash
@@ -41,7 +44,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
 
-.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint clean \
+.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-c test-asan fuzz bench lint dist clean \
 	distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
@@ -99,6 +102,20 @@ run: build
 test: build test-c
 	$(PYTEST) $(TESTS) $(PYTEST_ARGS)
 
+# The other Python versions `make test` does not run (it uses $(PYTHON), 3.11 here).
+# The full suite takes about 4 minutes per version on this 2-core machine; CI runs the
+# subset below on each (see README "Python versions"), override with TEST_PYTHONS_ARGS=tests.
+TEST_PYTHONS ?= 3.10 3.12 3.13
+# What depends on the Python version: the C bridge (WSGI, ASGI, the selector, the loop),
+# the CLI and config loading, the frameworks. Left to `make test` alone: the process,
+# resource, hostile-client, gunicorn and packaging files (slow, version-independent C).
+TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file lifecycle \
+	environ responses wsgi_input errors http1 body_buffering rfc9112 evselector evloop \
+	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi))
+TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
+test-pythons: apt-deps
+	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)
+
 test-c: apt-deps
 	scripts/test-c.sh
 
@@ -126,6 +143,14 @@ fuzz: deps-fuzz apt-deps
 
 bench: build
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# ---- distribution -----------------------------------------------------------
+
+# The wheel is built from the unpacked sdist, so this also checks the sdist builds.
+dist: deps
+	@$(PY) -c 'import build' 2>/dev/null || $(PIP) install build
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
 
 # ---- lint -------------------------------------------------------------------
 
@@ -159,6 +184,6 @@ clean:
 		-exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(wildcard .venv-3.*)
 
 FORCE:

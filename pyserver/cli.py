@@ -3,7 +3,8 @@
 Every option can also come from the environment as PYSERVER_<NAME> (for
 example PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false, PYSERVER_BIND="a b");
 the command line wins. WEB_CONCURRENCY sets the worker count when neither
---workers nor PYSERVER_WORKERS does.
+--workers nor PYSERVER_WORKERS does. Options still unset then come from the
+-c/--config file and ./pyproject.toml's [tool.pyserver] (configfile.py).
 """
 
 import argparse
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyserver import __version__, config, logconfig, workers_proc
+from pyserver import __version__, config, configfile, hooks, logconfig, workers_proc
 from pyserver.config import Config, StartupError
 from pyserver.importer import split_app_spec
 
@@ -22,7 +23,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 # Whitespace-separated lists in the environment.
-LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes")
+LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env")
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -69,6 +70,23 @@ def _octal(value):
     return number
 
 
+def _umask(value):
+    try:
+        number = int(value, 8)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 0o777:
+        raise ValueError(f"expected an octal umask such as 022, got {value!r}")
+    return number
+
+
+def _env_pair(value):
+    key, sep, val = value.partition("=")
+    if not sep or not key or "\0" in value:
+        raise ValueError(f"expected KEY=VALUE, got {value!r}")
+    return (key, val)
+
+
 def _app_spec(value):
     split_app_spec(value)
     return value
@@ -86,7 +104,8 @@ def build_parser():
         prog="pyserver",
         description="Serve a WSGI or ASGI application with pyserver's C core (libev + llhttp).",
         epilog="Every option can also be set as an environment variable PYSERVER_<OPTION> "
-        "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false); the command line wins.",
+        "(e.g. PYSERVER_PORT=9000, PYSERVER_ACCESS_LOG=false). Precedence: command line, "
+        "environment, -c FILE, ./pyproject.toml [tool.pyserver], defaults.",
     )
     options = []
 
@@ -194,6 +213,7 @@ def build_parser():
     add(
         http,
         "--graceful-timeout",
+        "--timeout-graceful-shutdown",
         metavar="SECONDS",
         type=_float("graceful_timeout"),
         help="on SIGTERM or SIGINT, give requests in progress this many seconds to finish "
@@ -326,6 +346,26 @@ def build_parser():
         action=argparse.BooleanOptionalAction,
         help="log one line per request on pyserver.access (default: on)",
     )
+    add(
+        logs,
+        "--access-logfile",
+        metavar="FILE",
+        help="write the access log to FILE ('-': stdout, the default); USR1 reopens it",
+    )
+    add(
+        logs,
+        "--error-logfile",
+        metavar="FILE",
+        help="write the error log to FILE ('-': stderr, the default); USR1 reopens it",
+    )
+    add(
+        logs,
+        "--wsgi-errors-level",
+        type=_choice(tuple(logconfig.LOG_LEVELS)),
+        metavar="LEVEL",
+        help="level of the lines applications write to wsgi.errors, on pyserver.error "
+        f"(default: {D['wsgi_errors_level']})",
+    )
 
     procs = parser.add_argument_group("processes")
     add(
@@ -379,6 +419,30 @@ def build_parser():
         "spreads connections between the workers",
     )
     add(procs, "--pid", metavar="FILE", help="write the server's process id to this file")
+    add(
+        procs,
+        "--user",
+        metavar="USER",
+        help="after binding, before importing the application, run as this user "
+        "(name or uid; the workers under a master, which stays as it started)",
+    )
+    add(procs, "--group", metavar="GROUP", help="run as this group (name or gid), like --user")
+    add(procs, "--chdir", metavar="DIR", help="change to this directory before anything else")
+    add(
+        procs,
+        "--umask",
+        metavar="MASK",
+        type=_converter("umask", _umask),
+        help="octal umask of the server's processes (e.g. 022; default: inherited)",
+    )
+    add(
+        procs,
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        type=_converter("env", _env_pair),
+        help="set an environment variable before the application is imported; repeatable",
+    )
 
     dev = parser.add_argument_group("development")
     add(
@@ -404,6 +468,13 @@ def build_parser():
         help="watch files whose name matches this glob; repeatable (default: *.py)",
     )
 
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="a Python file of gunicorn-style settings and server hooks (also "
+        "$PYSERVER_CONFIG); ./pyproject.toml's [tool.pyserver] is read too",
+    )
     parser.add_argument(
         "--version",
         action="version",
@@ -456,9 +527,35 @@ def parse_args(
             setattr(args, action.dest, _from_env(action, raw))
         except argparse.ArgumentTypeError as exc:
             parser.error(f"environment variable {name}: {exc}")
+    found = _apply_files(args, options, environ, parser)
     if args.app is None:
         parser.error("the following arguments are required: APP")
-    return {key: value for key, value in vars(args).items() if value is not None}
+    kwargs = {key: value for key, value in vars(args).items() if value is not None}
+    kwargs.pop("config", None)
+    if found.hooks:
+        kwargs["hooks"] = found.hooks
+    if found.warnings:
+        kwargs["startup_warnings"] = found.warnings
+    return kwargs
+
+
+def _apply_files(args, options, environ, parser):
+    """Fill the options still unset from --config FILE, then ./pyproject.toml."""
+    actions = {action.dest: action for action in options}
+    path = args.config or environ.get(ENV_PREFIX + "CONFIG")
+    try:
+        sources = [configfile.load_python(path, actions)] if path else []
+        sources.append(configfile.load_pyproject("pyproject.toml", actions))
+    except configfile.ConfigFileError as exc:
+        parser.error(str(exc))
+    found = configfile.FileSettings()
+    for source in sources:
+        for dest, value in source.options.items():
+            if getattr(args, dest, None) is None:
+                setattr(args, dest, value)
+        found.hooks.update(source.hooks)
+        found.warnings += source.warnings
+    return found
 
 
 def run(cfg: Config) -> int:
@@ -468,13 +565,18 @@ def run(cfg: Config) -> int:
     except ImportError as exc:
         print(
             f"pyserver: error: the C core pyserver._core cannot be loaded ({exc}); "
-            "build it with `make build` or `pip install .`",
+            "build it with `make build` or `pip install .` in a source tree "
+            "(the distribution is named pyserver-ev)",
             file=sys.stderr,
         )
         return 1
+    server = hooks.HookServer(cfg)
     try:
+        hooks.run_startup(cfg, "on_starting", server)
         cfg.load()
+        hooks.run_startup(cfg, "when_ready", server)
     except StartupError as exc:
+        cfg.close_sockets()
         print(f"pyserver: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -486,21 +588,30 @@ def run(cfg: Config) -> int:
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         logger.info("Listening on %s", config.socket_url(sock))
+    if cfg.use_master:
+        plural = "es" if cfg.workers > 1 else ""
+        logger.info("Running %d worker process%s, 1 thread each", cfg.workers, plural)
+    else:
+        logger.info("Running in a single process, 1 thread")
     status = 0
     try:
         write_pid_file(cfg.pid)
         if cfg.use_master:
             status = workers_proc.run_master(cfg)
         else:
-            status = _core.serve(cfg.loaded_app, cfg.sockets, cfg) or 0
+            status = hooks.serve_single(cfg, server, _core)
     except OSError as exc:
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
+    except StartupError as exc:
+        print(f"pyserver: {exc}", file=sys.stderr)
+        status = exc.exit_code
     finally:
         cfg.close_sockets()
         remove_pid_file(cfg.pid)
+        hooks.run(cfg, "on_exit", server)
     logger.info("Finished %s process [%d]", role, os.getpid())
     return status
 

@@ -41,6 +41,8 @@ hold final values:
     reload                    bool: restart the workers when a watched file changes
     reload_dirs               list of directories to watch (default: app_dir)
     reload_includes           list of file name patterns to watch (default: *.py)
+    wsgi_errors_level         int, the logging level of lines written to wsgi.errors
+    hooks                     dict of the server hooks of a --config file (see hooks.py)
 
 Supervision by a foreign process manager (the gunicorn worker sets these; None leaves
 the worker alone):
@@ -58,9 +60,11 @@ With one worker and no process-management option (--timeout, --max-requests,
 a master.
 """
 
+import grp
 import logging
 import os
 import platform
+import pwd
 import socket
 import stat
 
@@ -256,6 +260,16 @@ class Config:
         reload=False,
         reload_dirs=None,
         reload_includes=None,
+        user=None,
+        group=None,
+        chdir=None,
+        umask=None,
+        env=None,
+        access_logfile=None,
+        error_logfile=None,
+        wsgi_errors_level="warning",
+        hooks=None,
+        startup_warnings=(),
     ):
         self.app = app
         self.app_spec = app if isinstance(app, str) else _app_name(app)
@@ -316,7 +330,10 @@ class Config:
         if workers is None:
             workers = os.environ.get("WEB_CONCURRENCY", 1)
         self.workers = check_int("workers", workers)
-        self.timeout = DEFAULT_TIMEOUT if timeout is None else check_float("timeout", timeout)
+        # --reload is for development: no watchdog (a debugger may stop a request) unless
+        # --timeout is given.
+        default_timeout = 0.0 if reload else DEFAULT_TIMEOUT
+        self.timeout = default_timeout if timeout is None else check_float("timeout", timeout)
         # uvicorn's --limit-max-requests is gunicorn's --max-requests: the
         # master retires the worker once its replacement is ready.
         self.max_requests = check_int("max_requests", max_requests or self.limit_max_requests)
@@ -338,6 +355,17 @@ class Config:
             or self.reuse_port
         )
         self.url_scheme = "http"
+        self.uid, self.gid = resolve_user_group(user, group)
+        self.chdir = chdir
+        self.umask = umask
+        self.env = [tuple(pair) for pair in env or ()]
+        self.access_logfile = access_logfile
+        self.error_logfile = error_logfile
+        if wsgi_errors_level not in logconfig.LOG_LEVELS:
+            raise ValueError(f"wsgi_errors_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
+        self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level]
+        self.hooks = dict(hooks or {})
+        self.startup_warnings = list(startup_warnings)
 
         self.error_logger = None
         self.access_logger = None
@@ -353,25 +381,86 @@ class Config:
     def load(self) -> None:
         """Set up logging, import the app, bind the sockets. Raises StartupError."""
         assert not self.loaded, "Config.load() called twice"
+        self.apply_process_settings()
         self.configure_logging()
+        for warning in self.startup_warnings:
+            self.error_logger.warning("%s", warning)
         # Under a master the workers import the app, unless --preload.
-        if not self.use_master or self.preload:
-            self.load_worker_app()
-        self.sockets = self.bind_sockets()
+        import_here = not self.use_master or self.preload
+        if self.uid is None and self.gid is None:
+            if import_here:
+                self.load_worker_app()
+            self.sockets = self.bind_sockets()
+        else:
+            # --user/--group: bind as we started, then drop (here, or in each worker
+            # under a master that imports nothing), then import.
+            self.sockets = self.bind_sockets()
+            if import_here:
+                try:
+                    self.drop_privileges()
+                    self.load_worker_app()
+                except BaseException:
+                    self.close_sockets()
+                    raise
         self.loaded = True
+
+    def apply_process_settings(self):
+        """--umask, --chdir, --env: before logging, binding and importing."""
+        if self.umask is not None:
+            os.umask(self.umask)
+        if self.chdir is not None:
+            try:
+                os.chdir(self.chdir)
+            except OSError as exc:
+                raise StartupError(f"error: cannot change to {self.chdir}: {exc}", 1) from exc
+        for key, value in self.env:
+            os.environ[key] = value
+
+    def drop_privileges(self):
+        """Become --group and --user (groups first, then the user). Raises StartupError."""
+        try:
+            if self.gid is not None:
+                if self.uid is not None and os.getuid() == 0:
+                    os.initgroups(pwd.getpwuid(self.uid).pw_name, self.gid)
+                elif os.getuid() == 0:
+                    os.setgroups([self.gid])
+                os.setgid(self.gid)
+            if self.uid is not None:
+                if os.getuid() == 0 and self.gid is None:
+                    entry = pwd.getpwuid(self.uid)
+                    os.initgroups(entry.pw_name, entry.pw_gid)
+                    os.setgid(entry.pw_gid)
+                os.setuid(self.uid)
+        except (OSError, KeyError) as exc:
+            raise StartupError(f"error: cannot switch to user/group: {exc}", 1) from exc
 
     def load_worker_app(self):
         """Import the app (once per process) and resolve the interface."""
         if self.loaded_app is None:
             app = self.load_app()
             self.interface = self.resolve_interface(app)
-            self.loaded_app = importer.as_asgi3(app) if self.interface == "asgi" else app
+            detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
+            self.error_logger.info("Application %s: %s", self.app_spec, detected)
+            if self.interface == "asgi":
+                if "pre_request" in self.hooks or "post_request" in self.hooks:
+                    self.error_logger.warning(
+                        "pre_request/post_request hooks are for WSGI applications: not called"
+                    )
+                self.loaded_app = importer.as_asgi3(app)
+            else:
+                from pyserver import hooks
+
+                self.loaded_app = hooks.wrap_wsgi(app, self)
         return self.loaded_app
 
     def configure_logging(self):
         try:
             self.error_logger, self.access_logger = logconfig.configure_logging(
-                self.log_level, self.log_config, self.access_log
+                self.log_level,
+                self.log_config,
+                self.access_log,
+                access_logfile=self.access_logfile,
+                error_logfile=self.error_logfile,
             )
         except logconfig.LogConfigError as exc:
             raise StartupError(f"error: {exc}", 1) from exc
@@ -387,7 +476,9 @@ class Config:
             )
         except importer.AppImportError as exc:
             hint = ""
-            if exc.in_app:
+            if exc.in_app and self.reload:
+                self.error_logger.error("Traceback:", exc_info=exc.__cause__)
+            elif exc.in_app:
                 self.error_logger.debug("Traceback:", exc_info=exc.__cause__)
                 if not self.error_logger.isEnabledFor(logging.DEBUG):
                     hint = " (--log-level debug shows the traceback)"
@@ -492,6 +583,25 @@ class Config:
             except OSError:
                 pass
         self._unix_paths = []
+
+
+def resolve_user_group(user, group):
+    """Return (uid, gid) for --user/--group (names or numbers; None for not given).
+    Raises ValueError naming an unknown user or group."""
+    uid = gid = None
+    if user is not None:
+        user = str(user)
+        try:
+            uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+        except KeyError:
+            raise ValueError(f"user: no such user {user!r}") from None
+    if group is not None:
+        group = str(group)
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise ValueError(f"group: no such group {group!r}") from None
+    return uid, gid
 
 
 SD_LISTEN_FDS_START = 3

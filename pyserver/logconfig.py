@@ -1,7 +1,9 @@
 """Logging setup: the pyserver.error and pyserver.access loggers.
 
-The default configuration prints uvicorn-style lines ("INFO:     message"):
-server messages to stderr, access lines to stdout. --log-config replaces or
+The default configuration prints server messages to stderr as gunicorn does,
+"[2026-12-01 10:00:00 +0000] [1234] [INFO] message" (time, pid, level), and access
+lines to stdout ("INFO:     127.0.0.1:5000 - ..."). --error-logfile/--access-logfile
+send them to files instead (reopened on USR1). --log-config replaces or
 extends it with a dictConfig file (.json, .yaml/.yml) or a fileConfig file
 (.ini and anything else).
 """
@@ -41,8 +43,8 @@ LOGGING_CONFIG = {
     "disable_existing_loggers": False,
     "formatters": {
         "default": {
-            "()": "pyserver.logconfig.DefaultFormatter",
-            "fmt": "%(levelprefix)s %(message)s",
+            "format": "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s",
+            "datefmt": "%Y-%m-%d %H:%M:%S %z",
         },
         "access": {
             "()": "pyserver.logconfig.DefaultFormatter",
@@ -98,13 +100,38 @@ def load_config_file(path):
         raise LogConfigError(f"cannot apply log config {path}: {exc}") from exc
 
 
-def configure_logging(log_level="info", log_config=None, access_log=True):
+def _file_handler(path, stream_name, formatter):
+    """A handler for --access-logfile/--error-logfile: '-' is the standard stream."""
+    if path == "-":
+        import sys
+
+        handler = logging.StreamHandler(getattr(sys, stream_name))
+    else:
+        try:
+            handler = logging.FileHandler(path, encoding="utf-8")
+        except OSError as exc:
+            raise LogConfigError(f"cannot open log file {path}: {exc}") from exc
+    handler.setFormatter(formatter)
+    return handler
+
+
+def configure_logging(
+    log_level="info", log_config=None, access_log=True, access_logfile=None, error_logfile=None
+):
     """Set up pyserver's loggers; return (error_logger, access_logger).
 
     The defaults go first, then the user's file, then --log-level, so a file
     can restyle the output while --log-level still decides what is shown.
     """
     logging.config.dictConfig(copy.deepcopy(LOGGING_CONFIG))
+    for path, name, stream in (
+        (error_logfile, ERROR_LOGGER, "stderr"),
+        (access_logfile, ACCESS_LOGGER, "stdout"),
+    ):
+        if path is not None:
+            logger = logging.getLogger(name)
+            handler = _file_handler(path, stream, logger.handlers[0].formatter)
+            logger.handlers = [handler]
     if log_config is not None:
         load_config_file(log_config)
     level = LOG_LEVELS[log_level] if isinstance(log_level, str) else log_level

@@ -72,14 +72,24 @@ def spawn_worker(cfg, number, own_fds=()):
 
 
 def _serve_worker(cfg, number, own_fds):
-    from pyserver import _core
+    from pyserver import _core, hooks
 
     set_title(f"pyserver: worker {number}")
     signal.signal(signal.SIGABRT, _on_watchdog_abort)
+    cfg.worker_number = number
+    server = hooks.HookServer(cfg)
+    server.pid = os.getppid()
+    worker = hooks.HookWorker(cfg, number)
     try:
+        hooks.run(cfg, "post_fork", server, worker)
+        if (cfg.uid is not None or cfg.gid is not None) and not cfg.preload:
+            cfg.drop_privileges()
         app = cfg.load_worker_app()
+        hooks.run(cfg, "post_worker_init", worker)
     except StartupError as exc:
         print(f"pyserver: {exc}", file=sys.stderr)
+        if cfg.reload and exc.exit_code == 3:
+            _wait_for_change(cfg)
         return exc.exit_code
     own = [socket.socket(fileno=fd) for fd in own_fds]
     cfg.error_logger.debug("Worker %d (pid %d) serving", number, os.getpid())
@@ -88,7 +98,19 @@ def _serve_worker(cfg, number, own_fds):
     finally:
         for sock in own:
             sock.close()
+        hooks.run(cfg, "worker_exit", server, worker)
     return status or 0  # ASGI: 3 when lifespan startup failed
+
+
+def _wait_for_change(cfg):
+    """--reload and the application cannot be imported: wait, without trying again, until
+    the master sees a watched file change and stops this worker to start a new one."""
+    cfg.error_logger.info("Waiting for a watched file to change before importing again")
+    _flush()
+    for signum in (signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(signum, lambda signum, frame: os._exit(0))
+    while True:
+        signal.pause()
 
 
 def _on_watchdog_abort(signum, frame):

@@ -14,6 +14,7 @@ TEST_TIME_LIMIT = 120  # seconds; a hung test fails instead of hanging the suite
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "resource: memory/fd bound tests (slower, big transfers)")
+    config.addinivalue_line("markers", "packaging: builds the sdist and wheel (about a minute)")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -158,6 +158,7 @@ def run_server(
     pass_fds=(),
     command: list[str] | None = None,
     ready=None,
+    cwd=None,
 ):
     """Start pyserver serving `spec` and yield a Server; stop it (and check it stops) after.
 
@@ -179,7 +180,7 @@ def run_server(
         with log:
             proc = subprocess.Popen(
                 argv,
-                cwd=TESTS_DIR,
+                cwd=cwd or TESTS_DIR,
                 env=server_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -212,11 +213,11 @@ def lost_port_race(srv: Server) -> bool:
     return srv.proc.poll() is not None and "Address already in use" in srv.log()
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 20.0, command=None):
+def run_cli(*args: str, env: dict | None = None, timeout: float = 20.0, command=None, cwd=None):
     """Run the CLI to completion (for --help, --version, import errors)."""
     return subprocess.run(
         [*(command or pyserver_command()), *args],
-        cwd=TESTS_DIR,
+        cwd=cwd or TESTS_DIR,
         env=server_env(env),
         stdin=subprocess.DEVNULL,
         capture_output=True,

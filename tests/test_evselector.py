@@ -342,12 +342,16 @@ def test_sleeps_wake_in_deadline_order(loop):
 def test_timeout_and_wait_for_expire_on_time(loop):
     async def main():
         started = loop.time()
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.1):
-                await asyncio.sleep(10)
+        # asyncio.TimeoutError: the builtin TimeoutError only from Python 3.11 on.
+        with pytest.raises(asyncio.TimeoutError):
+            if hasattr(asyncio, "timeout"):  # Python 3.11+
+                async with asyncio.timeout(0.1):
+                    await asyncio.sleep(10)
+            else:
+                await asyncio.wait_for(asyncio.sleep(10), 0.1)
         first = loop.time() - started
         started = loop.time()
-        with pytest.raises(TimeoutError):
+        with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.Event().wait(), 0.1)
         second = loop.time() - started
         assert await asyncio.wait_for(asyncio.sleep(0.01, "done"), 1) == "done"

@@ -684,4 +684,4 @@ def test_pyserver_does_not_need_gunicorn():
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert "pip install 'pyserver[gunicorn]'" in out.stdout
+    assert "pip install 'pyserver-ev[gunicorn]'" in out.stdout

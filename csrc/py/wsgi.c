@@ -90,6 +90,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD PyObject *logger;
+    int level; /* config.wsgi_errors_level: lines are logged at it, as they are */
 } ErrorsObject;
 
 typedef struct {
@@ -967,7 +968,7 @@ static PyObject *Errors_write(PyObject *op, PyObject *s)
     PyObject *res = Py_NewRef(Py_None);
     if (PyUnicode_GET_LENGTH(text) > 0) {
         Py_DECREF(res);
-        res = PyObject_CallMethod(self->logger, "error", "sO", "%s", text);
+        res = PyObject_CallMethod(self->logger, "log", "isO", self->level, "%s", text);
     }
     Py_DECREF(text);
     if (res == NULL)
@@ -1187,6 +1188,18 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *r
     ErrorsObject *eo = (ErrorsObject *)ctx->st->errors_type->tp_alloc(ctx->st->errors_type, 0);
     if (eo) {
         eo->logger = Py_NewRef(ctx->error_logger);
+        eo->level = 30; /* WARNING, for a config without wsgi_errors_level */
+        PyObject *lv = PyObject_GetAttrString(config, "wsgi_errors_level");
+        if (lv == NULL)
+            PyErr_Clear();
+        else if (PyLong_Check(lv)) {
+            long level = PyLong_AsLong(lv);
+            if (level == -1 && PyErr_Occurred())
+                PyErr_Clear();
+            else
+                eo->level = (int)level;
+        }
+        Py_XDECREF(lv);
         errors = (PyObject *)eo;
     }
     int multiprocess = 0;
