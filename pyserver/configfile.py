@@ -17,6 +17,7 @@ classes imported from elsewhere are skipped too.
 import argparse
 import os
 import runpy
+import sys
 import types
 
 # The server hooks a config file may define, with where they run (see docs/configuration.md).
@@ -213,9 +214,9 @@ def load_pyproject(path, actions):
         raise ConfigFileError(f"{path}: {exc}") from None
     if b"tool.pyserver" not in raw:
         return settings
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
+    else:  # Python 3.10
         try:
             import tomli as tomllib
         except ImportError:
