@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev and llhttp from the system.
+libev, llhttp, wslay, zlib and OpenSSL's libcrypto from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -31,6 +31,11 @@ LLHTTP_MISSING = (
     "(apt-get install node-llhttp) or a libllhttp >= 9.2 with pkg-config"
 )
 LIBEV_MISSING = "pyserver needs libev: apt-get install libev-dev"
+WSLAY_MISSING = "pyserver needs wslay (WebSocket framing): apt-get install libwslay-dev"
+ZLIB_MISSING = "pyserver needs zlib (WebSocket compression): apt-get install zlib1g-dev"
+LIBCRYPTO_MISSING = (
+    "pyserver needs OpenSSL's libcrypto (WebSocket accept hash): apt-get install libssl-dev"
+)
 
 
 def fail(message):
@@ -61,6 +66,19 @@ def find_libev():
     if os.path.exists("/usr/include/ev.h") or os.path.exists("/usr/local/include/ev.h"):
         return [], ["-lev"]
     fail(LIBEV_MISSING)
+
+
+def find_system_lib(package, header, lib, missing):
+    """Return (compile_args, link_args) for a library found by pkg-config
+    (`package`), else by its header under /usr/include or /usr/local/include
+    (Debian's libwslay-dev has no .pc file)."""
+    cflags = pkg_config("--cflags", package)
+    libs = pkg_config("--libs", package)
+    if cflags is not None and libs is not None:
+        return cflags, libs
+    if any(os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include")):
+        return [], [f"-l{lib}"]
+    fail(missing)
 
 
 def find_llhttp():
@@ -130,12 +148,21 @@ def extension_sources():
 def main():
     ev_cflags, ev_libs = find_libev()
     llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
+    others = [
+        find_system_lib("libwslay", "wslay/wslay.h", "wslay", WSLAY_MISSING),
+        find_system_lib("zlib", "zlib.h", "z", ZLIB_MISSING),
+        find_system_lib("libcrypto", "openssl/evp.h", "crypto", LIBCRYPTO_MISSING),
+    ]
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
     compile_args += ev_cflags + llhttp_cflags + env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + env_flags("PYSERVER_LDFLAGS")
+    link_args = llhttp_libs + ev_libs
+    for cflags, libs in others:
+        compile_args += cflags
+        link_args += libs
+    link_args += env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(
         "pyserver._core",
