@@ -812,15 +812,28 @@ static int inflater_restart(ps_ws_t *ws)
     return zr == Z_OK ? 0 : -ENOMEM;
 }
 
-/* Appends n bytes of the message being read to its record, checking UTF-8
- * for text; the caller checks the size. */
-static void keep_bytes(ps_ws_t *ws, size_t n)
+/* Counts n more bytes of the message being read (already in place at the
+ * end of its record). The first problem in the message's bytes decides: a
+ * byte past max_message (1009) or one that breaks UTF-8 in text (1007), so
+ * the outcome never depends on how the bytes arrived. Returns 0 (the
+ * connection may have been failed) or -ENOMEM. */
+static int keep_bytes(ps_ws_t *ws, size_t n)
 {
+    uint64_t max = ws->limits->max_message;
+    size_t ok = n;
+    int over = max != 0 && n > max - ws->msg_len;
+    if (over)
+        ok = (size_t)(max - ws->msg_len);
     if (ws->msg_op == OP_TEXT)
         ws->utf8 = ps_ws_utf8_validate(ws->utf8,
-                                       (const unsigned char *)ws->events.data + ws->events.len, n);
+                                       (const unsigned char *)ws->events.data + ws->events.len, ok);
     ws->events.len += n;
     ws->msg_len += n;
+    if (ws->utf8 == PS_WS_UTF8_BAD)
+        return fail(ws, 1007, "text message is not UTF-8");
+    if (over)
+        return fail(ws, 1009, "message too big");
+    return 0;
 }
 
 /* Inflates compressed bytes of the message being read into its record, in
@@ -852,11 +865,8 @@ static int inflate_bytes(ps_ws_t *ws, const unsigned char *p, size_t n)
         z->next_out = (Bytef *)ws->events.data + ws->events.len;
         z->avail_out = (uInt)room;
         int zr = inflate(z, Z_SYNC_FLUSH);
-        keep_bytes(ws, room - z->avail_out);
-        if (max != 0 && ws->msg_len > max)
-            return fail(ws, 1009, "message too big");
-        if (ws->utf8 == PS_WS_UTF8_BAD)
-            return fail(ws, 1007, "text message is not UTF-8");
+        if ((rc = keep_bytes(ws, room - z->avail_out)) < 0 || ws->failed)
+            return rc;
         switch (zr) {
         case Z_STREAM_END:
             /* A final block ends the message's data (what follows, our
@@ -949,10 +959,7 @@ static int frame_bytes(ps_ws_t *ws, const unsigned char *p, size_t n)
     if ((rc = ps_buf_reserve(&ws->events, n)) < 0)
         return rc;
     memcpy(ws->events.data + ws->events.len, p, n);
-    keep_bytes(ws, n);
-    if (ws->utf8 == PS_WS_UTF8_BAD)
-        return fail(ws, 1007, "text message is not UTF-8");
-    return 0;
+    return keep_bytes(ws, n);
 }
 
 static int end_message(ps_ws_t *ws)

@@ -1072,6 +1072,33 @@ static void test_a_deflate_bomb_is_1009_without_inflating_it(void)
     ps_buf_free(&in);
 }
 
+static void test_the_first_problem_in_a_message_decides_however_it_arrives(void)
+{
+    /* A compressed text message whose bytes break UTF-8 at byte 10 and go
+     * past the limit at byte 101: 1007 whether it is inflated in one step
+     * or byte by byte (found by the fuzzer: the size was checked first). */
+    enum { MAX = 100 };
+    char data[300];
+    memset(data, 'a', sizeof(data));
+    data[10] = (char)0xff;
+    ps_buf_t z = {0}, in = {0};
+    zclient_t c;
+    zclient_open(&c, 15, 1); /* each message for a new session */
+    zclient_compress(&c, data, sizeof(data), &z);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    check_input_fails(&in, 1007, &deflate_on, MAX, "bad UTF-8 before the limit");
+    /* valid up to the limit, bad after it: 1009 */
+    memset(data, 'a', sizeof(data));
+    data[150] = (char)0xff;
+    zclient_compress(&c, data, sizeof(data), &z);
+    ps_buf_reset(&in);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    check_input_fails(&in, 1009, &deflate_on, MAX, "bad UTF-8 after the limit");
+    zclient_close(&c);
+    ps_buf_free(&z);
+    ps_buf_free(&in);
+}
+
 /* ---- session: control frames and the close handshake ------------------------------- */
 
 static void test_pings_are_answered_with_their_payload(void)
@@ -1417,6 +1444,7 @@ int main(void)
     test_a_message_of_exactly_max_size_passes_and_one_more_byte_is_1009();
     test_a_compressed_message_over_max_size_is_1009();
     test_a_deflate_bomb_is_1009_without_inflating_it();
+    test_the_first_problem_in_a_message_decides_however_it_arrives();
 
     test_pings_are_answered_with_their_payload();
     test_our_pings_and_limits_on_control_frames();
