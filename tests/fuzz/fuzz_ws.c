@@ -22,6 +22,8 @@
  *     with a code a peer accepts; the messages decode (inflating with the
  *     client's window and takeover) to exactly what the server sent;
  *   - both runs give the same events and the same output bytes.
+ * The same bytes are also read as header lines of an upgrade request for
+ * the handshake checks and permessage-deflate negotiation.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -485,6 +487,77 @@ static uint64_t run(const setup_t *s, const script_t *sc, const uint8_t *input, 
     return r.digest;
 }
 
+/* ---- the handshake ------------------------------------------------------------------- */
+
+static int inside(ps_slice_t part, const uint8_t *d, size_t n)
+{
+    return (const uint8_t *)part.base >= d && (const uint8_t *)part.base + part.len <= d + n;
+}
+
+/* The input read as header lines ("name: value") of a GET request: the
+ * checks' answer keeps its promises, an accepted offer's response is an
+ * offer we accept again with no larger windows, and the 101 is written. */
+static void check_handshake(const uint8_t *d, size_t n)
+{
+    ps_header_t h[16];
+    uint32_t nh = 0;
+    size_t i = 0;
+    while (i < n && nh < 16) {
+        const uint8_t *nl = memchr(d + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - d) : n;
+        const uint8_t *colon = memchr(d + i, ':', e - i);
+        size_t c = colon ? (size_t)(colon - d) : e, v = c < e ? c + 1 : e;
+        while (v < e && d[v] == ' ')
+            v++;
+        h[nh].name = (ps_slice_t){(const char *)d + i, c - i};
+        h[nh].value = (ps_slice_t){(const char *)d + v, e - v};
+        nh++;
+        i = e + 1;
+    }
+    ps_request_t req = {
+        .headers = h, .nheaders = nh, .method_id = HTTP_GET, .http_minor = 1, .content_length = -1};
+    ps_ws_handshake_t hs;
+    int rc = ps_ws_check_request(&req, &hs);
+    INVARIANT(rc == PS_WS_HS_OK || rc == PS_WS_HS_NONE || rc == PS_WS_HS_BAD_REQUEST ||
+              rc == PS_WS_HS_BAD_VERSION);
+    INVARIANT((rc == PS_WS_HS_BAD_REQUEST || rc == PS_WS_HS_BAD_VERSION) == (hs.reason != NULL));
+    if (rc == PS_WS_HS_OK) {
+        INVARIANT(hs.key.len == 24 && inside(hs.key, d, n));
+        INVARIANT(hs.nsubprotocols <= PS_WS_MAX_SUBPROTOCOLS);
+        for (uint32_t k = 0; k < hs.nsubprotocols; k++)
+            INVARIANT(hs.subprotocols[k].len > 0 && inside(hs.subprotocols[k], d, n));
+    }
+    ps_ws_deflate_config_t cfg = PS_WS_DEFLATE_DEFAULTS;
+    ps_ws_deflate_t got, again;
+    if (ps_ws_negotiate_deflate(&req, &cfg, &got)) {
+        INVARIANT(got.enabled);
+        INVARIANT(got.server_max_window_bits >= 9 && got.server_max_window_bits <= 15);
+        INVARIANT(got.client_max_window_bits >= 8 && got.client_max_window_bits <= 15);
+        char resp[PS_WS_DEFLATE_RESPONSE_MAX];
+        size_t len = ps_ws_deflate_response(&got, resp);
+        INVARIANT(len <= sizeof(resp) && len >= 18 && memcmp(resp, "permessage-deflate", 18) == 0);
+        ps_header_t offer = {PS_SLICE_LIT("Sec-WebSocket-Extensions"), {resp, len}};
+        ps_request_t req2 = {.headers = &offer,
+                             .nheaders = 1,
+                             .method_id = HTTP_GET,
+                             .http_minor = 1,
+                             .content_length = -1};
+        INVARIANT(ps_ws_negotiate_deflate(&req2, &cfg, &again));
+        INVARIANT(again.server_max_window_bits <= got.server_max_window_bits);
+        INVARIANT(again.client_max_window_bits <= got.client_max_window_bits);
+        INVARIANT(again.server_no_context_takeover == got.server_no_context_takeover);
+        INVARIANT(again.client_no_context_takeover == got.client_no_context_takeover);
+    }
+    if (rc == PS_WS_HS_OK) {
+        ps_buf_t out = {0};
+        ps_slice_t proto = hs.nsubprotocols ? hs.subprotocols[0] : (ps_slice_t){"", 0};
+        INVARIANT(ps_ws_write_accept(&out, hs.key, proto, &got, NULL, 0, NULL, 0) == 0);
+        INVARIANT(out.len > 40 && memcmp(out.data, "HTTP/1.1 101 ", 13) == 0);
+        INVARIANT(memcmp(out.data + out.len - 4, "\r\n\r\n", 4) == 0);
+        ps_buf_free(&out);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     setup_t s;
@@ -508,5 +581,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!s.deflate.enabled || s.deflate.client_max_window_bits == 15)
         INVARIANT(whole == split);
     ps_buf_free(&sc.wire);
+    check_handshake(data + 3, size - 3);
     return 0;
 }
