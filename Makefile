@@ -4,7 +4,7 @@
 #   make test       build, run the C unit tests and the pytest suite
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
-#   make fuzz       run the HTTP/1 parser fuzzer for FUZZ_SECONDS (default 60)
+#   make fuzz       run each fuzzer (HTTP/1, WebSocket) for FUZZ_SECONDS (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, and "only csrc/py includes Python.h"
 #   make clean      remove build outputs (distclean also removes .venv)
@@ -19,7 +19,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev node-llhttp curl wrk \
-	apache2-utils nginx-light clang-format
+	apache2-utils nginx-light clang-format libwslay-dev zlib1g-dev
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
 ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)

@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev, llhttp and OpenSSL 3 from the system.
+libev, llhttp, OpenSSL 3, wslay and zlib from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -35,6 +35,8 @@ OPENSSL_MISSING = (
     "pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev "
     "(pkg-config must find 'openssl >= 3.0')"
 )
+WSLAY_MISSING = "pyserver needs wslay (WebSocket framing): apt-get install libwslay-dev"
+ZLIB_MISSING = "pyserver needs zlib (WebSocket compression): apt-get install zlib1g-dev"
 
 
 def fail(message):
@@ -77,6 +79,19 @@ def find_openssl():
     if shutil.which("pkg-config") is None and os.path.exists("/usr/include/openssl/ssl.h"):
         return [], ["-lssl", "-lcrypto"]
     fail(OPENSSL_MISSING)
+
+
+def find_system_lib(package, header, lib, missing):
+    """Return (compile_args, link_args) for a library found by pkg-config
+    (`package`), else by its header under /usr/include or /usr/local/include
+    (Debian's libwslay-dev has no .pc file)."""
+    cflags = pkg_config("--cflags", package)
+    libs = pkg_config("--libs", package)
+    if cflags is not None and libs is not None:
+        return cflags, libs
+    if any(os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include")):
+        return [], [f"-l{lib}"]
+    fail(missing)
 
 
 def find_llhttp():
@@ -147,12 +162,20 @@ def main():
     ev_cflags, ev_libs = find_libev()
     llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
     ssl_cflags, ssl_libs = find_openssl()
+    others = [
+        find_system_lib("libwslay", "wslay/wslay.h", "wslay", WSLAY_MISSING),
+        find_system_lib("zlib", "zlib.h", "z", ZLIB_MISSING),
+    ]
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
     compile_args += ev_cflags + llhttp_cflags + ssl_cflags + env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + ssl_libs + env_flags("PYSERVER_LDFLAGS")
+    link_args = llhttp_libs + ev_libs + ssl_libs
+    for cflags, libs in others:
+        compile_args += cflags
+        link_args += libs
+    link_args += env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(
         "pyserver._core",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run the C unit tests: each tests/c/test_*.c is linked with the
-# core (csrc/*.c, never csrc/py) and llhttp, under ASan and UBSan, and run.
+# core (csrc/*.c, never csrc/py), llhttp and the core's libraries (libev,
+# wslay, zlib, libcrypto), under ASan and UBSan, and run.
 # Exits non-zero if any test fails to build or run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,13 +19,9 @@ san="-fsanitize=address,undefined -fno-omit-frame-pointer"
 llhttp_cflags=$(scripts/llhttp-flags.sh cflags)
 llhttp_libs=$(scripts/llhttp-flags.sh libs)
 llhttp_sources=$(scripts/llhttp-flags.sh sources)
-if ! pkg-config --exists 'openssl >= 3.0'; then
-    echo "test-c: pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev" >&2
-    exit 1
-fi
-ssl_cflags=$(pkg-config --cflags openssl)
-ssl_libs=$(pkg-config --libs openssl)
-cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
+core_cflags=$(scripts/core-libs.sh cflags)
+core_libs=$(scripts/core-libs.sh libs)
+cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 $san -Icsrc -Itests/c $llhttp_cflags $core_cflags"
 
 rm -rf "$out"
 mkdir -p "$out/core" "$out/llhttp"
@@ -48,7 +45,7 @@ passed=0
 failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
-    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs; then
+    if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $core_libs; then
         failed+=("$name (build)")
         continue
     fi
