@@ -144,9 +144,13 @@ static int check_target(ps_http1_parser_t *p)
     if (ps_likely(t.base[0] == '/' && !connect))
         return 0;
     if (connect)
-        return ps_http1_parse_authority(t, &host, &port) == 0 && port >= 0 ? 0 : fail(p, 400, "invalid CONNECT authority");
+        return ps_http1_parse_authority(t, &host, &port) == 0 && port >= 0
+                   ? 0
+                   : fail(p, 400, "invalid CONNECT authority");
     if (t.base[0] == '*')
-        return t.len == 1 && p->method_id == HTTP_OPTIONS ? 0 : fail(p, 400, "\"*\" target without OPTIONS");
+        return t.len == 1 && p->method_id == HTTP_OPTIONS
+                   ? 0
+                   : fail(p, 400, "\"*\" target without OPTIONS");
     size_t skip = 0;
     int default_port = absolute_scheme(t, &skip);
     if (default_port == 0)
@@ -374,7 +378,7 @@ static int on_headers_complete(llhttp_t *h)
     if (h->http_minor == 1 && p->host_count == 0)
         return fail(p, 400, "no Host");
     if (p->has_te && (h->flags & F_CONTENT_LENGTH))
-return fail(p, 400, "both Content-Length and Transfer-Encoding");
+        return fail(p, 400, "both Content-Length and Transfer-Encoding");
     if (p->has_te && check_transfer_codings(p) < 0)
         return -1;
     /* A tunnel is not something an application server can open. */

@@ -81,9 +81,9 @@ typedef struct {
     uint8_t method_id;
     uint8_t want_method; /* 1 until the method of a new message is taken */
     uint8_t method_in_arena;
-    uint8_t te_state; /* PS_TE_* bits across Transfer-Encoding fields */
-    ps_buf_t *body;   /* decoded body goes here (owned by the caller) */
-    size_t body_high; /* pause once body holds this much */
+    uint8_t te_state;         /* PS_TE_* bits across Transfer-Encoding fields */
+    ps_buf_t *body;           /* decoded body goes here (owned by the caller) */
+    size_t body_high;         /* pause once body holds this much */
     int error_status;         /* the answer to give after PS_HTTP1_ERROR */
     const char *error_reason; /* and why, in words (static), while error_status is set */
     uint32_t trailer_bytes;

@@ -53,6 +53,7 @@ class Scenario:
     def __post_init__(self):
         if self.targets and not self.servers:
             self.servers = list(dict.fromkeys(t.server for t in self.targets))
+
     wrk_paths: tuple = ()  # wrk's max-throughput run rotates over these (default: `path`)
     wsgi_app: str = ""  # the same project as WSGI, for the pyserver-wsgi server
     sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
