@@ -15,6 +15,7 @@
 #include "date.h"
 #include "loop.h"
 #include "spool.h"
+#include "wsconn.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
  * application. */
@@ -112,6 +113,8 @@ static void drop_spool(ps_conn_t *c)
 
 void ps_conn_free(ps_conn_t *c)
 {
+    if (c->ws)
+        ps_wsconn_free(c->ws);
     drop_spool(c);
     ps_http1_free(&c->parser);
     ps_buf_free(&c->rbuf);
@@ -166,6 +169,10 @@ static void linger(ps_conn_t *c)
 
 void ps_conn_stop_idle(ps_conn_t *c)
 {
+    if (c->state == PS_CONN_WS) {
+        ps_wsconn_going_away(c->ws); /* closes once the peer answers */
+        return;
+    }
     if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->rbuf) == 0)
         ps_conn_close(c);
 }
@@ -473,13 +480,13 @@ int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_
     return send_iov(c, NULL, 0);
 }
 
-void ps_conn_send_error(ps_conn_t *c, int status)
+/* Sends a complete canned response s (with Connection: close). */
+static void send_canned(ps_conn_t *c, int status, ps_slice_t s)
 {
     if (c->resp_started) {
         ps_conn_abort(c);
         return;
     }
-    ps_slice_t s = ps_http1_error_response(status);
     struct iovec v = {(void *)s.base, s.len};
     c->resp_started = 1;
     c->resp_status = status;
@@ -489,11 +496,21 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     kick(c);
 }
 
-void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+void ps_conn_send_error(ps_conn_t *c, int status)
+{
+    send_canned(c, status, ps_http1_error_response(status));
+}
+
+void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response)
 {
     if (c->w->handler->on_rejected && !c->resp_started)
         c->w->handler->on_rejected(c, status, reason);
-    ps_conn_send_error(c, status);
+    send_canned(c, status, response);
+}
+
+void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+{
+    ps_conn_reject_response(c, status, reason, ps_http1_error_response(status));
 }
 
 /* ---- input ---- */

@@ -48,6 +48,7 @@ enum ps_conn_state {
     PS_CONN_APP,    /* handed to the application */
     PS_CONN_FLUSH,  /* response complete, output still queued */
     PS_CONN_LINGER, /* answered and shut down, draining input before close */
+    PS_CONN_WS,     /* upgraded to WebSocket: wsconn.c drives it */
     PS_CONN_CLOSED,
 };
 
@@ -95,8 +96,9 @@ struct ps_conn {
     ev_tstamp req_start;
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
-    void *app_data;  /* the interface layer's per-request state */
-    void *conn_data; /* the interface layer's per-connection state */
+    void *app_data;       /* the interface layer's per-request state */
+    void *conn_data;      /* the interface layer's per-connection state */
+    struct ps_wsconn *ws; /* WebSocket mode (wsconn.h), freed with the connection */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     const struct sockaddr_storage *local; /* the listener's, when specific */
@@ -172,5 +174,8 @@ void ps_conn_send_error(ps_conn_t *c, int status);
 /* The same for a request the server refuses (bad, too large, too slow, over
  * a limit): the layer hears of it through on_rejected first. */
 void ps_conn_reject(ps_conn_t *c, int status, const char *reason);
+/* The same with its own complete response (Connection: close), e.g. the
+ * WebSocket handshake's 426. */
+void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response);
 
 #endif

@@ -26,6 +26,13 @@ typedef struct {
     const ps_proxy_t *proxy;
     unsigned server_header : 1;
     unsigned date_header : 1;
+    /* WebSockets (asynchronous layers; wsconn.c) */
+    unsigned ws_enabled : 1; /* --ws auto: upgrades get a websocket scope */
+    unsigned ws_deflate : 1; /* --ws-per-message-deflate */
+    uint64_t ws_max_size;    /* bytes of one message, 0: no limit */
+    uint32_t ws_max_queue;   /* messages received, not yet read by the app */
+    double ws_ping_interval; /* 0: no pings */
+    double ws_ping_timeout;  /* a ping unanswered this long closes with 1011 (0: never) */
 } ps_config_t;
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include <sys/un.h>
 
 #include "bridge.h"
+#include "asgi_ws.h"
 
 #define MAX_STACK_HEADERS 32
 #define NAME_SLOTS 128
@@ -146,6 +147,7 @@ struct ps_asgi {
     uint32_t limit_concurrency;
     uint32_t active;
     unsigned stop_sent : 1;
+    struct ps_asgi_ws_strings *ws_strings; /* asgi_ws.c's, made with the first upgrade */
 };
 
 typedef struct {
@@ -164,6 +166,7 @@ typedef struct {
     unsigned disconnected : 1;  /* the client went away first */
     unsigned want_trailers : 1; /* the app announced trailers */
     unsigned te_trailers : 1;   /* the client accepts trailers */
+    ps_asgi_ws_t *ws;           /* a WebSocket upgrade (asgi_ws.c), owned */
 } CycleObject;
 
 typedef struct {
@@ -496,6 +499,10 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_conn_t *c, CycleObject *cycle,
         return NULL;
     }
     cycle->te_trailers = te;
+    if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0) {
+        Py_DECREF(scope);
+        return NULL;
+    }
     return scope;
 }
 
@@ -536,6 +543,8 @@ static void detach(CycleObject *cycle)
     ps_conn_t *c = cycle->conn;
     if (c == NULL)
         return;
+    if (cycle->ws)
+        ps_asgi_ws_detached(cycle->ws);
     cycle->conn = NULL;
     c->app_data = NULL;
     Py_DECREF(cycle);
@@ -576,6 +585,8 @@ static void lose(CycleObject *cycle)
 {
     ps_asgi_t *ctx = cycle->ctx;
     cycle->disconnected = 1;
+    if (cycle->ws)
+        ps_asgi_ws_lost(cycle->ws); /* takes what the session still holds */
     Py_INCREF(cycle);
     detach(cycle);
     wake_receiver(cycle);
@@ -626,6 +637,8 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
     ps_asgi_t *ctx = self->ctx;
     ps_conn_t *c = self->conn;
     PS_UNUSED(unused);
+    if (self->ws)
+        return ps_asgi_ws_receive(self->ws);
     if (c == NULL)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->body_done) {
@@ -1038,6 +1051,8 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
             PyErr_SetString(PyExc_KeyError, "the message has no type");
         return NULL;
     }
+    if (self->ws)
+        return ps_asgi_ws_send(self->ws, type, msg);
     if (self->complete) {
         /* Trailers the client never asked for were dropped with the body. */
         if (self->want_trailers && !self->te_trailers &&
@@ -1089,14 +1104,18 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application");
             }
         }
-    } else if (c && !self->complete && !cancelled) {
+    } else if (c && !self->complete && !cancelled && !(self->ws && ps_asgi_ws_accepted(self->ws))) {
         ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
                      self->head_sent ? "completing" : "starting");
     }
     if (c != NULL && !self->complete) {
         Py_INCREF(self);
+        /* An accepted WebSocket closes (1000, or 1011 after an exception). */
+        int closed = self->ws && ps_asgi_ws_finished(self->ws, exc != NULL);
         detach(self);
-        if (self->head_sent)
+        if (closed)
+            ; /* the connection finishes the close handshake by itself */
+        else if (self->head_sent)
             ps_conn_abort(c);
         else
             ps_conn_send_error(c, 500);
@@ -1311,6 +1330,8 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
     Py_VISIT(self->client);
+    if (self->ws)
+        return ps_asgi_ws_traverse(self->ws, visit, arg);
     return 0;
 }
 
@@ -1321,6 +1342,8 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
     Py_CLEAR(self->client);
+    if (self->ws)
+        ps_asgi_ws_clear(self->ws);
     return 0;
 }
 
@@ -1332,6 +1355,7 @@ static void Cycle_dealloc(PyObject *op)
     if (self->sendfile_fd >= 0)
         close(self->sendfile_fd);
     Cycle_clear(op);
+    ps_asgi_ws_free(self->ws);
     tp->tp_free(op);
     Py_DECREF(tp);
 }
@@ -1350,6 +1374,73 @@ static PyType_Spec Cycle_spec = {
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Cycle_slots,
 };
+
+/* ---- for asgi_ws.c (asgi_ws.h) ---- */
+
+PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value)
+{
+    return ready(ctx, value);
+}
+
+PyObject *ps_asgi_future(ps_asgi_t *ctx)
+{
+    return new_future(ctx);
+}
+
+void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+{
+    resolve(ctx, slot, value, as_exception);
+}
+
+PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx)
+{
+    return ctx->disconnected;
+}
+
+struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx)
+{
+    return &ctx->ws_strings;
+}
+
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room)
+{
+    return view_headers(headers, hs, room, 0);
+}
+
+void ps_asgi_cycle_log(PyObject *cycle, int status)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    if (self->ctx->access_info && self->conn)
+        log_access(self->ctx, self->conn, self, status);
+}
+
+void ps_asgi_cycle_refuse(PyObject *cycle, int status)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    ps_conn_t *c = self->conn;
+    if (c == NULL)
+        return;
+    ps_asgi_cycle_log(cycle, status);
+    self->complete = 1;
+    Py_INCREF(self);
+    detach(self);
+    ps_conn_send_error(c, status);
+    Py_DECREF(self);
+}
+
+PyObject *ps_asgi_cycle_deny(PyObject *cycle, PyObject *msg, int start)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    if (self->complete) {
+        PyErr_SetString(PyExc_RuntimeError, "the denial response is already complete");
+        return NULL;
+    }
+    if (self->conn == NULL) {
+        PyErr_SetString(self->ctx->disconnected, "the client disconnected");
+        return NULL;
+    }
+    return start ? send_start(self, msg) : send_body(self, msg);
+}
 
 /* ---- connection callbacks ---- */
 
@@ -1412,6 +1503,11 @@ static void on_request(ps_conn_t *c)
         ps_conn_reject(c, 503, "concurrency limit reached");
         return;
     }
+    ps_ws_handshake_t hs;
+    int upgrade = PS_WS_HS_NONE;
+    if (ps_conn_request(c)->upgrade && c->w->cfg.ws_enabled &&
+        (upgrade = ps_wsconn_check(c, &hs)) < 0)
+        return; /* refused with a 400 or 426 */
     CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
     if (cycle == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
@@ -1422,6 +1518,13 @@ static void on_request(ps_conn_t *c)
     cycle->conn = c;
     cycle->sendfile_fd = -1;
     c->app_data = cycle; /* the connection's reference */
+    if (upgrade == PS_WS_HS_OK &&
+        (cycle->ws = ps_asgi_ws_new(ctx, (PyObject *)cycle, c, &hs)) == NULL) {
+        ps_log_exception(ctx->error_logger, "Cannot start a WebSocket");
+        detach(cycle);
+        ps_conn_send_error(c, 500);
+        return;
+    }
     if (start_task(ctx, c, cycle, &fwd) < 0) {
         ps_log_exception(ctx->error_logger, "Exception in ASGI application");
         detach(cycle);
@@ -1640,6 +1743,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->asgi_template);
     Py_XDECREF(ctx->extensions_template);
     Py_XDECREF(ctx->empty_bytes);
+    ps_asgi_ws_strings_free(ctx->ws_strings);
     for (size_t i = 0; i < PS_ARRAY_LEN(ctx->methods); i++)
         Py_XDECREF(ctx->methods[i]);
     for (size_t i = 0; i < NAME_SLOTS; i++)
