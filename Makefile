@@ -41,7 +41,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
 
-.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench lint clean \
+.PHONY: deps apt-deps deps-fuzz build run test test-c test-asan fuzz bench autobahn lint clean \
 	distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
@@ -126,6 +126,11 @@ fuzz: deps-fuzz apt-deps
 
 bench: build
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The Autobahn WebSocket cases (kosoku) against an echo app: sections 1-7 and 12-13 by
+# default, AUTOBAHN_CASES='9.*' for others; the report goes to benchmarks/results/autobahn/.
+autobahn: build
+	scripts/autobahn.sh $(VENV) $(AUTOBAHN_CASES)
 
 # ---- lint -------------------------------------------------------------------
 

@@ -308,7 +308,9 @@ def test_client_that_stops_reading_makes_send_wait(events_file):
     """The app sends 200 MiB to a client that reads nothing: the worker's memory stays
     flat (send waits), and the client gets everything once it reads."""
     n, size = 3200, 65536
-    with run_server(APP, "--ws-per-message-deflate", "false", env={"WS_TEST_EVENTS": str(events_file)}) as server:
+    with run_server(
+        APP, "--ws-per-message-deflate", "false", env={"WS_TEST_EVENTS": str(events_file)}
+    ) as server:
         sock, status, _, rest = handshake(server.port, f"/flood?n={n}&size={size}")
         with sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
@@ -459,3 +461,39 @@ def test_compressed_frames_on_the_wire(srv):
         assert op == OP_TEXT and rsv == 4
         assert len(data) < len(text) // 10
         assert zlib.decompressobj(wbits=-15).decompress(data + b"\x00\x00\xff\xff") == text
+
+
+def test_gunicorn_worker_serves_websockets_with_its_settings():
+    pytest.importorskip("gunicorn")
+    from test_gunicorn import gunicorn
+
+    with gunicorn(APP, worker="apps.ws_worker.SmallMessagesWorker", workers=1) as g:
+        sock, status, head, rest = handshake(
+            g.port, headers={"Sec-WebSocket-Extensions": "permessage-deflate"}
+        )
+        with sock:
+            assert status == 101
+            assert "permessage-deflate" not in head
+            reader = Reader(sock, rest)
+            sock.sendall(frame(OP_TEXT, b"a" * 100))
+            assert reader.frame()[3] == b"a" * 100
+            sock.sendall(frame(OP_TEXT, b"a" * 101))
+            assert reader.close_code()[0] == 1009
+
+
+def test_hup_rolling_restart_closes_old_workers_websockets_with_1001(events_file):
+    with run_server(APP, "--workers", "1", "--timeout", "30") as server:
+
+        async def main():
+            ws = await websockets.connect(url(server, "/echo"))
+            await ws.send("before")
+            assert await ws.recv() == "before"
+            os.kill(server.pid, signal.SIGHUP)
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), 20)
+            async with websockets.connect(url(server, "/echo"), open_timeout=20) as new:
+                await new.send("after")
+                assert await new.recv() == "after"
+            return info.value.rcvd.code
+
+        assert run(main()) == 1001

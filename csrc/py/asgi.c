@@ -1092,7 +1092,10 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
     if (ctx->active > 0)
         ctx->active--;
     if (exc != NULL) {
-        int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
+        /* A send() after the client's close (a WebSocket's race, too) is not the
+         * application's error. */
+        int quiet = (self->disconnected || self->ws) &&
+                    PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
             if (c) {
