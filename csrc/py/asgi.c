@@ -1094,8 +1094,8 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
     if (exc != NULL) {
         /* A send() after the client's close (a WebSocket's race, too) is not the
          * application's error. */
-        int quiet = (self->disconnected || self->ws) &&
-                    PyErr_GivenExceptionMatches(exc, ctx->disconnected);
+        int quiet =
+            (self->disconnected || self->ws) && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
             if (c) {
