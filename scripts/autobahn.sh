@@ -50,6 +50,17 @@ cases = {}
 for path in sorted(glob.glob(sys.argv[1] + "/*/index.json")):
     cases.update(next(iter(json.load(open(path)).values())))
 json.dump(cases, open(sys.argv[1] + "/summary.json", "w"), indent=1, sort_keys=True)
+# Keep the JSON indexes, the logs and the cases that were not plainly OK (the full
+# HTML report is about 25 MB); AUTOBAHN_KEEP_ALL=1 keeps everything.
+import os
+if not os.environ.get("AUTOBAHN_KEEP_ALL"):
+    keep = {k.replace(".", "_") for k, c in cases.items() if c["behavior"] != "OK"}
+    for path in glob.glob(sys.argv[1] + "/*/*_case_*"):
+        case = path.rsplit("_case_", 1)[1].rsplit(".", 1)[0]
+        if case not in keep or path.endswith(".html"):
+            os.remove(path)
+    for path in glob.glob(sys.argv[1] + "/*/index.html"):
+        os.remove(path)
 counts = collections.Counter(c["behavior"] for c in cases.values())
 close = collections.Counter(c["behaviorClose"] for c in cases.values())
 print(f"autobahn: {len(cases)} cases in {sys.argv[2]} s: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
