@@ -497,3 +497,14 @@ def test_hup_rolling_restart_closes_old_workers_websockets_with_1001(events_file
             return info.value.rcvd.code
 
         assert run(main()) == 1001
+
+
+def test_protocol_error_code_reaches_the_app(srv, events_file):
+    def count(code):
+        return sum(e.startswith(f"{code} ") for e in events(events_file))
+
+    before = count(1007), count(1009)
+    assert failed_with(srv, frame(OP_TEXT, b"\xff"), path="/disconnect") == 1007
+    assert wait_for(lambda: count(1007) == before[0] + 1)
+    assert failed_with(srv, frame(OP_BINARY, b"a" * (MAX_SIZE + 1)), path="/disconnect") == 1009
+    assert wait_for(lambda: count(1009) == before[1] + 1)
