@@ -6,7 +6,8 @@
 #                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
-#   make fuzz       run every fuzzer in tests/fuzz, FUZZ_SECONDS each (default 60)
+#   make fuzz       run every fuzzer in tests/fuzz (HTTP/1, HTTP/2, uwsgi, static, WebSocket),
+#                   FUZZ_SECONDS each (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, mypy, and "only csrc/py includes Python.h"
 #   make dist       sdist and wheel of the distribution pyserver-ev in dist/
@@ -22,7 +23,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev node-llhttp curl wrk \
-	apache2-utils nginx-light clang-format
+	apache2-utils nginx-light clang-format libwslay-dev zlib1g-dev
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
 ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)
@@ -44,8 +45,8 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
 
-.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-c test-asan fuzz bench lint dist clean \
-	distclean FORCE
+.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-c test-asan fuzz bench autobahn lint \
+	dist clean distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
 
@@ -143,6 +144,11 @@ fuzz: deps-fuzz apt-deps
 
 bench: build
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The Autobahn WebSocket cases (kosoku) against an echo app: sections 1-7 and 12-13 by
+# default, AUTOBAHN_CASES='9.*' for others; the report goes to benchmarks/results/autobahn/.
+autobahn: build
+	scripts/autobahn.sh $(VENV) $(AUTOBAHN_CASES)
 
 # ---- distribution -----------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev, llhttp, OpenSSL 3 and nghttp2 from the system.
+libev, llhttp, OpenSSL 3, nghttp2, wslay and zlib from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -39,6 +39,8 @@ NGHTTP2_MISSING = (
     "pyserver needs nghttp2 for HTTP/2: apt-get install libnghttp2-dev "
     "(pkg-config must find 'libnghttp2 >= 1.52')"
 )
+WSLAY_MISSING = "pyserver needs wslay (WebSocket framing): apt-get install libwslay-dev"
+ZLIB_MISSING = "pyserver needs zlib (WebSocket compression): apt-get install zlib1g-dev"
 
 
 def fail(message):
@@ -90,6 +92,19 @@ def find_nghttp2():
     if shutil.which("pkg-config") is None and os.path.exists("/usr/include/nghttp2/nghttp2.h"):
         return [], ["-lnghttp2"]
     fail(NGHTTP2_MISSING)
+
+
+def find_system_lib(package, header, lib, missing):
+    """Return (compile_args, link_args) for a library found by pkg-config
+    (`package`), else by its header under /usr/include or /usr/local/include
+    (Debian's libwslay-dev has no .pc file)."""
+    cflags = pkg_config("--cflags", package)
+    libs = pkg_config("--libs", package)
+    if cflags is not None and libs is not None:
+        return cflags, libs
+    if any(os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include")):
+        return [], [f"-l{lib}"]
+    fail(missing)
 
 
 def find_llhttp():
@@ -161,13 +176,21 @@ def main():
     llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
     ssl_cflags, ssl_libs = find_openssl()
     h2_cflags, h2_libs = find_nghttp2()
+    others = [
+        find_system_lib("libwslay", "wslay/wslay.h", "wslay", WSLAY_MISSING),
+        find_system_lib("zlib", "zlib.h", "z", ZLIB_MISSING),
+    ]
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
     compile_args += ev_cflags + llhttp_cflags + ssl_cflags + h2_cflags
     compile_args += env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + ssl_libs + h2_libs + env_flags("PYSERVER_LDFLAGS")
+    link_args = llhttp_libs + ev_libs + ssl_libs + h2_libs
+    for cflags, libs in others:
+        compile_args += cflags
+        link_args += libs
+    link_args += env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(
         "pyserver._core",

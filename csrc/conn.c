@@ -15,6 +15,7 @@
 #include "date.h"
 #include "worker.h"
 #include "spool.h"
+#include "wsconn.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
  * application. */
@@ -47,9 +48,11 @@ static const uint8_t next_states[] = {
     [PS_CONN_IDLE] =
         S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
     [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
-    [PS_CONN_APP] = S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_APP] =
+        S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_WS) | S(PS_CONN_CLOSED),
     [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
     [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
+    [PS_CONN_WS] = S(PS_CONN_CLOSED), /* wsconn.c lingers on its own */
     [PS_CONN_CLOSED] = 0,
 };
 #undef S
@@ -144,6 +147,8 @@ static void drop_spool(ps_conn_t *c)
 
 void ps_conn_free(ps_conn_t *c)
 {
+    if (c->ws)
+        ps_wsconn_free(c->ws);
     drop_spool(c);
     ps_http1_free(&c->parser);
     ps_buf_free(&c->rbuf);
@@ -196,8 +201,18 @@ static void linger(ps_conn_t *c)
     arm_timer(c, LINGER_SECONDS);
 }
 
+void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc)
+{
+    set_state(c, PS_CONN_WS);
+    c->ws = wc;
+}
+
 void ps_conn_stop_idle(ps_conn_t *c)
 {
+    if (c->state == PS_CONN_WS) {
+        ps_wsconn_going_away(c->ws); /* closes once the peer answers */
+        return;
+    }
     if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->rbuf) == 0)
         ps_conn_close(c);
 }
@@ -500,13 +515,13 @@ int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_
     return send_iov(c, NULL, 0);
 }
 
-void ps_conn_send_error(ps_conn_t *c, int status)
+/* Sends a complete canned response s (with Connection: close). */
+static void send_canned(ps_conn_t *c, int status, ps_slice_t s)
 {
     if (c->resp_started) {
         ps_conn_abort(c);
         return;
     }
-    ps_slice_t s = ps_http1_error_response(status);
     struct iovec v = {(void *)s.base, s.len};
     c->resp_started = 1;
     c->x.status = status;
@@ -516,11 +531,21 @@ void ps_conn_send_error(ps_conn_t *c, int status)
     kick(c);
 }
 
-void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+void ps_conn_send_error(ps_conn_t *c, int status)
+{
+    send_canned(c, status, ps_http1_error_response(status));
+}
+
+void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response)
 {
     if (c->w->handler->on_rejected && !c->resp_started)
         c->w->handler->on_rejected(&c->x, status, reason);
-    ps_conn_send_error(c, status);
+    send_canned(c, status, response);
+}
+
+void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+{
+    ps_conn_reject_response(c, status, reason, ps_http1_error_response(status));
 }
 
 /* ---- input ---- */
@@ -1056,6 +1081,11 @@ static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *targ
 static int x_client_gone(ps_exchange_t *x)
 {
     return ps_conn_of(x)->failed;
+}
+
+int ps_conn_owns(const ps_exchange_t *x)
+{
+    return x->ops == &ps_http1_exchange_ops;
 }
 
 static const ps_exchange_ops_t ps_http1_exchange_ops = {

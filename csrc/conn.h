@@ -28,6 +28,7 @@ enum ps_conn_state {
     PS_CONN_APP,    /* handed to the application */
     PS_CONN_FLUSH,  /* response complete, output still queued */
     PS_CONN_LINGER, /* answered and shut down, draining input before close */
+    PS_CONN_WS,     /* upgraded to WebSocket: wsconn.c drives it */
     PS_CONN_CLOSED,
 };
 
@@ -69,6 +70,7 @@ struct ps_conn {
     ev_tstamp req_start;
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
+    struct ps_wsconn *ws; /* WebSocket mode (wsconn.h), freed with the connection */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     const struct sockaddr_storage *local; /* the listener's, when specific */
@@ -94,6 +96,13 @@ void ps_conn_close(ps_conn_t *c);
 void ps_conn_free(ps_conn_t *c);
 /* During a graceful stop: closes the connection if it is between requests. */
 void ps_conn_stop_idle(ps_conn_t *c);
+
+/* Returns 1 when x is an HTTP/1 connection's exchange (ps_conn_of applies). */
+int ps_conn_owns(const ps_exchange_t *x);
+
+/* wsconn.c, accepting an upgrade: the connection is in WebSocket mode from
+ * now on (PS_CONN_WS) and frees wc with itself. */
+void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc);
 
 static inline ps_conn_t *ps_conn_of(ps_exchange_t *x)
 {
@@ -149,5 +158,8 @@ void ps_conn_send_error(ps_conn_t *c, int status);
 /* The same for a request the server refuses (bad, too large, too slow, over
  * a limit): the layer hears of it through on_rejected first. */
 void ps_conn_reject(ps_conn_t *c, int status, const char *reason);
+/* The same with its own complete response (Connection: close), e.g. the
+ * WebSocket handshake's 426. */
+void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response);
 
 #endif

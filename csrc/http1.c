@@ -1086,6 +1086,7 @@ static const struct {
     ps_slice_t response;
 } canned[] = {
     ERROR_RESPONSE(400, "Bad Request", 11),
+    ERROR_RESPONSE(403, "Forbidden", 9),
     ERROR_RESPONSE(408, "Request Timeout", 15),
     ERROR_RESPONSE(413, "Content Too Large", 17),
     ERROR_RESPONSE(414, "URI Too Long", 12),

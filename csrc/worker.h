@@ -30,6 +30,13 @@ typedef struct {
     const ps_proxy_t *proxy;
     unsigned server_header : 1;
     unsigned date_header : 1;
+    /* WebSockets (asynchronous layers; wsconn.c) */
+    unsigned ws_enabled : 1; /* --ws auto: upgrades get a websocket scope */
+    unsigned ws_deflate : 1; /* --ws-per-message-deflate */
+    uint64_t ws_max_size;    /* bytes of one message, 0: no limit */
+    uint32_t ws_max_queue;   /* messages received, not yet read by the app */
+    double ws_ping_interval; /* 0: no pings */
+    double ws_ping_timeout;  /* a ping unanswered this long closes with 1011 (0: never) */
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the
@@ -119,6 +126,12 @@ static inline uint32_t ps_worker_connections(const ps_worker_t *w)
 static inline struct ev_loop *ps_worker_loop(const ps_worker_t *w)
 {
     return w->loop;
+}
+
+/* The worker's settings (the interface layers read the WebSocket ones). */
+static inline const ps_config_t *ps_worker_config(const ps_worker_t *w)
+{
+    return &w->cfg;
 }
 
 /* Internal to the core: connection bookkeeping. */

@@ -308,6 +308,52 @@ def build_parser():
         help="send a Date header (default: on)",
     )
 
+    websocket = parser.add_argument_group("WebSockets (ASGI)")
+    add(
+        websocket,
+        "--ws",
+        type=_choice(config.WS_MODES),
+        help="auto: upgrade requests get a websocket scope; none: an http scope (default: auto)",
+    )
+    add(
+        websocket,
+        "--ws-max-size",
+        metavar="BYTES",
+        type=_int("ws_max_size"),
+        help="largest WebSocket message; a larger one closes with 1009 "
+        f"(default: {D['ws_max_size']})",
+    )
+    add(
+        websocket,
+        "--ws-max-queue",
+        metavar="N",
+        type=_int("ws_max_queue"),
+        help="messages received and not yet read by the application before the server stops "
+        f"reading (default: {D['ws_max_queue']})",
+    )
+    add(
+        websocket,
+        "--ws-ping-interval",
+        metavar="SECONDS",
+        type=_float("ws_ping_interval"),
+        help=f"send a ping this often; 0 for never (default: {D['ws_ping_interval']:g})",
+    )
+    add(
+        websocket,
+        "--ws-ping-timeout",
+        metavar="SECONDS",
+        type=_float("ws_ping_timeout"),
+        help="close with 1011 when a ping is not answered within this time; 0 for never "
+        f"(default: {D['ws_ping_timeout']:g})",
+    )
+    add(
+        websocket,
+        "--ws-per-message-deflate",
+        metavar="BOOL",
+        type=_parse_bool,
+        help="accept permessage-deflate compression: true or false (default: true)",
+    )
+
     proxy = parser.add_argument_group("proxy headers")
     add(
         proxy,

@@ -21,6 +21,12 @@ hold final values:
     access_log                bool (False also when the access logger is disabled)
     server_header             bool
     date_header               bool
+    ws                        "auto" (upgrades get a websocket scope) or "none" (an http one)
+    ws_max_size               int bytes of one WebSocket message (close 1009 beyond)
+    ws_max_queue              int messages received and not yet read by the application
+    ws_ping_interval          float seconds between server pings, 0 for none
+    ws_ping_timeout           float seconds a ping may wait for its pong (close 1011), 0: forever
+    ws_per_message_deflate    bool: accept permessage-deflate offers
     url_scheme                "http"
     proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
@@ -72,6 +78,7 @@ from pyserver import importer, logconfig
 
 INTERFACES = ("auto", "wsgi", "asgi")
 LIFESPAN_MODES = ("auto", "on", "off")
+WS_MODES = ("auto", "none")
 
 # Inclusive bounds (None = unbounded) shared by Config and the CLI.
 INT_BOUNDS = {
@@ -91,6 +98,8 @@ INT_BOUNDS = {
     "max_requests": (0, None),
     "max_requests_jitter": (0, None),
     "max_rss": (0, None),
+    "ws_max_size": (1, 1 << 40),
+    "ws_max_queue": (1, 1 << 20),
 }
 FLOAT_BOUNDS = {
     "timeout_keep_alive": (0.0, None),
@@ -98,6 +107,8 @@ FLOAT_BOUNDS = {
     "timeout_request_body": (0.001, None),
     "graceful_timeout": (0.0, None),
     "timeout": (0.0, None),
+    "ws_ping_interval": (0.0, None),
+    "ws_ping_timeout": (0.0, None),
 }
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
@@ -244,6 +255,12 @@ class Config:
         lifespan="auto",
         server_header=True,
         date_header=True,
+        ws="auto",
+        ws_max_size=16 * 1024 * 1024,
+        ws_max_queue=32,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        ws_per_message_deflate=True,
         proxy_headers=True,
         forwarded_allow_ips=None,
         log_level="info",
@@ -308,6 +325,14 @@ class Config:
         self.lifespan = lifespan
         self.server_header = bool(server_header)
         self.date_header = bool(date_header)
+        if ws not in WS_MODES:
+            raise ValueError(f"ws must be one of {', '.join(WS_MODES)}, got {ws!r}")
+        self.ws = ws
+        self.ws_max_size = check_int("ws_max_size", ws_max_size)
+        self.ws_max_queue = check_int("ws_max_queue", ws_max_queue)
+        self.ws_ping_interval = check_float("ws_ping_interval", ws_ping_interval or 0.0)
+        self.ws_ping_timeout = check_float("ws_ping_timeout", ws_ping_timeout or 0.0)
+        self.ws_per_message_deflate = bool(ws_per_message_deflate)
         self.proxy_headers = bool(proxy_headers)
         source = "forwarded_allow_ips"
         if forwarded_allow_ips is None:

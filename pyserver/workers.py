@@ -72,6 +72,10 @@ class PyserverWorker(_GunicornWorker):
     """Serves a WSGI or an ASGI application (detected like `--interface auto`)."""
 
     interface = "auto"
+    # Config options gunicorn has no setting for (the WebSocket ones: ws, ws_max_size,
+    # ws_max_queue, ws_ping_interval, ws_ping_timeout, ws_per_message_deflate), set by a
+    # subclass as with uvicorn's worker: class MyWorker(PyserverWorker): CONFIG_KWARGS = {...}
+    CONFIG_KWARGS: dict[str, Any] = {}
     # Gunicorn's exit codes: the arbiter halts instead of respawning.
     WORKER_BOOT_ERROR = 3
     APP_LOAD_ERROR = 4
@@ -156,6 +160,7 @@ class PyserverWorker(_GunicornWorker):
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
             forwarded_allow_ips=list(gcfg.forwarded_allow_ips or ()),
+            **self.CONFIG_KWARGS,
         )
         # gunicorn's scheme rule: each secure_scheme_headers header present says https
         # when it has the table's value, http otherwise; headers that disagree are a 400.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer drivers tests/fuzz/fuzz_*.c (the HTTP/1 parser, the
-# HTTP/2 session, the uwsgi parser, static-file plans) with clang against the
-# core (csrc/*.c), llhttp, OpenSSL and nghttp2, then run each for
+# HTTP/2 session, the uwsgi parser, static-file plans, WebSocket frames and
+# permessage-deflate) with clang against the core (csrc/*.c), llhttp, OpenSSL,
+# nghttp2, wslay and zlib, then run each for
 # FUZZ_SECONDS (default 60). FUZZ_TARGETS picks drivers by name
 # ("http1 http2"; default: every driver). New inputs go to
 # build/fuzz/corpus-NAME; tests/fuzz/corpus (HTTP/1) and
@@ -23,8 +24,8 @@ for pc in 'openssl >= 3.0' 'libnghttp2 >= 1.52'; do
         exit 1
     fi
 done
-dep_cflags="$(pkg-config --cflags openssl libnghttp2)"
-dep_libs="$(pkg-config --libs openssl libnghttp2)"
+dep_cflags="$(pkg-config --cflags libnghttp2) $(scripts/core-libs.sh cflags)"
+dep_libs="$(pkg-config --libs libnghttp2) $(scripts/core-libs.sh libs)"
 cflags="-std=gnu11 -Wall -Wextra -g -O1 -Icsrc $llhttp_cflags $dep_cflags"
 
 mkdir -p "$out/obj"

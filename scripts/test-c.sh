@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run the C unit tests: each tests/c/test_*.c is linked with the
-# core (csrc/*.c, never csrc/py), llhttp, OpenSSL and nghttp2, under ASan and UBSan, and run.
+# core (csrc/*.c, never csrc/py), llhttp and the core's libraries (libev,
+# OpenSSL, nghttp2, wslay, zlib), under ASan and UBSan, and run.
 # Exits non-zero if any test fails to build or run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +31,10 @@ ssl_cflags=$(pkg-config --cflags openssl)
 ssl_libs=$(pkg-config --libs openssl)
 h2_cflags=$(pkg-config --cflags libnghttp2)
 h2_libs=$(pkg-config --libs libnghttp2)
+core_cflags=$(scripts/core-libs.sh cflags)
+core_libs=$(scripts/core-libs.sh libs)
 cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 -DPS_DEBUG_ASSERTS $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
-cflags="$cflags $h2_cflags"
+cflags="$cflags $h2_cflags $core_cflags"
 
 rm -rf "$out"
 mkdir -p "$out/core" "$out/llhttp"
@@ -56,7 +59,7 @@ failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
     if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs \
-        $h2_libs; then
+        $h2_libs $core_libs; then
         failed+=("$name (build)")
         continue
     fi

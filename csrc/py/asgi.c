@@ -20,6 +20,7 @@
 #include <sys/un.h>
 
 #include "bridge.h"
+#include "asgi_ws.h"
 
 #define MAX_STACK_HEADERS 32
 
@@ -132,6 +133,7 @@ struct ps_asgi {
     uint32_t limit_concurrency;
     uint32_t active;
     unsigned stop_sent : 1;
+    struct ps_asgi_ws_strings *ws_strings; /* asgi_ws.c's, made with the first upgrade */
 };
 
 typedef struct {
@@ -151,6 +153,7 @@ typedef struct {
     unsigned disconnected : 1;  /* the client went away first */
     unsigned want_trailers : 1; /* the app announced trailers */
     unsigned te_trailers : 1;   /* the client accepts trailers */
+    ps_asgi_ws_t *ws;           /* a WebSocket upgrade (asgi_ws.c), owned */
 } CycleObject;
 
 typedef struct {
@@ -396,6 +399,10 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         return NULL;
     }
     cycle->te_trailers = te;
+    if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0) {
+        Py_DECREF(scope);
+        return NULL;
+    }
     return scope;
 }
 
@@ -408,6 +415,8 @@ static void detach(CycleObject *cycle)
     ps_exchange_t *x = cycle->x;
     if (x == NULL)
         return;
+    if (cycle->ws)
+        ps_asgi_ws_detached(cycle->ws);
     cycle->x = NULL;
     x->app_data = NULL;
     Py_DECREF(cycle);
@@ -448,6 +457,8 @@ static void lose(CycleObject *cycle)
 {
     ps_asgi_t *ctx = cycle->ctx;
     cycle->disconnected = 1;
+    if (cycle->ws)
+        ps_asgi_ws_lost(cycle->ws); /* takes what the session still holds */
     Py_INCREF(cycle);
     detach(cycle);
     wake_receiver(cycle);
@@ -498,6 +509,8 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
     ps_asgi_t *ctx = self->ctx;
     ps_exchange_t *x = self->x;
     PS_UNUSED(unused);
+    if (self->ws)
+        return ps_asgi_ws_receive(self->ws);
     if (x == NULL)
         return ready(ctx, message(ctx, S_HTTP_DISCONNECT));
     if (self->body_done) {
@@ -846,6 +859,8 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
             PyErr_SetString(PyExc_KeyError, "the message has no type");
         return NULL;
     }
+    if (self->ws)
+        return ps_asgi_ws_send(self->ws, type, msg);
     if (self->complete) {
         /* Trailers the client never asked for were dropped with the body. */
         if (self->want_trailers && !self->te_trailers &&
@@ -885,7 +900,10 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
     if (ctx->active > 0)
         ctx->active--;
     if (exc != NULL) {
-        int quiet = self->disconnected && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
+        /* A send() after the client's close (a WebSocket's race, too) is not the
+         * application's error. */
+        int quiet =
+            (self->disconnected || self->ws) && PyErr_GivenExceptionMatches(exc, ctx->disconnected);
         if (!quiet) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
             if (x) {
@@ -897,14 +915,18 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
                 ps_log_exception(ctx->error_logger, "Exception in ASGI application");
             }
         }
-    } else if (x && !self->complete && !cancelled) {
+    } else if (x && !self->complete && !cancelled && !(self->ws && ps_asgi_ws_accepted(self->ws))) {
         ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
                      self->head_sent ? "completing" : "starting");
     }
     if (x != NULL && !self->complete) {
         Py_INCREF(self);
+        /* An accepted WebSocket closes (1000, or 1011 after an exception). */
+        int closed = self->ws && ps_asgi_ws_finished(self->ws, exc != NULL);
         detach(self);
-        if (self->head_sent)
+        if (closed)
+            ; /* the connection finishes the close handshake by itself */
+        else if (self->head_sent)
             ps_exchange_abort(x);
         else
             ps_exchange_send_error(x, 500);
@@ -1119,6 +1141,8 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
     Py_VISIT(self->client);
+    if (self->ws)
+        return ps_asgi_ws_traverse(self->ws, visit, arg);
     return 0;
 }
 
@@ -1129,6 +1153,8 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
     Py_CLEAR(self->client);
+    if (self->ws)
+        ps_asgi_ws_clear(self->ws);
     return 0;
 }
 
@@ -1140,6 +1166,7 @@ static void Cycle_dealloc(PyObject *op)
     if (self->sendfile_fd >= 0)
         close(self->sendfile_fd);
     Cycle_clear(op);
+    ps_asgi_ws_free(self->ws);
     tp->tp_free(op);
     Py_DECREF(tp);
 }
@@ -1158,6 +1185,73 @@ static PyType_Spec Cycle_spec = {
              Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Cycle_slots,
 };
+
+/* ---- for asgi_ws.c (asgi_ws.h) ---- */
+
+PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value)
+{
+    return ready(ctx, value);
+}
+
+PyObject *ps_asgi_future(ps_asgi_t *ctx)
+{
+    return new_future(ctx);
+}
+
+void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+{
+    resolve(ctx, slot, value, as_exception);
+}
+
+PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx)
+{
+    return ctx->disconnected;
+}
+
+struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx)
+{
+    return &ctx->ws_strings;
+}
+
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room)
+{
+    return view_headers(headers, hs, room, 0);
+}
+
+void ps_asgi_cycle_log(PyObject *cycle, int status)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    if (self->ctx->access_info && self->x)
+        ps_log_access(self->ctx->access_info, self->x, self->fwd_client, status);
+}
+
+void ps_asgi_cycle_refuse(PyObject *cycle, int status)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    ps_exchange_t *x = self->x;
+    if (x == NULL)
+        return;
+    ps_asgi_cycle_log(cycle, status);
+    self->complete = 1;
+    Py_INCREF(self);
+    detach(self);
+    ps_exchange_send_error(x, status);
+    Py_DECREF(self);
+}
+
+PyObject *ps_asgi_cycle_deny(PyObject *cycle, PyObject *msg, int start)
+{
+    CycleObject *self = (CycleObject *)cycle;
+    if (self->complete) {
+        PyErr_SetString(PyExc_RuntimeError, "the denial response is already complete");
+        return NULL;
+    }
+    if (self->x == NULL) {
+        PyErr_SetString(self->ctx->disconnected, "the client disconnected");
+        return NULL;
+    }
+    return start ? send_start(self, msg) : send_body(self, msg);
+}
 
 /* ---- connection callbacks ---- */
 
@@ -1218,6 +1312,11 @@ static void on_request(ps_exchange_t *x)
         ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
+    ps_ws_handshake_t hs;
+    int upgrade = PS_WS_HS_NONE;
+    if (x->req->upgrade && ps_worker_config(x->worker)->ws_enabled &&
+        (upgrade = ps_wsconn_check(x, &hs)) < 0)
+        return; /* refused with a 400 or 426 */
     CycleObject *cycle = (CycleObject *)ctx->st->cycle_type->tp_alloc(ctx->st->cycle_type, 0);
     if (cycle == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
@@ -1228,6 +1327,13 @@ static void on_request(ps_exchange_t *x)
     cycle->x = x;
     cycle->sendfile_fd = -1;
     x->app_data = cycle; /* the connection's reference */
+    if (upgrade == PS_WS_HS_OK &&
+        (cycle->ws = ps_asgi_ws_new(ctx, (PyObject *)cycle, x, &hs)) == NULL) {
+        ps_log_exception(ctx->error_logger, "Cannot start a WebSocket");
+        detach(cycle);
+        ps_exchange_send_error(x, 500);
+        return;
+    }
     if (start_task(ctx, x, cycle, &fwd) < 0) {
         ps_log_exception(ctx->error_logger, "Exception in ASGI application");
         detach(cycle);
@@ -1443,6 +1549,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->asgi_template);
     Py_XDECREF(ctx->extensions_template);
     Py_XDECREF(ctx->empty_bytes);
+    ps_asgi_ws_strings_free(ctx->ws_strings);
     ps_py_cache_clear(&ctx->cache);
     PyMem_Free(ctx);
 }

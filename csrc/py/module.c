@@ -58,6 +58,53 @@ static int get_optional_double(PyObject *config, const char *name, double dflt, 
     return get_double(config, name, out);
 }
 
+/* Like get_optional_double; None reads as 0. */
+static int get_optional_seconds(PyObject *config, const char *name, double dflt, double *out)
+{
+    *out = dflt;
+    PyObject *v = PyObject_GetAttrString(config, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v == Py_None ? 0 : PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The WebSocket settings (--ws, --ws-*); absent attributes keep the
+ * defaults. */
+static int read_ws_config(PyObject *config, ps_config_t *cfg)
+{
+    double size, queue;
+    int deflate = 1;
+    cfg->ws_enabled = 1;
+    PyObject *mode = PyObject_GetAttrString(config, "ws");
+    if (mode == NULL) {
+        PyErr_Clear();
+    } else {
+        cfg->ws_enabled =
+            !(PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "none") == 0);
+        Py_DECREF(mode);
+    }
+    if (PyObject_HasAttrString(config, "ws_per_message_deflate") &&
+        get_bool(config, "ws_per_message_deflate", &deflate) < 0)
+        return -1;
+    if (get_optional_seconds(config, "ws_max_size", 16 << 20, &size) < 0 ||
+        get_optional_seconds(config, "ws_max_queue", 32, &queue) < 0 ||
+        get_optional_seconds(config, "ws_ping_interval", 20.0, &cfg->ws_ping_interval) < 0 ||
+        get_optional_seconds(config, "ws_ping_timeout", 20.0, &cfg->ws_ping_timeout) < 0)
+        return -1;
+    if (size < 0 || queue < 0 || cfg->ws_ping_interval < 0 || cfg->ws_ping_timeout < 0) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: WebSocket limits must not be negative");
+        return -1;
+    }
+    cfg->ws_deflate = deflate != 0;
+    cfg->ws_max_size = (uint64_t)PS_MIN(size, (double)(1ULL << 62));
+    cfg->ws_max_queue = (uint32_t)PS_MIN(queue, 1 << 24);
+    return 0;
+}
+
 static int read_config(PyObject *config, ps_config_t *cfg)
 {
     double line, fields, field_size, head, body, conns, spool;
@@ -92,7 +139,7 @@ static int read_config(PyObject *config, ps_config_t *cfg)
     cfg->limit_connections = (uint32_t)PS_MIN(conns, 1 << 24);
     cfg->server_header = server_header != 0;
     cfg->date_header = date_header != 0;
-    return 0;
+    return read_ws_config(config, cfg);
 }
 
 /* Parses a forwarded_allow_ips string into p. Returns 0, or -1 with a

@@ -1,0 +1,570 @@
+/* The ASGI websocket scope (spec 2.4 of the websocket messages, with the
+ * websocket.http.response extension): receive() and send() of an upgrade
+ * request's cycle (see asgi_ws.h). Like HTTP's, they finish without
+ * suspending whenever a message is waiting or the output is under its
+ * high-water mark, and otherwise hand the task a Future resolved from the
+ * connection's callbacks. */
+#include <errno.h>
+#include <string.h>
+
+#include "asgi_ws.h"
+
+enum {
+    W_TYPE,
+    W_WEBSOCKET,
+    W_CONNECT,
+    W_ACCEPT,
+    W_RECEIVE,
+    W_SEND,
+    W_CLOSE,
+    W_DISCONNECT,
+    W_RESPONSE_START,
+    W_RESPONSE_BODY,
+    W_TEXT,
+    W_BYTES,
+    W_CODE,
+    W_REASON,
+    W_SUBPROTOCOL,
+    W_SUBPROTOCOLS,
+    W_HEADERS,
+    W_SCHEME,
+    W_METHOD,
+    W_EXTENSIONS,
+    W_HTTPS,
+    W_WS,
+    W_WSS,
+    W_COUNT
+};
+
+static const char *const w_names[W_COUNT] = {
+    "type",
+    "websocket",
+    "websocket.connect",
+    "websocket.accept",
+    "websocket.receive",
+    "websocket.send",
+    "websocket.close",
+    "websocket.disconnect",
+    "websocket.http.response.start",
+    "websocket.http.response.body",
+    "text",
+    "bytes",
+    "code",
+    "reason",
+    "subprotocol",
+    "subprotocols",
+    "headers",
+    "scheme",
+    "method",
+    "extensions",
+    "https",
+    "ws",
+    "wss",
+};
+
+struct ps_asgi_ws_strings {
+    PyObject *s[W_COUNT];
+    PyObject *empty_str;
+    PyObject *extensions; /* {"websocket.http.response": {}} */
+};
+
+struct ps_asgi_ws {
+    ps_asgi_t *ctx;
+    struct ps_asgi_ws_strings *str;
+    PyObject *cycle;  /* borrowed: the cycle owns this */
+    ps_exchange_t *x; /* NULL once the cycle is cut from its connection */
+    ps_wsconn_t *wc;  /* after the accept */
+    ps_ws_handshake_t hs;
+    PyObject *receive_waiter;
+    PyObject *send_waiter;
+    PyObject *pending; /* list: messages left when the connection went away */
+    PyObject *last;    /* the websocket.disconnect receive() returns from then on */
+    unsigned connect_sent : 1;
+    unsigned accepted : 1;
+    unsigned denied : 1;     /* a denial response started */
+    unsigned close_sent : 1; /* websocket.close from the application */
+};
+
+#define S(ws, i) ((ws)->str->s[i])
+
+static const ps_wsconn_ops_t ws_ops;
+
+void ps_asgi_ws_strings_free(struct ps_asgi_ws_strings *st)
+{
+    if (st == NULL)
+        return;
+    for (int i = 0; i < W_COUNT; i++)
+        Py_XDECREF(st->s[i]);
+    Py_XDECREF(st->empty_str);
+    Py_XDECREF(st->extensions);
+    PyMem_Free(st);
+}
+
+static struct ps_asgi_ws_strings *strings(ps_asgi_t *ctx)
+{
+    struct ps_asgi_ws_strings **slot = ps_asgi_ws_strings_slot(ctx);
+    if (*slot)
+        return *slot;
+    struct ps_asgi_ws_strings *st = PyMem_Calloc(1, sizeof(*st));
+    if (st == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (int i = 0; i < W_COUNT; i++)
+        if ((st->s[i] = PyUnicode_InternFromString(w_names[i])) == NULL)
+            goto error;
+    st->empty_str = PyUnicode_FromStringAndSize("", 0);
+    st->extensions = Py_BuildValue("{s:{}}", "websocket.http.response");
+    if (st->empty_str == NULL || st->extensions == NULL)
+        goto error;
+    *slot = st;
+    return st;
+error:
+    ps_asgi_ws_strings_free(st);
+    return NULL;
+}
+
+ps_asgi_ws_t *ps_asgi_ws_new(ps_asgi_t *ctx, PyObject *cycle, ps_exchange_t *x,
+                             const ps_ws_handshake_t *hs)
+{
+    struct ps_asgi_ws_strings *st = strings(ctx);
+    if (st == NULL)
+        return NULL;
+    ps_asgi_ws_t *ws = PyMem_Calloc(1, sizeof(*ws));
+    if (ws == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    ws->ctx = ctx;
+    ws->str = st;
+    ws->cycle = cycle;
+    ws->x = x;
+    ws->hs = *hs;
+    return ws;
+}
+
+void ps_asgi_ws_clear(ps_asgi_ws_t *ws)
+{
+    Py_CLEAR(ws->receive_waiter);
+    Py_CLEAR(ws->send_waiter);
+    Py_CLEAR(ws->pending);
+    Py_CLEAR(ws->last);
+}
+
+void ps_asgi_ws_free(ps_asgi_ws_t *ws)
+{
+    if (ws == NULL)
+        return;
+    ps_asgi_ws_clear(ws);
+    PyMem_Free(ws);
+}
+
+int ps_asgi_ws_traverse(ps_asgi_ws_t *ws, visitproc visit, void *arg)
+{
+    Py_VISIT(ws->receive_waiter);
+    Py_VISIT(ws->send_waiter);
+    Py_VISIT(ws->pending);
+    Py_VISIT(ws->last);
+    return 0;
+}
+
+int ps_asgi_ws_accepted(const ps_asgi_ws_t *ws)
+{
+    return ws->accepted;
+}
+
+/* ---- scope ---- */
+
+int ps_asgi_ws_scope(ps_asgi_ws_t *ws, PyObject *scope)
+{
+    PyObject *scheme = PyDict_GetItemWithError(scope, S(ws, W_SCHEME)); /* borrowed */
+    if (scheme == NULL && PyErr_Occurred())
+        return -1;
+    int secure = scheme && PyUnicode_Compare(scheme, S(ws, W_HTTPS)) == 0;
+    PyObject *subs = PyList_New((Py_ssize_t)ws->hs.nsubprotocols);
+    if (subs == NULL)
+        return -1;
+    for (uint32_t i = 0; i < ws->hs.nsubprotocols; i++) {
+        ps_slice_t p = ws->hs.subprotocols[i];
+        PyObject *s = PyUnicode_DecodeLatin1(p.base, (Py_ssize_t)p.len, NULL);
+        if (s == NULL) {
+            Py_DECREF(subs);
+            return -1;
+        }
+        PyList_SET_ITEM(subs, i, s);
+    }
+    PyObject *ext = PyDict_Copy(ws->str->extensions);
+    int rc = -1;
+    if (ext != NULL && PyDict_SetItem(scope, S(ws, W_TYPE), S(ws, W_WEBSOCKET)) == 0 &&
+        PyDict_SetItem(scope, S(ws, W_SCHEME), S(ws, secure ? W_WSS : W_WS)) == 0 &&
+        PyDict_SetItem(scope, S(ws, W_SUBPROTOCOLS), subs) == 0 &&
+        PyDict_SetItem(scope, S(ws, W_EXTENSIONS), ext) == 0 &&
+        (PyDict_DelItem(scope, S(ws, W_METHOD)) == 0 || (PyErr_Clear(), 1)))
+        rc = 0;
+    Py_DECREF(subs);
+    Py_XDECREF(ext);
+    return rc;
+}
+
+/* ---- messages ---- */
+
+static PyObject *type_message(ps_asgi_ws_t *ws, int type)
+{
+    PyObject *m = PyDict_New();
+    if (m && PyDict_SetItem(m, S(ws, W_TYPE), S(ws, type)) < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+static int set_new(PyObject *d, PyObject *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *disconnect_message(ps_asgi_ws_t *ws, unsigned code, ps_slice_t reason)
+{
+    PyObject *m = type_message(ws, W_DISCONNECT);
+    if (m == NULL)
+        return NULL;
+    if (set_new(m, S(ws, W_CODE), PyLong_FromUnsignedLong(code)) < 0 ||
+        set_new(m, S(ws, W_REASON),
+                PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "replace")) < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+/* The message for a session event; a close makes it the last one. */
+static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
+{
+    if (ev->type == PS_WS_EV_CLOSE) {
+        PyObject *m = disconnect_message(ws, ev->code, ev->data);
+        if (m)
+            Py_XSETREF(ws->last, Py_NewRef(m));
+        return m;
+    }
+    PyObject *m = type_message(ws, W_RECEIVE);
+    if (m == NULL)
+        return NULL;
+    int rc;
+    if (ev->type == PS_WS_EV_TEXT)
+        rc = set_new(m, S(ws, W_TEXT),
+                     PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
+    else
+        rc = set_new(m, S(ws, W_BYTES),
+                     PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
+    if (rc < 0)
+        Py_CLEAR(m);
+    return m;
+}
+
+/* The next message receive() returns without waiting, or NULL (no
+ * exception) when it must wait. */
+static PyObject *next_message(ps_asgi_ws_t *ws)
+{
+    if (!ws->connect_sent) {
+        ws->connect_sent = 1;
+        return type_message(ws, W_CONNECT);
+    }
+    if (ws->pending && PyList_GET_SIZE(ws->pending) > 0) {
+        PyObject *m = Py_NewRef(PyList_GET_ITEM(ws->pending, 0));
+        if (PySequence_DelItem(ws->pending, 0) < 0)
+            Py_CLEAR(m);
+        return m;
+    }
+    if (ws->last)
+        return Py_NewRef(ws->last);
+    if (ws->x == NULL) { /* the denial went out, or the client left first */
+        ws->last = disconnect_message(ws, 1006, (ps_slice_t){"", 0});
+        return ws->last ? Py_NewRef(ws->last) : NULL;
+    }
+    ps_ws_event_t ev;
+    if (ws->wc && ps_wsconn_next_event(ws->wc, &ev))
+        return event_message(ws, &ev);
+    return NULL;
+}
+
+PyObject *ps_asgi_ws_receive(ps_asgi_ws_t *ws)
+{
+    PyObject *m = next_message(ws);
+    if (m != NULL)
+        return ps_asgi_ready(ws->ctx, m);
+    if (PyErr_Occurred())
+        return NULL;
+    if (ws->receive_waiter == NULL && (ws->receive_waiter = ps_asgi_future(ws->ctx)) == NULL)
+        return NULL;
+    return Py_NewRef(ws->receive_waiter);
+}
+
+/* A waiting receive() gets the next message, if there is one. */
+static void wake_receiver(ps_asgi_ws_t *ws)
+{
+    if (ws->receive_waiter == NULL)
+        return;
+    PyObject *m = next_message(ws);
+    if (m) {
+        ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0);
+        Py_DECREF(m);
+    }
+    PyErr_Clear();
+}
+
+static void fail_sender(ps_asgi_ws_t *ws)
+{
+    if (ws->send_waiter == NULL)
+        return;
+    PyObject *exc =
+        PyObject_CallFunction(ps_asgi_disconnected_error(ws->ctx), "s", "the client disconnected");
+    if (exc) {
+        ps_asgi_resolve(ws->ctx, &ws->send_waiter, exc, 1);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+}
+
+static void on_events(ps_wsconn_t *wc, void *data)
+{
+    PS_UNUSED(wc);
+    wake_receiver(data);
+}
+
+static void on_writable(ps_wsconn_t *wc, void *data)
+{
+    ps_asgi_ws_t *ws = data;
+    PS_UNUSED(wc);
+    ps_asgi_resolve(ws->ctx, &ws->send_waiter, Py_None, 0);
+}
+
+static const ps_wsconn_ops_t ws_ops = {.on_events = on_events, .on_writable = on_writable};
+
+void ps_asgi_ws_lost(ps_asgi_ws_t *ws)
+{
+    if (ws->wc && ws->last == NULL) {
+        ps_ws_event_t ev;
+        int closed = 0;
+        if (ws->pending == NULL)
+            ws->pending = PyList_New(0);
+        while (ws->pending && ps_wsconn_next_event(ws->wc, &ev)) {
+            PyObject *m = event_message(ws, &ev);
+            if (m == NULL || PyList_Append(ws->pending, m) < 0) {
+                Py_XDECREF(m);
+                PyErr_Clear();
+                break;
+            }
+            Py_DECREF(m);
+            if (ev.type == PS_WS_EV_CLOSE) {
+                closed = 1;
+                break;
+            }
+        }
+        if (!closed) {
+            Py_CLEAR(ws->last); /* a message that failed above */
+            ws->last = disconnect_message(ws, ps_wsconn_final_code(ws->wc), (ps_slice_t){"", 0});
+            PyErr_Clear();
+        } else {
+            Py_CLEAR(ws->last); /* it is in pending; then it is the last */
+            PyObject *tail = PyList_GET_ITEM(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
+            ws->last = Py_NewRef(tail);
+            PySequence_DelItem(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
+            PyErr_Clear();
+        }
+    }
+    ps_asgi_ws_detached(ws);
+    wake_receiver(ws);
+    fail_sender(ws);
+}
+
+void ps_asgi_ws_detached(ps_asgi_ws_t *ws)
+{
+    if (ws->wc)
+        ps_wsconn_release(ws->wc);
+    ws->wc = NULL;
+    ws->x = NULL;
+}
+
+/* ---- send() ---- */
+
+static PyObject *disconnected(ps_asgi_ws_t *ws)
+{
+    PyErr_SetString(ps_asgi_disconnected_error(ws->ctx), "the client disconnected");
+    return NULL;
+}
+
+static PyObject *done(ps_asgi_ws_t *ws)
+{
+    return ps_asgi_ready(ws->ctx, Py_NewRef(Py_None));
+}
+
+/* An optional str item of msg as UTF-8 (NULL and *len 0 when absent or
+ * None). Returns 0 or -1 with an exception. */
+static int get_text(PyObject *msg, PyObject *key, const char **text, Py_ssize_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    PyObject *v = PyDict_GetItemWithError(msg, key);
+    if (v == NULL || v == Py_None)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%U must be str, not %.100s", key, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    *text = PyUnicode_AsUTF8AndSize(v, len);
+    return *text ? 0 : -1;
+}
+
+static PyObject *send_accept(ps_asgi_ws_t *ws, PyObject *msg)
+{
+    if (ws->accepted || ws->denied) {
+        PyErr_SetString(PyExc_RuntimeError, "websocket.accept after the handshake was answered");
+        return NULL;
+    }
+    if (ws->x == NULL)
+        return disconnected(ws);
+    const char *sub;
+    Py_ssize_t sublen;
+    if (get_text(msg, S(ws, W_SUBPROTOCOL), &sub, &sublen) < 0)
+        return NULL;
+    PyObject *headers = PyDict_GetItemWithError(msg, S(ws, W_HEADERS));
+    if (headers == NULL && PyErr_Occurred())
+        return NULL;
+    ps_header_t stack[16], *hs = stack;
+    Py_ssize_t n = headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16) : 0;
+    if (n < 0)
+        return NULL;
+    int rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
+                              (size_t)n, &ws_ops, ws);
+    if (hs != stack)
+        PyMem_Free(hs);
+    if (rc == -EINVAL) {
+        PyErr_Format(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
+        return NULL;
+    }
+    if (rc == -ENOMEM)
+        return PyErr_NoMemory();
+    if (rc < 0)
+        return disconnected(ws);
+    ws->accepted = 1;
+    ws->wc = ps_wsconn_of(ws->x);
+    ps_asgi_cycle_log(ws->cycle, 101);
+    return done(ws);
+}
+
+static PyObject *send_data(ps_asgi_ws_t *ws, PyObject *msg)
+{
+    if (!ws->accepted) {
+        PyErr_SetString(PyExc_RuntimeError, "websocket.send before websocket.accept");
+        return NULL;
+    }
+    if (ws->close_sent) {
+        PyErr_SetString(PyExc_RuntimeError, "websocket.send after websocket.close");
+        return NULL;
+    }
+    if (ws->wc == NULL)
+        return disconnected(ws);
+    PyObject *bytes = PyDict_GetItemWithError(msg, S(ws, W_BYTES));
+    if (bytes == NULL && PyErr_Occurred())
+        return NULL;
+    int rc;
+    if (bytes != NULL && bytes != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(bytes, &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        rc = ps_wsconn_send(ws->wc, PS_WS_EV_BINARY, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    } else {
+        const char *text;
+        Py_ssize_t len;
+        if (get_text(msg, S(ws, W_TEXT), &text, &len) < 0)
+            return NULL;
+        if (text == NULL) {
+            PyErr_SetString(PyExc_ValueError, "websocket.send needs bytes or text");
+            return NULL;
+        }
+        rc = ps_wsconn_send(ws->wc, PS_WS_EV_TEXT, text, (size_t)len);
+    }
+    if (rc == PS_WRITE_DONE)
+        return done(ws);
+    if (rc == PS_WRITE_PENDING) {
+        if (ws->send_waiter == NULL && (ws->send_waiter = ps_asgi_future(ws->ctx)) == NULL)
+            return NULL;
+        return Py_NewRef(ws->send_waiter);
+    }
+    if (rc == -ENOMEM)
+        return PyErr_NoMemory();
+    return disconnected(ws);
+}
+
+static PyObject *send_close(ps_asgi_ws_t *ws, PyObject *msg)
+{
+    if (!ws->accepted) {
+        if (ws->denied) {
+            PyErr_SetString(PyExc_RuntimeError, "websocket.close during a denial response");
+            return NULL;
+        }
+        /* Refused before the handshake: 403, as uvicorn answers. */
+        ws->denied = 1;
+        ps_asgi_cycle_refuse(ws->cycle, 403);
+        return done(ws);
+    }
+    if (ws->close_sent)
+        return done(ws);
+    long code = 1000;
+    PyObject *v = PyDict_GetItemWithError(msg, S(ws, W_CODE));
+    if (v == NULL && PyErr_Occurred())
+        return NULL;
+    if (v != NULL && v != Py_None && (code = PyLong_AsLong(v)) == -1 && PyErr_Occurred())
+        return NULL;
+    const char *reason;
+    Py_ssize_t len;
+    if (get_text(msg, S(ws, W_REASON), &reason, &len) < 0)
+        return NULL;
+    if (code < 1000 || code > 4999 || len > 123 ||
+        (code != 1000 && !ps_ws_valid_close_code((unsigned)code))) {
+        PyErr_Format(PyExc_ValueError, "invalid close code %ld or reason (at most 123 bytes)",
+                     code);
+        return NULL;
+    }
+    ws->close_sent = 1;
+    if (ws->wc)
+        ps_wsconn_close(ws->wc, (uint16_t)code, reason, (size_t)len);
+    return done(ws);
+}
+
+PyObject *ps_asgi_ws_send(ps_asgi_ws_t *ws, PyObject *type, PyObject *msg)
+{
+    if (PyUnicode_Compare(type, S(ws, W_SEND)) == 0)
+        return send_data(ws, msg);
+    if (PyUnicode_Compare(type, S(ws, W_ACCEPT)) == 0)
+        return send_accept(ws, msg);
+    if (PyUnicode_Compare(type, S(ws, W_CLOSE)) == 0)
+        return send_close(ws, msg);
+    int start = PyUnicode_Compare(type, S(ws, W_RESPONSE_START)) == 0;
+    if (start || PyUnicode_Compare(type, S(ws, W_RESPONSE_BODY)) == 0) {
+        if (ws->accepted) {
+            PyErr_SetString(PyExc_RuntimeError, "a denial response after websocket.accept");
+            return NULL;
+        }
+        ws->denied = 1;
+        return ps_asgi_cycle_deny(ws->cycle, msg, start);
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    PyErr_Format(PyExc_RuntimeError, "unexpected ASGI message type %R for a websocket", type);
+    return NULL;
+}
+
+int ps_asgi_ws_finished(ps_asgi_ws_t *ws, int raised)
+{
+    if (!ws->accepted) {
+        if (!ws->denied)
+            ps_asgi_cycle_log(ws->cycle, 500);
+        return 0;
+    }
+    if (ws->wc && !ws->close_sent)
+        ps_wsconn_close(ws->wc, raised ? 1011 : 1000, NULL, 0);
+    ws->close_sent = 1;
+    return 1;
+}

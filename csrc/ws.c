@@ -1,0 +1,1202 @@
+/* WebSocket: the opening handshake and the session (see ws.h).
+ *
+ * Framing (header decoding, length encodings, unmasking, the FIN and length
+ * rules of control frames, header encoding) is wslay's frame layer. Its
+ * event layer (wslay_event_*) is not used: in wslay 1.1 it cannot meet
+ * RFC 6455 7.4 as pyserver needs it:
+ *   - it refuses close codes 1012-1014 with 1002;
+ *   - it takes a 1-byte close payload as "no status" instead of failing
+ *     with 1002;
+ *   - it checks a close reason's UTF-8 per received chunk, skipping the
+ *     first two bytes of every chunk, so a valid reason that arrives in
+ *     pieces can be refused with 1007 and a bad one accepted;
+ *   - with compression it counts the message limit over compressed bytes
+ *     (or per frame, unbuffered), not over the inflated message;
+ * and it copies each outgoing message into its own queue first. So this
+ * file keeps the message state itself: data frames and their order, control
+ * frames, the close handshake, UTF-8, the message limit, permessage-deflate.
+ */
+#include "ws.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <wslay/wslay.h>
+#include <zlib.h>
+
+#include "common.h"
+
+/* ---- UTF-8 ----------------------------------------------------------------- */
+
+/* A state is the number of continuation bytes still expected (bits 0-1) and
+ * the range the next one must fall in (bits 8-15 and 16-23): the ranges
+ * after E0, ED, F0 and F4 shut out overlong forms, surrogates and code
+ * points above U+10FFFF. */
+#define UTF8_STATE(need, lo, hi) ((uint32_t)(need) | (uint32_t)(lo) << 8 | (uint32_t)(hi) << 16)
+
+static uint32_t utf8_lead(unsigned char c)
+{
+    if (c < 0xc2)
+        return PS_WS_UTF8_BAD; /* continuation byte, or overlong 2-byte form */
+    if (c < 0xe0)
+        return UTF8_STATE(1, 0x80, 0xbf);
+    if (c == 0xe0)
+        return UTF8_STATE(2, 0xa0, 0xbf);
+    if (c == 0xed)
+        return UTF8_STATE(2, 0x80, 0x9f);
+    if (c < 0xf0)
+        return UTF8_STATE(2, 0x80, 0xbf);
+    if (c == 0xf0)
+        return UTF8_STATE(3, 0x90, 0xbf);
+    if (c < 0xf4)
+        return UTF8_STATE(3, 0x80, 0xbf);
+    if (c == 0xf4)
+        return UTF8_STATE(3, 0x80, 0x8f);
+    return PS_WS_UTF8_BAD;
+}
+
+uint32_t ps_ws_utf8_validate(uint32_t state, const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    if (state == PS_WS_UTF8_BAD)
+        return state;
+    while (i < n) {
+        if (state == 0) {
+            /* ASCII runs eight bytes at a time */
+            while (n - i >= 8) {
+                uint64_t w;
+                memcpy(&w, p + i, 8);
+                if (w & 0x8080808080808080ULL)
+                    break;
+                i += 8;
+            }
+            if (i == n)
+                break;
+            unsigned char c = p[i++];
+            if (c < 0x80)
+                continue;
+            state = utf8_lead(c);
+            if (state == PS_WS_UTF8_BAD)
+                return state;
+            continue;
+        }
+        unsigned char c = p[i++];
+        if (c < ((state >> 8) & 0xff) || c > ((state >> 16) & 0xff))
+            return PS_WS_UTF8_BAD;
+        uint32_t need = state & 3;
+        state = need == 1 ? 0 : UTF8_STATE(need - 1, 0x80, 0xbf);
+    }
+    return state;
+}
+
+/* ---- header lists ------------------------------------------------------------ */
+
+static int is_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static int is_token(ps_slice_t s)
+{
+    if (s.len == 0)
+        return 0;
+    for (size_t i = 0; i < s.len; i++)
+        if (!is_tchar((unsigned char)s.base[i]))
+            return 0;
+    return 1;
+}
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Takes the next element of a comma-separated list from *list, trimmed;
+ * empty elements are skipped. Returns 0 at the end of the list. */
+static int next_item(ps_slice_t *list, ps_slice_t *item)
+{
+    const char *p = list->base, *end = p + list->len;
+    for (;;) {
+        while (p < end && (is_ows(*p) || *p == ','))
+            p++;
+        if (p == end) {
+            *list = (ps_slice_t){end, 0};
+            return 0;
+        }
+        const char *start = p;
+        while (p < end && *p != ',')
+            p++;
+        const char *e = p;
+        while (e > start && is_ows(e[-1]))
+            e--;
+        *list = (ps_slice_t){p, (size_t)(end - p)};
+        *item = (ps_slice_t){start, (size_t)(e - start)};
+        return 1;
+    }
+}
+
+#define NAME_IS(name, lit) ((name).len == sizeof(lit) - 1 && PS_SLICE_IEQ((name), lit))
+
+/* 1 when a header named `name` lists `token` (case-insensitive). */
+static int header_lists(const ps_request_t *req, const char *name, size_t name_len,
+                        const char *token, size_t token_len)
+{
+    for (uint32_t i = 0; i < req->nheaders; i++) {
+        if (!ps_slice_ieq(req->headers[i].name, name, name_len))
+            continue;
+        ps_slice_t list = req->headers[i].value, item;
+        while (next_item(&list, &item))
+            if (ps_slice_ieq(item, token, token_len))
+                return 1;
+    }
+    return 0;
+}
+
+/* The value of the only header named `name`; returns how many there are. */
+static int only_header(const ps_request_t *req, const char *name, size_t name_len,
+                       ps_slice_t *value)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < req->nheaders; i++) {
+        if (ps_slice_ieq(req->headers[i].name, name, name_len)) {
+            *value = req->headers[i].value;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* ---- the opening handshake ------------------------------------------------- */
+
+static int b64val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* 1 when key is base64 for 16 bytes: 22 symbols and "==". */
+static int valid_key(ps_slice_t key)
+{
+    if (key.len != 24 || key.base[22] != '=' || key.base[23] != '=')
+        return 0;
+    for (size_t i = 0; i < 22; i++)
+        if (b64val((unsigned char)key.base[i]) < 0)
+            return 0;
+    return 1;
+}
+
+static int refuse(ps_ws_handshake_t *hs, int result, const char *reason)
+{
+    hs->reason = reason;
+    return result;
+}
+
+int ps_ws_check_request(const ps_request_t *req, ps_ws_handshake_t *hs)
+{
+    ps_slice_t value = {NULL, 0};
+    memset(hs, 0, sizeof(*hs));
+    if (!header_lists(req, "upgrade", 7, "websocket", 9))
+        return PS_WS_HS_NONE;
+    if (req->method_id != HTTP_GET)
+        return refuse(hs, PS_WS_HS_BAD_REQUEST, "WebSocket upgrade with a method other than GET");
+    if (req->http_minor < 1)
+        return refuse(hs, PS_WS_HS_BAD_REQUEST, "WebSocket upgrade over HTTP/1.0");
+    if (!header_lists(req, "connection", 10, "upgrade", 7))
+        return refuse(hs, PS_WS_HS_BAD_REQUEST, "WebSocket upgrade without Connection: upgrade");
+    if (req->content_length > 0 || req->chunked)
+        return refuse(hs, PS_WS_HS_BAD_REQUEST, "WebSocket upgrade with a body");
+    if (only_header(req, "sec-websocket-version", 21, &value) != 1 || !PS_SLICE_IEQ(value, "13"))
+        return refuse(hs, PS_WS_HS_BAD_VERSION, "WebSocket version is not 13");
+    if (only_header(req, "sec-websocket-key", 17, &value) != 1 || !valid_key(value))
+        return refuse(hs, PS_WS_HS_BAD_REQUEST, "bad Sec-WebSocket-Key");
+    hs->key = value;
+    for (uint32_t i = 0; i < req->nheaders; i++) {
+        if (!NAME_IS(req->headers[i].name, "sec-websocket-protocol"))
+            continue;
+        ps_slice_t list = req->headers[i].value, item;
+        while (next_item(&list, &item)) {
+            if (!is_token(item))
+                return refuse(hs, PS_WS_HS_BAD_REQUEST, "bad Sec-WebSocket-Protocol");
+            if (hs->nsubprotocols == PS_WS_MAX_SUBPROTOCOLS)
+                return refuse(hs, PS_WS_HS_BAD_REQUEST, "too many subprotocols");
+            hs->subprotocols[hs->nsubprotocols++] = item;
+        }
+    }
+    return PS_WS_HS_OK;
+}
+
+#define REFUSAL(code, reason, len, extra)                                                          \
+    PS_SLICE_LIT("HTTP/1.1 " #code " " reason "\r\n" extra                                         \
+                 "Content-Type: text/plain; charset=utf-8\r\n"                                     \
+                 "Content-Length: " #len "\r\n"                                                    \
+                 "Connection: close\r\n\r\n" reason)
+
+ps_slice_t ps_ws_reject_response(int result)
+{
+    static const ps_slice_t bad_version =
+        REFUSAL(426, "Upgrade Required", 16, "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n");
+    if (result == PS_WS_HS_BAD_VERSION)
+        return bad_version;
+    return ps_http1_error_response(400);
+}
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Writes the base64 of n bytes (n % 3 == 2 here: 20 bytes -> 28 chars). */
+static void b64encode(const unsigned char *in, size_t n, char *out)
+{
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = b64chars[(v >> 6) & 63];
+        *out++ = b64chars[v & 63];
+    }
+    if (n - i == 2) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = b64chars[(v >> 6) & 63];
+        *out++ = '=';
+    } else if (n - i == 1) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = '=';
+        *out++ = '=';
+    }
+}
+
+int ps_ws_accept_key(ps_slice_t key, char out[PS_WS_ACCEPT_LEN])
+{
+    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    int ok = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx != NULL)
+        ok = EVP_DigestInit_ex(ctx, EVP_sha1(), NULL) && EVP_DigestUpdate(ctx, key.base, key.len) &&
+             EVP_DigestUpdate(ctx, guid, sizeof(guid) - 1) && EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    if (!ok || mdlen != 20)
+        return -ENOMEM;
+    b64encode(md, 20, out);
+    return 0;
+}
+
+/* ---- permessage-deflate negotiation ------------------------------------------ */
+
+/* A cursor over Sec-WebSocket-Extensions (RFC 6455 9.1): extensions
+ * separated by commas, parameters by semicolons, values tokens or quoted
+ * strings. */
+typedef struct {
+    const char *p, *end;
+} cursor_t;
+
+static void skip_ows(cursor_t *c)
+{
+    while (c->p < c->end && is_ows(*c->p))
+        c->p++;
+}
+
+static int take_token(cursor_t *c, ps_slice_t *tok)
+{
+    const char *start = c->p;
+    while (c->p < c->end && is_tchar((unsigned char)*c->p))
+        c->p++;
+    *tok = (ps_slice_t){start, (size_t)(c->p - start)};
+    return tok->len > 0;
+}
+
+/* Takes a token or a quoted string (unescaped into buf, cap bytes; a longer
+ * value comes back truncated and flagged by *len > cap). Returns 0 when the
+ * syntax is bad. */
+static int take_value(cursor_t *c, char *buf, size_t cap, size_t *len)
+{
+    size_t n = 0;
+    if (c->p < c->end && *c->p == '"') {
+        c->p++;
+        for (;;) {
+            if (c->p == c->end)
+                return 0;
+            char ch = *c->p++;
+            if (ch == '"')
+                break;
+            if (ch == '\\') {
+                if (c->p == c->end)
+                    return 0;
+                ch = *c->p++;
+            }
+            if (n < cap)
+                buf[n] = ch;
+            n++;
+        }
+        *len = n;
+        return 1;
+    }
+    ps_slice_t tok;
+    if (!take_token(c, &tok))
+        return 0;
+    memcpy(buf, tok.base, PS_MIN(tok.len, cap));
+    *len = tok.len;
+    return 1;
+}
+
+/* A window size "8".."15" with no leading zero; returns it or 0. */
+static int window_bits(const char *v, size_t n)
+{
+    if (n == 1 && v[0] >= '8' && v[0] <= '9')
+        return v[0] - '0';
+    if (n == 2 && v[0] == '1' && v[1] >= '0' && v[1] <= '5')
+        return 10 + v[1] - '0';
+    return 0;
+}
+
+typedef struct {
+    unsigned is_deflate : 1;
+    unsigned bad : 1; /* unknown, repeated or invalid parameter */
+    unsigned snct : 1, cnct : 1, sbits_seen : 1, cbits_seen : 1;
+    int sbits, cbits; /* 0: absent or no value */
+} offer_t;
+
+static void offer_param(offer_t *o, ps_slice_t name, int has_value, const char *v, size_t vlen)
+{
+    if (NAME_IS(name, "server_no_context_takeover")) {
+        o->bad |= o->snct || has_value;
+        o->snct = 1;
+    } else if (NAME_IS(name, "client_no_context_takeover")) {
+        o->bad |= o->cnct || has_value;
+        o->cnct = 1;
+    } else if (NAME_IS(name, "server_max_window_bits")) {
+        o->bad |= o->sbits_seen || !has_value;
+        o->sbits_seen = 1;
+        o->sbits = has_value ? window_bits(v, vlen) : 0;
+        o->bad |= o->sbits == 0;
+    } else if (NAME_IS(name, "client_max_window_bits")) {
+        o->bad |= o->cbits_seen;
+        o->cbits_seen = 1;
+        o->cbits = has_value ? window_bits(v, vlen) : 0;
+        o->bad |= has_value && o->cbits == 0;
+    } else {
+        o->bad = 1;
+    }
+}
+
+/* Parses one extension and its parameters. Returns 0 on bad syntax. */
+static int parse_offer(cursor_t *c, offer_t *o)
+{
+    ps_slice_t name;
+    memset(o, 0, sizeof(*o));
+    if (!take_token(c, &name))
+        return 0;
+    o->is_deflate = NAME_IS(name, "permessage-deflate");
+    for (;;) {
+        skip_ows(c);
+        if (c->p == c->end || *c->p == ',')
+            return 1;
+        if (*c->p != ';')
+            return 0;
+        c->p++;
+        skip_ows(c);
+        ps_slice_t pname;
+        if (!take_token(c, &pname))
+            return 0;
+        skip_ows(c);
+        char v[8];
+        size_t vlen = 0;
+        int has_value = 0;
+        if (c->p < c->end && *c->p == '=') {
+            c->p++;
+            skip_ows(c);
+            if (!take_value(c, v, sizeof(v), &vlen))
+                return 0;
+            has_value = 1;
+            if (vlen > sizeof(v))
+                vlen = sizeof(v) + 1; /* too long for any valid value */
+        }
+        if (o->is_deflate)
+            offer_param(o, pname, has_value, v, PS_MIN(vlen, sizeof(v)));
+    }
+}
+
+/* Fills out from an acceptable offer; returns 0 to decline it. */
+static int accept_offer(const offer_t *o, const ps_ws_deflate_config_t *cfg, ps_ws_deflate_t *out)
+{
+    if (o->bad || o->sbits == 8) /* zlib cannot compress with a 256-byte window */
+        return 0;
+    int sbits = PS_MAX(9, PS_MIN(15, cfg->server_max_window_bits));
+    int cbits = PS_MAX(8, PS_MIN(15, cfg->client_max_window_bits));
+    memset(out, 0, sizeof(*out));
+    out->enabled = 1;
+    out->server_no_context_takeover = o->snct || cfg->server_no_context_takeover;
+    out->client_no_context_takeover = o->cnct || cfg->client_no_context_takeover;
+    if (o->sbits)
+        sbits = PS_MIN(sbits, o->sbits);
+    out->server_max_window_bits = (uint8_t)sbits;
+    out->server_bits_in_response = o->sbits != 0 || sbits < 15;
+    if (o->cbits_seen) {
+        /* The client lets us choose (up to its value, if any). Without the
+         * parameter in its offer we may not ask and inflate with 15. */
+        if (o->cbits)
+            cbits = PS_MIN(cbits, o->cbits);
+        out->client_max_window_bits = (uint8_t)cbits;
+        out->client_bits_in_response = 1;
+    } else {
+        out->client_max_window_bits = 15;
+    }
+    out->level = (int8_t)PS_MAX(-1, PS_MIN(9, cfg->level));
+    out->mem_level = (uint8_t)PS_MAX(1, PS_MIN(9, cfg->mem_level));
+    return 1;
+}
+
+int ps_ws_negotiate_deflate(const ps_request_t *req, const ps_ws_deflate_config_t *cfg,
+                            ps_ws_deflate_t *out)
+{
+    int found = 0;
+    memset(out, 0, sizeof(*out));
+    if (!cfg->enabled)
+        return 0;
+    for (uint32_t i = 0; i < req->nheaders; i++) {
+        if (!NAME_IS(req->headers[i].name, "sec-websocket-extensions"))
+            continue;
+        ps_slice_t v = req->headers[i].value;
+        cursor_t c = {v.base, v.base + v.len};
+        for (;;) {
+            skip_ows(&c);
+            while (c.p < c.end && (*c.p == ',' || is_ows(*c.p)))
+                c.p++; /* empty list elements */
+            if (c.p == c.end)
+                break;
+            offer_t o;
+            if (!parse_offer(&c, &o)) {
+                memset(out, 0, sizeof(*out));
+                return 0;
+            }
+            if (!found && o.is_deflate)
+                found = accept_offer(&o, cfg, out);
+        }
+    }
+    return found;
+}
+
+static size_t put_lit(char *buf, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+    memcpy(buf + n, lit, l);
+    return n + l;
+}
+
+static size_t put_bits(char *buf, size_t n, const char *name, unsigned bits)
+{
+    n = put_lit(buf, n, name);
+    if (bits >= 10)
+        buf[n++] = '1';
+    buf[n++] = (char)('0' + bits % 10);
+    return n;
+}
+
+size_t ps_ws_deflate_response(const ps_ws_deflate_t *d, char *buf)
+{
+    size_t n = put_lit(buf, 0, "permessage-deflate");
+    if (d->server_no_context_takeover)
+        n = put_lit(buf, n, "; server_no_context_takeover");
+    if (d->client_no_context_takeover)
+        n = put_lit(buf, n, "; client_no_context_takeover");
+    if (d->server_bits_in_response)
+        n = put_bits(buf, n, "; server_max_window_bits=", d->server_max_window_bits);
+    if (d->client_bits_in_response)
+        n = put_bits(buf, n, "; client_max_window_bits=", d->client_max_window_bits);
+    return n;
+}
+
+/* Headers of the 101 that the handshake writes itself. */
+static int handshake_owned(ps_slice_t name)
+{
+    return NAME_IS(name, "upgrade") || NAME_IS(name, "connection") ||
+           NAME_IS(name, "sec-websocket-accept") || NAME_IS(name, "sec-websocket-extensions") ||
+           NAME_IS(name, "sec-websocket-protocol") || NAME_IS(name, "content-length") ||
+           NAME_IS(name, "transfer-encoding");
+}
+
+static char *put(char *w, const char *p, size_t n)
+{
+    memcpy(w, p, n);
+    return w + n;
+}
+
+#define PUT_LIT(w, lit) put((w), (lit), sizeof(lit) - 1)
+
+int ps_ws_write_accept(ps_buf_t *out, ps_slice_t key, ps_slice_t subprotocol,
+                       const ps_ws_deflate_t *deflate, const ps_header_t *h, size_t n,
+                       const ps_slice_t *extra, size_t nextra)
+{
+    static const char start[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                                "Upgrade: websocket\r\n"
+                                "Connection: Upgrade\r\n"
+                                "Sec-WebSocket-Accept: ";
+    char accept[PS_WS_ACCEPT_LEN], ext[PS_WS_DEFLATE_RESPONSE_MAX];
+    size_t ext_len = 0;
+    size_t need = sizeof(start) - 1 + PS_WS_ACCEPT_LEN + 2 + 2;
+    if (subprotocol.len > 0) {
+        if (!is_token(subprotocol))
+            return -EINVAL;
+        need += 24 + subprotocol.len + 2;
+    }
+    if (deflate != NULL && deflate->enabled) {
+        ext_len = ps_ws_deflate_response(deflate, ext);
+        need += 26 + ext_len + 2;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!ps_http1_valid_field(h[i].name, h[i].value))
+            return -EINVAL;
+        need += h[i].name.len + h[i].value.len + 4;
+    }
+    for (size_t i = 0; i < nextra; i++)
+        need += extra[i].len;
+    int rc = ps_ws_accept_key(key, accept);
+    if (rc < 0)
+        return rc;
+    rc = ps_buf_reserve(out, need);
+    if (rc < 0)
+        return rc;
+    char *w = out->data + out->len;
+    w = PUT_LIT(w, start);
+    w = put(w, accept, PS_WS_ACCEPT_LEN);
+    w = PUT_LIT(w, "\r\n");
+    if (subprotocol.len > 0) {
+        w = PUT_LIT(w, "Sec-WebSocket-Protocol: ");
+        w = put(w, subprotocol.base, subprotocol.len);
+        w = PUT_LIT(w, "\r\n");
+    }
+    if (ext_len > 0) {
+        w = PUT_LIT(w, "Sec-WebSocket-Extensions: ");
+        w = put(w, ext, ext_len);
+        w = PUT_LIT(w, "\r\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (handshake_owned(h[i].name))
+            continue;
+        w = put(w, h[i].name.base, h[i].name.len);
+        w = PUT_LIT(w, ": ");
+        w = put(w, h[i].value.base, h[i].value.len);
+        w = PUT_LIT(w, "\r\n");
+    }
+    for (size_t i = 0; i < nextra; i++)
+        w = put(w, extra[i].base, extra[i].len);
+    w = PUT_LIT(w, "\r\n");
+    out->len = (size_t)(w - out->data);
+    return 0;
+}
+
+/* ---- the session: wslay's frame layer over memory -------------------------------- */
+
+enum {
+    OP_CONTINUATION = 0x0,
+    OP_TEXT = 0x1,
+    OP_BINARY = 0x2,
+    OP_CLOSE = 0x8,
+    OP_PING = 0x9,
+    OP_PONG = 0xa,
+};
+
+#define RSV1 WSLAY_RSV1_BIT
+#define EVENTS_KEEP (64 * 1024)  /* storage an idle session keeps for events */
+#define INFLATE_STEP (64 * 1024) /* output room per inflate() call */
+
+/* An event in ws->events: this header, then `len` bytes. */
+typedef struct {
+    uint64_t len;
+    uint8_t type;
+    uint8_t origin;
+    uint16_t code;
+} record_t;
+
+/* Gives wslay what is left of the input being fed; 0 makes it wait. */
+static ssize_t on_recv(uint8_t *buf, size_t len, int flags, void *user)
+{
+    ps_ws_t *ws = user;
+    size_t n = PS_MIN(len, ws->in_len - ws->in_off);
+    PS_UNUSED(flags);
+    if (n > 0) {
+        memcpy(buf, ws->in + ws->in_off, n);
+        ws->in_off += n;
+    }
+    return (ssize_t)n;
+}
+
+/* Room was reserved by write_frame(): appending cannot fail. */
+static ssize_t on_send(const uint8_t *data, size_t len, int flags, void *user)
+{
+    ps_ws_t *ws = user;
+    PS_UNUSED(flags);
+    if (ps_buf_append(&ws->out, data, len) < 0)
+        return -1;
+    return (ssize_t)len;
+}
+
+/* Only clients mask; wslay wants the callback all the same. */
+static int on_genmask(uint8_t *buf, size_t len, void *user)
+{
+    PS_UNUSED(user);
+    memset(buf, 0, len);
+    return 0;
+}
+
+static const struct wslay_frame_callbacks frame_callbacks = {on_send, on_recv, on_genmask};
+
+int ps_ws_init(ps_ws_t *ws, const ps_ws_limits_t *limits, const ps_ws_deflate_t *deflate)
+{
+    memset(ws, 0, sizeof(*ws));
+    ws->limits = limits;
+    if (deflate != NULL && deflate->enabled) {
+        ps_ws_deflate_t *d = &ws->deflate;
+        *d = *deflate;
+        d->server_max_window_bits = (uint8_t)PS_MAX(9, PS_MIN(15, d->server_max_window_bits));
+        d->client_max_window_bits = (uint8_t)PS_MAX(8, PS_MIN(15, d->client_max_window_bits));
+        d->level = (int8_t)PS_MAX(-1, PS_MIN(9, d->level));
+        d->mem_level = (uint8_t)(d->mem_level ? PS_MIN(9, d->mem_level) : 8);
+    }
+    if (wslay_frame_context_init(&ws->frame, &frame_callbacks, ws) != 0) {
+        ws->frame = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void ps_ws_free(ps_ws_t *ws)
+{
+    if (ws->frame != NULL)
+        wslay_frame_context_free(ws->frame);
+    if (ws->inflater != NULL) {
+        inflateEnd(ws->inflater);
+        free(ws->inflater);
+    }
+    if (ws->deflater != NULL) {
+        deflateEnd(ws->deflater);
+        free(ws->deflater);
+    }
+    ps_buf_free(&ws->out);
+    ps_buf_free(&ws->events);
+    ps_buf_free(&ws->zbuf);
+    ws->frame = NULL;
+    ws->inflater = ws->deflater = NULL;
+}
+
+/* Appends one whole frame to ws->out. Returns 0 or -ENOMEM. */
+static int write_frame(ps_ws_t *ws, uint8_t op, uint8_t rsv, const void *data, size_t len)
+{
+    if (len > SIZE_MAX - 16)
+        return -ENOMEM;
+    int rc = ps_buf_reserve(&ws->out, 14 + len);
+    if (rc < 0)
+        return rc;
+    struct wslay_frame_iocb f = {
+        .fin = 1,
+        .rsv = rsv,
+        .opcode = op,
+        .payload_length = len,
+        .mask = 0,
+        .data = data,
+        .data_length = len,
+    };
+    ssize_t sent = wslay_frame_send(ws->frame, &f);
+    return sent >= 0 && (size_t)sent == len ? 0 : -ENOMEM;
+}
+
+static int write_close(ps_ws_t *ws, uint16_t code, const char *reason, size_t len)
+{
+    unsigned char payload[125] = {0};
+    size_t n = 0;
+    if (code != 0) {
+        payload[0] = (unsigned char)(code >> 8);
+        payload[1] = (unsigned char)code;
+        if (len > 0)
+            memcpy(payload + 2, reason, len);
+        n = 2 + len;
+    }
+    int rc = write_frame(ws, OP_CLOSE, 0, payload, n);
+    if (rc == 0) {
+        ws->close_sent = 1;
+        ws->close_code_sent = code ? code : 1005;
+    }
+    return rc;
+}
+
+/* Drops the message being read, if it was being kept. */
+static void drop_message(ps_ws_t *ws)
+{
+    if (ws->msg_active && !ws->msg_discard)
+        ws->events.len -= sizeof(record_t) + ws->msg_len;
+    ws->msg_active = 0;
+}
+
+static int queue_close(ps_ws_t *ws, uint8_t origin, uint16_t code, const void *reason, size_t len)
+{
+    record_t r = {.len = len, .type = PS_WS_EV_CLOSE, .origin = origin, .code = code};
+    int rc = ps_buf_reserve(&ws->events, sizeof(r) + len);
+    if (rc < 0)
+        return rc;
+    ps_buf_append(&ws->events, &r, sizeof(r));
+    ps_buf_append(&ws->events, reason, len);
+    ws->nqueued++;
+    return 0;
+}
+
+/* Fails the connection (RFC 6455 7.1.7): a close frame with code unless one
+ * was sent, no more reading, and a PS_WS_CLOSE_FAILED event saying why.
+ * Returns 0 or -ENOMEM. */
+static int fail(ps_ws_t *ws, uint16_t code, const char *why)
+{
+    int rc = 0;
+    if (ws->failed || ws->close_received || ws->lost)
+        return 0;
+    ws->failed = 1;
+    drop_message(ws);
+    if (!ws->close_sent)
+        rc = write_close(ws, code, NULL, 0);
+    int rc2 = queue_close(ws, PS_WS_CLOSE_FAILED, code, why, strlen(why));
+    return rc < 0 ? rc : rc2;
+}
+
+int ps_ws_valid_close_code(unsigned code)
+{
+    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
+           (code >= 3000 && code <= 4999);
+}
+
+/* ---- inflating ------------------------------------------------------------------- */
+
+static int inflater_start(ps_ws_t *ws)
+{
+    z_stream *z = calloc(1, sizeof(*z));
+    if (z == NULL)
+        return -ENOMEM;
+    if (inflateInit2(z, -(int)ws->deflate.client_max_window_bits) != Z_OK) {
+        free(z);
+        return -ENOMEM;
+    }
+    ws->inflater = z;
+    return 0;
+}
+
+/* After a block with BFINAL set (RFC 7692 7.2.3.4) the deflate stream has
+ * ended; the next message starts another, which may still refer to the
+ * window (context takeover), so the window is carried over. */
+static int inflater_restart(ps_ws_t *ws)
+{
+    z_stream *z = ws->inflater;
+    unsigned char *dict = malloc(32768);
+    uInt dlen = 32768;
+    if (dict == NULL)
+        return -ENOMEM;
+    int zr = inflateGetDictionary(z, dict, &dlen);
+    if (zr == Z_OK)
+        zr = inflateReset(z);
+    if (zr == Z_OK && dlen > 0)
+        zr = inflateSetDictionary(z, dict, dlen);
+    free(dict);
+    return zr == Z_OK ? 0 : -ENOMEM;
+}
+
+/* Counts n more bytes of the message being read (already in place at the
+ * end of its record). The first problem in the message's bytes decides: a
+ * byte past max_message (1009) or one that breaks UTF-8 in text (1007), so
+ * the outcome never depends on how the bytes arrived. Returns 0 (the
+ * connection may have been failed) or -ENOMEM. */
+static int keep_bytes(ps_ws_t *ws, size_t n)
+{
+    uint64_t max = ws->limits->max_message;
+    size_t ok = n;
+    int over = max != 0 && n > max - ws->msg_len;
+    if (over)
+        ok = (size_t)(max - ws->msg_len);
+    if (ws->msg_op == OP_TEXT)
+        ws->utf8 = ps_ws_utf8_validate(ws->utf8,
+                                       (const unsigned char *)ws->events.data + ws->events.len, ok);
+    ws->events.len += n;
+    ws->msg_len += n;
+    if (ws->utf8 == PS_WS_UTF8_BAD)
+        return fail(ws, 1007, "text message is not UTF-8");
+    if (over)
+        return fail(ws, 1009, "message too big");
+    return 0;
+}
+
+/* Inflates compressed bytes of the message being read into its record, in
+ * steps bounded by what is left under max_message (so a small frame cannot
+ * inflate into more than one byte over the limit). Returns 0 (the
+ * connection may have been failed: 1009, 1007) or -ENOMEM. */
+static int inflate_bytes(ps_ws_t *ws, const unsigned char *p, size_t n)
+{
+    uint64_t max = ws->limits->max_message;
+    int rc;
+    if (ws->msg_zdone)
+        return 0;
+    if (ws->inflater == NULL && (rc = inflater_start(ws)) < 0)
+        return rc;
+    z_stream *z = ws->inflater;
+    z->next_in = (Bytef *)p;
+    z->avail_in = (uInt)n; /* n is at most wslay's 4 KiB buffer */
+    size_t want = PS_MIN(PS_MAX(4 * n, 1024), INFLATE_STEP);
+    for (;;) {
+        /* Whatever room is free, at least `want`, growing while output
+         * keeps coming; never more than one byte past the limit. */
+        size_t room = PS_MAX(ws->events.cap - ws->events.len, want);
+        if (max != 0 && room > max - ws->msg_len + 1)
+            room = (size_t)(max - ws->msg_len + 1);
+        room = PS_MIN(room, (size_t)UINT_MAX);
+        if ((rc = ps_buf_reserve(&ws->events, room)) < 0)
+            return rc;
+        want = PS_MIN(2 * want, INFLATE_STEP);
+        z->next_out = (Bytef *)ws->events.data + ws->events.len;
+        z->avail_out = (uInt)room;
+        int zr = inflate(z, Z_SYNC_FLUSH);
+        if ((rc = keep_bytes(ws, room - z->avail_out)) < 0 || ws->failed)
+            return rc;
+        switch (zr) {
+        case Z_STREAM_END:
+            /* A final block ends the message's data (what follows, our
+             * 00 00 ff ff included, is ignored as a decoder would). */
+            ws->msg_zdone = 1;
+            return inflater_restart(ws);
+        case Z_OK:
+        case Z_BUF_ERROR: /* no progress: out of input or of room */
+            if (z->avail_out > 0 && (z->avail_in == 0 || zr == Z_BUF_ERROR))
+                return 0;
+            break;
+        case Z_MEM_ERROR:
+            return -ENOMEM;
+        default:
+            return fail(ws, 1007, "compressed data is corrupt");
+        }
+    }
+}
+
+/* ---- reading frames -------------------------------------------------------------------- */
+
+static int start_message(ps_ws_t *ws, uint8_t op, int compressed)
+{
+    ws->msg_active = 1;
+    ws->msg_op = op;
+    ws->msg_compressed = compressed != 0;
+    ws->msg_zdone = 0;
+    ws->msg_discard = ws->close_sent;
+    ws->msg_len = 0;
+    ws->utf8 = 0;
+    if (ws->msg_discard)
+        return 0;
+    record_t r = {.len = 0, .type = op == OP_TEXT ? PS_WS_EV_TEXT : PS_WS_EV_BINARY};
+    return ps_buf_append(&ws->events, &r, sizeof(r));
+}
+
+/* Checks a frame against the session when its first bytes arrive (wslay
+ * has checked the length encoding and that control frames are final and at
+ * most 125 bytes). Returns 0 (maybe failed) or -ENOMEM. */
+static int start_frame(ps_ws_t *ws, const struct wslay_frame_iocb *f)
+{
+    uint8_t op = f->opcode;
+    int rc;
+    if (!f->mask)
+        return fail(ws, 1002, "unmasked frame");
+    if (op & 8) {
+        if (op > OP_PONG)
+            return fail(ws, 1002, "reserved opcode");
+        if (f->rsv)
+            return fail(ws, 1002, "reserved bit set on a control frame");
+        ws->ctrl_len = 0;
+    } else if (op == OP_CONTINUATION) {
+        if (!ws->msg_active)
+            return fail(ws, 1002, "continuation frame outside a message");
+        if (f->rsv)
+            return fail(ws, 1002, "reserved bit set on a continuation frame");
+    } else if (op == OP_TEXT || op == OP_BINARY) {
+        if (ws->msg_active)
+            return fail(ws, 1002, "new message inside a fragmented one");
+        if (f->rsv & ~(ws->deflate.enabled ? RSV1 : 0))
+            return fail(ws, 1002, "reserved bit set");
+        if ((rc = start_message(ws, op, f->rsv & RSV1)) < 0)
+            return rc;
+    } else {
+        return fail(ws, 1002, "reserved opcode");
+    }
+    ws->frame_op = op;
+    ws->frame_fin = f->fin != 0;
+    uint64_t max = ws->limits->max_message;
+    if (!(op & 8) && !ws->msg_compressed && !ws->msg_discard && max != 0 &&
+        f->payload_length > max - ws->msg_len)
+        return fail(ws, 1009, "message too big");
+    return 0;
+}
+
+static int frame_bytes(ps_ws_t *ws, const unsigned char *p, size_t n)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if (ws->frame_op & 8) {
+        memcpy(ws->ctrl + ws->ctrl_len, p, n); /* wslay bounds them at 125 */
+        ws->ctrl_len = (uint8_t)(ws->ctrl_len + n);
+        return 0;
+    }
+    if (ws->msg_discard)
+        return 0;
+    if (ws->msg_compressed)
+        return inflate_bytes(ws, p, n);
+    if ((rc = ps_buf_reserve(&ws->events, n)) < 0)
+        return rc;
+    memcpy(ws->events.data + ws->events.len, p, n);
+    return keep_bytes(ws, n);
+}
+
+static int end_message(ps_ws_t *ws)
+{
+    static const unsigned char tail[4] = {0x00, 0x00, 0xff, 0xff};
+    int rc;
+    if (ws->msg_discard) {
+        ws->msg_active = 0;
+        return 0;
+    }
+    if (ws->msg_compressed) {
+        if ((rc = inflate_bytes(ws, tail, sizeof(tail))) < 0 || ws->failed)
+            return rc;
+        if (ws->deflate.client_no_context_takeover && inflateReset(ws->inflater) != Z_OK)
+            return -ENOMEM;
+    }
+    if (ws->msg_op == OP_TEXT && ws->utf8 != 0)
+        return fail(ws, 1007, "text message is not UTF-8");
+    record_t r;
+    char *at = ws->events.data + ws->events.len - ws->msg_len - sizeof(r);
+    memcpy(&r, at, sizeof(r));
+    r.len = ws->msg_len;
+    memcpy(at, &r, sizeof(r));
+    ws->nqueued++;
+    ws->msg_active = 0;
+    return 0;
+}
+
+static int on_close_frame(ps_ws_t *ws)
+{
+    uint16_t code = 1005;
+    const char *reason = "";
+    size_t len = 0;
+    if (ws->ctrl_len == 1)
+        return fail(ws, 1002, "close frame with a 1-byte payload");
+    if (ws->ctrl_len >= 2) {
+        code = (uint16_t)((unsigned char)ws->ctrl[0] << 8 | (unsigned char)ws->ctrl[1]);
+        if (!ps_ws_valid_close_code(code))
+            return fail(ws, 1002, "invalid close code");
+        reason = ws->ctrl + 2;
+        len = ws->ctrl_len - 2u;
+        if (ps_ws_utf8_validate(0, (const unsigned char *)reason, len) != 0)
+            return fail(ws, 1007, "close reason is not UTF-8");
+    }
+    ws->close_received = 1;
+    drop_message(ws);
+    int rc = 0;
+    if (!ws->close_sent) /* echo the code, as endpoints typically do */
+        rc = write_close(ws, code == 1005 ? 0 : code, NULL, 0);
+    int rc2 = queue_close(ws, PS_WS_CLOSE_PEER, code, reason, len);
+    return rc < 0 ? rc : rc2;
+}
+
+static int end_frame(ps_ws_t *ws)
+{
+    switch (ws->frame_op) {
+    case OP_PING:
+        ws->pings_received++;
+        return ws->close_sent ? 0 : write_frame(ws, OP_PONG, 0, ws->ctrl, ws->ctrl_len);
+    case OP_PONG:
+        ws->pongs_received++;
+        memcpy(ws->last_pong, ws->ctrl, ws->ctrl_len);
+        ws->last_pong_len = ws->ctrl_len;
+        return 0;
+    case OP_CLOSE:
+        return on_close_frame(ws);
+    default:
+        return ws->frame_fin ? end_message(ws) : 0;
+    }
+}
+
+/* One piece of a frame from wslay. Returns 0 (maybe failed) or -ENOMEM. */
+static int on_frame_piece(ps_ws_t *ws, const struct wslay_frame_iocb *f)
+{
+    int rc;
+    if (!ws->in_frame) {
+        if ((rc = start_frame(ws, f)) < 0 || ws->failed)
+            return rc;
+        ws->in_frame = 1;
+        ws->frame_off = 0;
+    }
+    if ((rc = frame_bytes(ws, f->data, f->data_length)) < 0 || ws->failed)
+        return rc;
+    ws->frame_off += f->data_length;
+    if (ws->frame_off < f->payload_length)
+        return 0;
+    ws->in_frame = 0;
+    return end_frame(ws);
+}
+
+int ps_ws_feed(ps_ws_t *ws, const char *data, size_t len, size_t *consumed)
+{
+    int rc = 0;
+    if (ws->nqueued == 0 && !ws->msg_active)
+        ps_buf_shrink(&ws->events, EVENTS_KEEP); /* the last slices handed out die here */
+    ws->in = data;
+    ws->in_len = len;
+    ws->in_off = 0;
+    while (ps_ws_want_read(ws)) {
+        struct wslay_frame_iocb f;
+        memset(&f, 0, sizeof(f));
+        ssize_t r = wslay_frame_recv(ws->frame, &f);
+        if (r == WSLAY_ERR_WANT_READ)
+            break;
+        if (r < 0) {
+            rc = fail(ws, 1002, "bad frame header");
+            break;
+        }
+        if ((rc = on_frame_piece(ws, &f)) < 0)
+            break;
+    }
+    if (ws->close_received || ws->failed || ws->lost)
+        ws->in_off = len; /* nothing more is read: drop it */
+    *consumed = ws->in_off;
+    ws->in = NULL;
+    ws->in_len = ws->in_off = 0;
+    return rc;
+}
+
+int ps_ws_eof(ps_ws_t *ws)
+{
+    if (ws->close_received || ws->failed || ws->lost)
+        return 0;
+    ws->lost = 1;
+    drop_message(ws);
+    return queue_close(ws, PS_WS_CLOSE_LOST, 1006, NULL, 0);
+}
+
+int ps_ws_next_event(ps_ws_t *ws, ps_ws_event_t *ev)
+{
+    record_t r;
+    if (ws->nqueued == 0)
+        return 0;
+    const char *at = ps_buf_head(&ws->events);
+    memcpy(&r, at, sizeof(r));
+    ev->type = r.type;
+    ev->origin = r.origin;
+    ev->code = r.code;
+    ev->data = (ps_slice_t){at + sizeof(r), (size_t)r.len};
+    ps_buf_consume(&ws->events, sizeof(r) + (size_t)r.len);
+    ws->nqueued--;
+    return 1;
+}
+
+/* ---- sending ----------------------------------------------------------------------- */
+
+static int deflater_start(ps_ws_t *ws)
+{
+    z_stream *z = calloc(1, sizeof(*z));
+    if (z == NULL)
+        return -ENOMEM;
+    if (deflateInit2(z, ws->deflate.level, Z_DEFLATED, -(int)ws->deflate.server_max_window_bits,
+                     ws->deflate.mem_level, Z_DEFAULT_STRATEGY) != Z_OK) {
+        free(z);
+        return -ENOMEM;
+    }
+    ws->deflater = z;
+    return 0;
+}
+
+/* Compresses a message into ws->zbuf (RFC 7692 7.2.1: a sync flush, its
+ * final 00 00 ff ff removed). Returns 0 or -ENOMEM. */
+static int compress_message(ps_ws_t *ws, const void *data, size_t len)
+{
+    int rc;
+    if (ws->deflater == NULL && (rc = deflater_start(ws)) < 0)
+        return rc;
+    z_stream *z = ws->deflater;
+    const unsigned char *p = data;
+    size_t left = len;
+    ps_buf_reset(&ws->zbuf);
+    if ((rc = ps_buf_reserve(&ws->zbuf, PS_MIN(len, 1 << 20) / 2 + 64)) < 0)
+        return rc;
+    do {
+        size_t step = PS_MIN(left, (size_t)1 << 30);
+        int flush = step == left ? Z_SYNC_FLUSH : Z_NO_FLUSH;
+        z->next_in = (Bytef *)p;
+        z->avail_in = (uInt)step;
+        p += step;
+        left -= step;
+        do {
+            if (ws->zbuf.cap - ws->zbuf.len < 64 &&
+                (rc = ps_buf_reserve(&ws->zbuf, ws->zbuf.cap)) < 0)
+                return rc;
+            size_t room = PS_MIN(ws->zbuf.cap - ws->zbuf.len, (size_t)1 << 30);
+            z->next_out = (Bytef *)ws->zbuf.data + ws->zbuf.len;
+            z->avail_out = (uInt)room;
+            int zr = deflate(z, flush);
+            if (zr != Z_OK && zr != Z_BUF_ERROR)
+                return -ENOMEM;
+            ws->zbuf.len += room - z->avail_out;
+        } while (z->avail_out == 0 || z->avail_in > 0);
+    } while (left > 0);
+    if (ws->zbuf.len >= 4 && memcmp(ws->zbuf.data + ws->zbuf.len - 4, "\0\0\xff\xff", 4) == 0)
+        ws->zbuf.len -= 4;
+    /* zlib writes nothing for an empty message right after a flush: send
+     * the empty stored block's first byte, which the peer's 00 00 ff ff
+     * completes (an empty payload would not decode). */
+    if (ws->zbuf.len == 0)
+        ws->zbuf.data[ws->zbuf.len++] = 0;
+    if (ws->deflate.server_no_context_takeover && deflateReset(z) != Z_OK)
+        return -ENOMEM;
+    return 0;
+}
+
+int ps_ws_send(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags)
+{
+    int rc;
+    if (type != PS_WS_EV_TEXT && type != PS_WS_EV_BINARY)
+        return -EINVAL;
+    if (ws->close_sent || ws->lost || ws->failed)
+        return -EPIPE;
+    uint8_t op = type == PS_WS_EV_TEXT ? OP_TEXT : OP_BINARY;
+    if (!ws->deflate.enabled || (flags & PS_WS_SEND_NO_COMPRESS))
+        return write_frame(ws, op, 0, data, len);
+    if ((rc = compress_message(ws, data, len)) < 0)
+        return rc;
+    rc = write_frame(ws, op, RSV1, ws->zbuf.data, ws->zbuf.len);
+    ps_buf_reset(&ws->zbuf);
+    ps_buf_shrink(&ws->zbuf, EVENTS_KEEP);
+    return rc;
+}
+
+int ps_ws_send_ping(ps_ws_t *ws, const void *data, size_t len)
+{
+    if (len > 125)
+        return -EINVAL;
+    if (ws->close_sent || ws->lost || ws->failed)
+        return -EPIPE;
+    return write_frame(ws, OP_PING, 0, data, len);
+}
+
+int ps_ws_send_close(ps_ws_t *ws, uint16_t code, const char *reason, size_t len)
+{
+    if (len > 123 || (code == 0 ? len > 0 : !ps_ws_valid_close_code(code)))
+        return -EINVAL;
+    if (ws->close_sent || ws->lost || ws->failed)
+        return -EPIPE;
+    return write_close(ws, code, reason, len);
+}
