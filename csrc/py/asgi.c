@@ -1508,20 +1508,6 @@ int ps_asgi_init_types(PyObject *module, ps_module_state_t *st)
 
 /* ---- setup ---- */
 
-static int read_int_attr(PyObject *config, const char *name, long long *out)
-{
-    *out = 0;
-    PyObject *v = PyObject_GetAttrString(config, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (v != Py_None)
-        *out = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
 void ps_asgi_free(ps_asgi_t *ctx)
 {
     if (ctx == NULL)
@@ -1554,31 +1540,17 @@ void ps_asgi_free(ps_asgi_t *ctx)
     PyMem_Free(ctx);
 }
 
-static int read_logging(ps_asgi_t *ctx, PyObject *config)
+static int read_logging(ps_asgi_t *ctx, const ps_py_settings_t *s)
 {
-    ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
-    PyObject *access_log = PyObject_GetAttrString(config, "access_log");
-    if (ctx->error_logger == NULL || access_log == NULL) {
-        Py_XDECREF(access_log);
+    ctx->error_logger = Py_NewRef(s->error_logger);
+    if (s->access_logger != NULL &&
+        (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
         return -1;
-    }
-    int on = PyObject_IsTrue(access_log);
-    Py_DECREF(access_log);
-    if (on < 0)
-        return -1;
-    if (on) {
-        PyObject *logger = PyObject_GetAttrString(config, "access_logger");
-        if (logger == NULL)
-            return -1;
-        ctx->access_info = PyObject_GetAttrString(logger, "info");
-        Py_DECREF(logger);
-        if (ctx->access_info == NULL)
-            return -1;
-    }
     return ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger);
 }
 
-ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config)
+ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app,
+                       const ps_py_settings_t *s)
 {
     ps_asgi_t *ctx = PyMem_Calloc(1, sizeof(*ctx));
     if (ctx == NULL)
@@ -1599,22 +1571,12 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, P
                                              "http.response.trailers", "http.response.early_hint");
     ctx->tasks = PySet_New(NULL);
     if (!ctx->versions[0] || !ctx->versions[1] || !ctx->empty_bytes || !ctx->disconnected ||
-        !ctx->asgi_template || !ctx->extensions_template || !ctx->tasks ||
-        read_logging(ctx, config) < 0)
+        !ctx->asgi_template || !ctx->extensions_template || !ctx->tasks || read_logging(ctx, s) < 0)
         goto error;
-    PyObject *rp = PyObject_GetAttrString(config, "root_path");
-    if (rp == NULL)
+    ctx->root_path = Py_NewRef(s->root_path);
+    if ((ctx->root_path_bytes = PyUnicode_AsUTF8String(ctx->root_path)) == NULL)
         goto error;
-    ctx->root_path = rp == Py_None ? PyUnicode_FromString("") : rp;
-    if (rp == Py_None)
-        Py_DECREF(rp);
-    if (ctx->root_path == NULL ||
-        (ctx->root_path_bytes = PyUnicode_AsUTF8String(ctx->root_path)) == NULL)
-        goto error;
-    long long lc;
-    if (read_int_attr(config, "limit_concurrency", &lc) < 0)
-        goto error;
-    ctx->limit_concurrency = lc > 0 ? (uint32_t)lc : 0;
+    ctx->limit_concurrency = s->limit_concurrency;
     return ctx;
 error:
     ps_asgi_free(ctx);

@@ -24,13 +24,50 @@ typedef struct {
     PyTypeObject *evselector_type;
 } ps_module_state_t;
 
+/* ---- settings.c: every Config attribute C reads, read once ---- */
+
+/* What serve() and run_master() take from a Config. */
+typedef struct {
+    ps_config_t core;           /* the worker's; core.proxy is &proxy or NULL */
+    ps_proxy_t proxy;           /* initialised when core.proxy is set */
+    ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
+    int asgi;                   /* interface is "asgi" */
+    int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
+    uint32_t limit_concurrency; /* 0: no limit */
+    int wsgi_errors_level;      /* logging level of wsgi.errors lines */
+    PyObject *root_path;        /* str, "" for None */
+    PyObject *url_scheme;
+    PyObject *error_logger;
+    PyObject *access_logger; /* NULL when access_log is false */
+    /* Supervision by a foreign process manager (the gunicorn worker). */
+    PyObject *on_tick;        /* callable, or NULL */
+    PyObject *on_stop_signal; /* callable, or NULL */
+    double tick_interval;     /* seconds, positive when supervised */
+    uint64_t sup_max_requests;
+    int *bound_fds; /* the listeners pyserver bound itself; PyMem_Malloc'd */
+    uint32_t nbound;
+} ps_py_settings_t;
+
+/* Reads, validates and converts every attribute of config C uses into s
+ * (owned references and arrays: ps_py_settings_free). Returns 0, or -1 with
+ * an exception (s freed). */
+int ps_py_settings_load(PyObject *config, ps_py_settings_t *s);
+void ps_py_settings_free(ps_py_settings_t *s);
+/* Parses a forwarded_allow_ips string into p (ps_proxy_free it). Returns 0,
+ * or -1 with a ValueError naming the bad item, TypeError or MemoryError. */
+int ps_py_parse_trust_list(PyObject *value, ps_proxy_t *p);
+/* The descriptors of a sequence of sockets (or ints) into a new array
+ * (PyMem_Free it; never NULL on success). Returns the count, or -1 with an
+ * exception. */
+Py_ssize_t ps_py_read_fds(PyObject *items, const char *what, int **out);
+
 /* Everything one serve() call needs, alive for its duration. */
 typedef struct ps_wsgi ps_wsgi_t;
 
 /* Adds the WSGI types to the module. Returns 0 or -1 with an exception. */
 int ps_wsgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the WSGI layer for one serve() call. Returns NULL with an exception. */
-ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config);
+ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_settings_t *s);
 /* Before the worker's loop is destroyed: stops the layer's timers. */
 void ps_wsgi_detach(ps_wsgi_t *ctx);
 void ps_wsgi_free(ps_wsgi_t *ctx);
@@ -40,7 +77,8 @@ extern const ps_handler_t ps_wsgi_handler;
 typedef struct ps_asgi ps_asgi_t;
 int ps_asgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the ASGI layer for one serve() call. Returns NULL with an exception. */
-ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app, PyObject *config);
+ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app,
+                       const ps_py_settings_t *s);
 void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
 /* The worker's graceful stop finished its last connection (its drained
  * hook): stops asyncio's loop once Server.start() has run. */

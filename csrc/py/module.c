@@ -28,261 +28,16 @@ static void acquire_gil(struct ev_loop *loop)
     PyEval_RestoreThread(g->tstate);
 }
 
-/* Reads a number attribute of config; returns -1 with an exception. */
-static int get_double(PyObject *config, const char *name, double *out)
-{
-    PyObject *v = PyObject_GetAttrString(config, name);
-    if (v == NULL)
-        return -1;
-    *out = PyFloat_AsDouble(v);
-    Py_DECREF(v);
-    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int get_bool(PyObject *config, const char *name, int *out)
-{
-    PyObject *v = PyObject_GetAttrString(config, name);
-    if (v == NULL)
-        return -1;
-    *out = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return *out < 0 ? -1 : 0;
-}
-
-static int get_optional_double(PyObject *config, const char *name, double dflt, double *out)
-{
-    if (!PyObject_HasAttrString(config, name)) {
-        *out = dflt;
-        return 0;
-    }
-    return get_double(config, name, out);
-}
-
-/* Like get_optional_double; None reads as 0. */
-static int get_optional_seconds(PyObject *config, const char *name, double dflt, double *out)
-{
-    *out = dflt;
-    PyObject *v = PyObject_GetAttrString(config, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = v == Py_None ? 0 : PyFloat_AsDouble(v);
-    Py_DECREF(v);
-    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
-}
-
-/* The WebSocket settings (--ws, --ws-*); absent attributes keep the
- * defaults. */
-static int read_ws_config(PyObject *config, ps_config_t *cfg)
-{
-    double size, queue;
-    int deflate = 1;
-    cfg->ws_enabled = 1;
-    PyObject *mode = PyObject_GetAttrString(config, "ws");
-    if (mode == NULL) {
-        PyErr_Clear();
-    } else {
-        cfg->ws_enabled =
-            !(PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "none") == 0);
-        Py_DECREF(mode);
-    }
-    if (PyObject_HasAttrString(config, "ws_per_message_deflate") &&
-        get_bool(config, "ws_per_message_deflate", &deflate) < 0)
-        return -1;
-    if (get_optional_seconds(config, "ws_max_size", 16 << 20, &size) < 0 ||
-        get_optional_seconds(config, "ws_max_queue", 32, &queue) < 0 ||
-        get_optional_seconds(config, "ws_ping_interval", 20.0, &cfg->ws_ping_interval) < 0 ||
-        get_optional_seconds(config, "ws_ping_timeout", 20.0, &cfg->ws_ping_timeout) < 0)
-        return -1;
-    if (size < 0 || queue < 0 || cfg->ws_ping_interval < 0 || cfg->ws_ping_timeout < 0) {
-        PyErr_SetString(PyExc_ValueError, "pyserver: WebSocket limits must not be negative");
-        return -1;
-    }
-    cfg->ws_deflate = deflate != 0;
-    cfg->ws_max_size = (uint64_t)PS_MIN(size, (double)(1ULL << 62));
-    cfg->ws_max_queue = (uint32_t)PS_MIN(queue, 1 << 24);
-    return 0;
-}
-
-static int read_config(PyObject *config, ps_config_t *cfg)
-{
-    double line, fields, field_size, head, body, conns, spool;
-    int server_header, date_header;
-    memset(cfg, 0, sizeof(*cfg));
-    if (get_double(config, "limit_request_line", &line) < 0 ||
-        get_double(config, "limit_request_fields", &fields) < 0 ||
-        get_double(config, "limit_request_field_size", &field_size) < 0 ||
-        get_optional_double(config, "limit_request_head", 65536, &head) < 0 ||
-        get_double(config, "limit_request_body", &body) < 0 ||
-        get_double(config, "timeout_keep_alive", &cfg->timeout_keep_alive) < 0 ||
-        get_optional_double(config, "timeout_request_header", 60.0, &cfg->timeout_request_header) <
-            0 ||
-        get_optional_double(config, "timeout_request_body", 30.0, &cfg->timeout_request_body) < 0 ||
-        get_optional_double(config, "body_spool_threshold", 1 << 20, &spool) < 0 ||
-        get_optional_double(config, "graceful_timeout", 30.0, &cfg->graceful_timeout) < 0 ||
-        get_optional_double(config, "limit_connections", 10000, &conns) < 0 ||
-        get_bool(config, "server_header", &server_header) < 0 ||
-        get_bool(config, "date_header", &date_header) < 0)
-        return -1;
-    if (line < 1 || fields < 1 || field_size < 1 || head < 1 || body < 0 || conns < 1 ||
-        spool < 0) {
-        PyErr_SetString(PyExc_ValueError, "pyserver: request limits must be positive");
-        return -1;
-    }
-    cfg->limits.max_request_line = (uint32_t)PS_MIN(line, 1 << 20);
-    cfg->limits.max_fields = (uint32_t)PS_MIN(fields, 1 << 16);
-    cfg->limits.max_field_size = (uint32_t)PS_MIN(field_size, 1 << 20);
-    cfg->limits.max_head = (uint32_t)PS_MIN(head, 1 << 30);
-    cfg->limits.max_body = (uint64_t)body;
-    cfg->body_spool_threshold = (uint64_t)PS_MIN(spool, (double)(1ULL << 62));
-    cfg->limit_connections = (uint32_t)PS_MIN(conns, 1 << 24);
-    cfg->server_header = server_header != 0;
-    cfg->date_header = date_header != 0;
-    return read_ws_config(config, cfg);
-}
-
-/* Parses a forwarded_allow_ips string into p. Returns 0, or -1 with a
- * ValueError naming the bad item (or MemoryError). */
-static int parse_trust_list(PyObject *value, ps_proxy_t *p)
-{
-    Py_ssize_t n;
-    const char *text = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &n) : NULL;
-    if (text == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "forwarded_allow_ips must be str, not %.100s",
-                         Py_TYPE(value)->tp_name);
-        return -1;
-    }
-    size_t off = 0, len = 0;
-    int rc = ps_proxy_init(p, text, (size_t)n, &off, &len);
-    if (rc == -ENOMEM) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (rc < 0) {
-        PyObject *item = PyUnicode_DecodeUTF8(text + off, (Py_ssize_t)len, "replace");
-        if (item)
-            PyErr_Format(PyExc_ValueError,
-                         "invalid IP address or network %R (expected IP addresses or CIDR "
-                         "networks separated by commas, or *)",
-                         item);
-        Py_XDECREF(item);
-        return -1;
-    }
-    return 0;
-}
-
-/* Adds config.secure_scheme_headers (a mapping of header name to the value
- * meaning https) to p. Returns 0 or -1 with an exception. */
-static int read_scheme_headers(PyObject *mapping, ps_proxy_t *p)
-{
-    PyObject *items = PyMapping_Items(mapping);
-    if (items == NULL)
-        return -1;
-    p->secure_headers = 1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
-        PyObject *pair = PyList_GET_ITEM(items, i); /* borrowed */
-        Py_ssize_t nlen, vlen;
-        const char *name = NULL, *value = NULL;
-        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-            PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) &&
-            PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
-            name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen);
-            value = name ? PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 1), &vlen) : NULL;
-        } else {
-            PyErr_SetString(PyExc_TypeError, "secure_scheme_headers must map str to str");
-        }
-        int rc =
-            value ? ps_proxy_add_scheme_header(p, name, (size_t)nlen, value, (size_t)vlen) : -1;
-        if (rc == -ENOMEM)
-            PyErr_NoMemory();
-        else if (rc == -EINVAL)
-            PyErr_SetString(PyExc_ValueError, "secure_scheme_headers: empty header name");
-        if (rc < 0) {
-            Py_DECREF(items);
-            return -1;
-        }
-    }
-    Py_DECREF(items);
-    return 0;
-}
-
-/* Reads config.proxy_headers, forwarded_allow_ips and secure_scheme_headers
- * (all optional: absent means off). *on is set when proxy headers are read;
- * p is then initialised and the caller frees it. Returns 0 or -1 with an
- * exception (p freed). */
-static int read_proxy(PyObject *config, ps_proxy_t *p, int *on)
-{
-    PyObject *ips = NULL, *table = NULL;
-    *on = 0;
-    if (PyObject_HasAttrString(config, "proxy_headers") &&
-        get_bool(config, "proxy_headers", on) < 0)
-        return -1;
-    if (!*on)
-        return 0;
-    ips = PyObject_HasAttrString(config, "forwarded_allow_ips")
-              ? PyObject_GetAttrString(config, "forwarded_allow_ips")
-              : PyUnicode_FromString("127.0.0.1,::1");
-    if (ips == NULL || parse_trust_list(ips, p) < 0)
-        goto error;
-    if (PyObject_HasAttrString(config, "secure_scheme_headers")) {
-        table = PyObject_GetAttrString(config, "secure_scheme_headers");
-        if (table == NULL)
-            goto error_free;
-        if (table != Py_None && read_scheme_headers(table, p) < 0)
-            goto error_free;
-    }
-    Py_DECREF(ips);
-    Py_XDECREF(table);
-    return 0;
-error_free:
-    ps_proxy_free(p);
-error:
-    *on = 0;
-    Py_XDECREF(ips);
-    Py_XDECREF(table);
-    return -1;
-}
-
 /* check_forwarded_allow_ips(value): raises ValueError naming the first
  * invalid item of a trust list; returns None when it is valid. */
 static PyObject *check_forwarded_allow_ips(PyObject *module, PyObject *value)
 {
     PS_UNUSED(module);
     ps_proxy_t p;
-    if (parse_trust_list(value, &p) < 0)
+    if (ps_py_parse_trust_list(value, &p) < 0)
         return NULL;
     ps_proxy_free(&p);
     Py_RETURN_NONE;
-}
-
-/* The descriptors of a sequence of sockets (or ints) into a new array
- * (PyMem_Free it; never NULL on success). Returns the count, or -1 with an
- * exception. */
-static Py_ssize_t read_fds(PyObject *items, const char *what, int **out)
-{
-    PyObject *seq = PySequence_Fast(items, what);
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (fds == NULL) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        fds[i] = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
-        if (fds[i] < 0) {
-            PyMem_Free(fds);
-            Py_DECREF(seq);
-            return -1;
-        }
-    }
-    Py_DECREF(seq);
-    *out = fds;
-    return n;
 }
 
 /* Adds the sockets' fds as listeners (this worker's own ones when `own`).
@@ -290,7 +45,7 @@ static Py_ssize_t read_fds(PyObject *items, const char *what, int **out)
 static Py_ssize_t add_listeners(ps_worker_t *w, PyObject *sockets, int own)
 {
     int *fds;
-    Py_ssize_t n = read_fds(sockets, "sockets must be a sequence", &fds);
+    Py_ssize_t n = ps_py_read_fds(sockets, "sockets must be a sequence", &fds);
     if (n < 0)
         return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -304,26 +59,6 @@ static Py_ssize_t add_listeners(ps_worker_t *w, PyObject *sockets, int own)
     }
     PyMem_Free(fds);
     return n;
-}
-
-/* config.bound_fds (optional): the listeners pyserver bound itself, shut
- * down at the server's last stop (see ps_worker_shut_at_stop). */
-static int mark_bound_listeners(ps_worker_t *w, PyObject *config)
-{
-    if (!PyObject_HasAttrString(config, "bound_fds"))
-        return 0;
-    PyObject *bound = PyObject_GetAttrString(config, "bound_fds");
-    if (bound == NULL)
-        return -1;
-    int *fds;
-    Py_ssize_t n = read_fds(bound, "config.bound_fds must be a sequence", &fds);
-    Py_DECREF(bound);
-    if (n < 0)
-        return -1;
-    for (Py_ssize_t i = 0; i < n; i++)
-        ps_worker_shut_at_stop(w, fds[i]);
-    PyMem_Free(fds);
-    return 0;
 }
 
 /* Calls pyserver.workers_proc.reopen_logs(); errors are printed, not raised. */
@@ -360,29 +95,6 @@ typedef struct {
     ps_slot_t slot;           /* this process's own slot, when there is no master */
 } supervisor_t;
 
-/* Gets the optional callable attribute `name` of config (new reference in
- * *out, NULL when absent or None). Returns 0 or -1 with an exception. */
-static int get_optional_callable(PyObject *config, const char *name, PyObject **out)
-{
-    *out = NULL;
-    if (!PyObject_HasAttrString(config, name))
-        return 0;
-    PyObject *v = PyObject_GetAttrString(config, name);
-    if (v == NULL)
-        return -1;
-    if (v == Py_None) {
-        Py_DECREF(v);
-        return 0;
-    }
-    if (!PyCallable_Check(v)) {
-        Py_DECREF(v);
-        PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be callable", name);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
 {
     supervisor_t *sup = ps_container_of(t, supervisor_t, timer);
@@ -413,31 +125,17 @@ static void on_stop_signal(supervisor_t *sup, int signum)
     Py_XDECREF(res);
 }
 
-/* Reads the supervision attributes of config. Returns 0 or -1 with an
- * exception; sup->on_tick stays NULL when config has none. */
-static int supervisor_init(supervisor_t *sup, PyObject *config)
+/* Takes the supervision settings; sup->on_tick stays NULL when there are none. */
+static void supervisor_init(supervisor_t *sup, const ps_py_settings_t *s)
 {
-    double interval, max_requests;
     memset(sup, 0, sizeof(*sup));
-    if (get_optional_callable(config, "on_tick", &sup->on_tick) < 0 ||
-        get_optional_callable(config, "on_stop_signal", &sup->on_stop_signal) < 0)
-        return -1;
-    if (sup->on_tick == NULL && sup->on_stop_signal == NULL)
-        return 0;
-    if (get_optional_double(config, "tick_interval", 1.0, &interval) < 0 ||
-        get_optional_double(config, "max_requests", 0.0, &max_requests) < 0)
-        return -1;
-    if (!(interval > 0) || !(max_requests >= 0)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "pyserver: tick_interval must be positive, max_requests not negative");
-        return -1;
-    }
-    sup->logger = PyObject_GetAttrString(config, "error_logger");
-    if (sup->logger == NULL)
-        return -1;
-    sup->slot.max_requests = max_requests > 1e18 ? (uint64_t)1e18 : (uint64_t)max_requests;
-    ev_timer_init(&sup->timer, on_tick, interval, interval);
-    return 0;
+    if (s->on_tick == NULL && s->on_stop_signal == NULL)
+        return;
+    sup->on_tick = Py_XNewRef(s->on_tick);
+    sup->on_stop_signal = Py_XNewRef(s->on_stop_signal);
+    sup->logger = Py_NewRef(s->error_logger);
+    sup->slot.max_requests = s->sup_max_requests;
+    ev_timer_init(&sup->timer, on_tick, s->tick_interval, s->tick_interval);
 }
 
 /* Before the loop runs: the own slot when there is no master, the tick. */
@@ -461,17 +159,6 @@ static void supervisor_free(supervisor_t *sup)
     Py_CLEAR(sup->on_tick);
     Py_CLEAR(sup->on_stop_signal);
     Py_CLEAR(sup->logger);
-}
-
-/* 1 when config.interface is "asgi", 0 when not, -1 with an exception. */
-static int is_asgi(PyObject *config)
-{
-    PyObject *iface = PyObject_GetAttrString(config, "interface");
-    if (iface == NULL)
-        return -1;
-    int rc = PyUnicode_Check(iface) && PyUnicode_CompareWithASCIIString(iface, "asgi") == 0;
-    Py_DECREF(iface);
-    return rc;
 }
 
 /* What one serve() call's worker calls back (ps_worker_hooks_t). */
@@ -519,16 +206,10 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     ps_module_state_t *st = PyModule_GetState(module);
-    ps_config_t cfg;
-    if (read_config(args[2], &cfg) < 0)
+    ps_py_settings_t set;
+    if (ps_py_settings_load(args[2], &set) < 0)
         return NULL;
-    int asgi = is_asgi(args[2]);
-    if (asgi < 0)
-        return NULL;
-    ps_proxy_t proxy;
-    int proxy_on;
-    if (read_proxy(args[2], &proxy, &proxy_on) < 0)
-        return NULL;
+    int asgi = set.asgi;
     ps_wsgi_t *ctx = NULL;
     ps_asgi_t *actx = NULL;
     ps_worker_t *w = NULL;
@@ -540,12 +221,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_NoMemory();
         goto done;
     }
-    if (supervisor_init(sup, args[2]) < 0)
-        goto done;
+    supervisor_init(sup, &set);
     if (asgi)
-        actx = ps_asgi_new(st, module, args[0], args[2]);
+        actx = ps_asgi_new(st, module, args[0], &set);
     else
-        ctx = ps_wsgi_new(st, args[0], args[2]);
+        ctx = ps_wsgi_new(st, args[0], &set);
     if (ctx == NULL && actx == NULL)
         goto done;
     w = PyMem_RawMalloc(sizeof(*w));
@@ -553,12 +233,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_NoMemory();
         goto done;
     }
-    cfg.proxy = proxy_on ? &proxy : NULL;
     hooks_data.sup = sup;
     hooks_data.actx = actx;
     const ps_worker_hooks_t *hooks = sup->on_tick == NULL ? &serve_hooks : &supervised_hooks;
-    int rc = asgi ? ps_worker_init(w, &cfg, &ps_asgi_handler, actx, hooks, &hooks_data)
-                  : ps_worker_init(w, &cfg, &ps_wsgi_handler, ctx, hooks, &hooks_data);
+    int rc = asgi ? ps_worker_init(w, &set.core, &ps_asgi_handler, actx, hooks, &hooks_data)
+                  : ps_worker_init(w, &set.core, &ps_wsgi_handler, ctx, hooks, &hooks_data);
     if (rc < 0) {
         PyMem_RawFree(w);
         w = NULL;
@@ -574,8 +253,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_ValueError, "pyserver: no listening socket");
         goto done;
     }
-    if (mark_bound_listeners(w, args[2]) < 0)
-        goto done;
+    for (uint32_t i = 0; i < set.nbound; i++)
+        ps_worker_shut_at_stop(w, set.bound_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     supervisor_start(sup, w);
@@ -607,10 +286,9 @@ done:
         ps_worker_free(w);
         PyMem_RawFree(w);
     }
-    if (proxy_on)
-        ps_proxy_free(&proxy);
     ps_wsgi_free(ctx);
     ps_asgi_free(actx);
+    ps_py_settings_free(&set); /* last: the worker read its proxy settings */
     return result;
 }
 
@@ -618,7 +296,7 @@ done:
 typedef struct {
     gil_state_t gil;        /* first: the loop's userdata for release_gil/acquire_gil */
     PyObject *spawn_worker; /* borrowed from run_master's arguments */
-    PyObject *logger;       /* owned */
+    PyObject *logger;       /* borrowed from the settings */
     PyObject *poll_reload;  /* borrowed; None without --reload */
 } master_ctx_t;
 
@@ -714,57 +392,6 @@ static const ps_master_ops_t master_ops = {
     .prepare_loop = m_prepare_loop,
 };
 
-static int get_count(PyObject *config, const char *name, uint64_t max, uint64_t *out)
-{
-    double v;
-    if (get_optional_double(config, name, 0.0, &v) < 0)
-        return -1;
-    if (!(v >= 0)) {
-        PyErr_Format(PyExc_ValueError, "pyserver: %s must not be negative", name);
-        return -1;
-    }
-    *out = v > (double)max ? max : (uint64_t)v;
-    return 0;
-}
-
-/* The fds of config.sockets into a new array (PyMem_Free it); the master
- * opens --reuse-port lanes next to its TCP ones. */
-static int read_listen_fds(PyObject *config, ps_master_config_t *mc)
-{
-    PyObject *sockets = PyObject_GetAttrString(config, "sockets");
-    if (sockets == NULL)
-        return -1;
-    int *fds;
-    Py_ssize_t n = read_fds(sockets, "config.sockets must be a sequence", &fds);
-    Py_DECREF(sockets);
-    if (n < 0)
-        return -1;
-    mc->listen_fds = fds;
-    mc->nlisten = (uint32_t)n;
-    return 0;
-}
-
-static int read_master_config(PyObject *config, ps_master_config_t *mc)
-{
-    uint64_t workers, max_rss_mib, backlog;
-    int reuse_port;
-    memset(mc, 0, sizeof(*mc));
-    if (get_count(config, "workers", PS_MASTER_MAX_SLOTS / 2, &workers) < 0 ||
-        get_optional_double(config, "timeout", 30.0, &mc->timeout) < 0 ||
-        get_optional_double(config, "graceful_timeout", 30.0, &mc->graceful_timeout) < 0 ||
-        get_count(config, "max_requests", UINT64_MAX / 2, &mc->max_requests) < 0 ||
-        get_count(config, "max_requests_jitter", UINT64_MAX / 2, &mc->max_requests_jitter) < 0 ||
-        get_count(config, "max_rss", UINT64_MAX / 4096, &max_rss_mib) < 0 ||
-        get_count(config, "backlog", INT32_MAX, &backlog) < 0 ||
-        get_bool(config, "reuse_port", &reuse_port) < 0)
-        return -1;
-    mc->workers = (uint32_t)PS_MAX(workers, 1);
-    mc->max_rss_kib = max_rss_mib * 1024;
-    mc->backlog = backlog ? (int)backlog : 2048;
-    mc->reuse_port = reuse_port;
-    return mc->reuse_port ? read_listen_fds(config, mc) : 0;
-}
-
 /* run_master(config, spawn_worker, poll_reload=None): forks config.workers
  * workers, each calling spawn_worker(number) in the child, and supervises
  * them until a stop signal. poll_reload(), called once a second when given,
@@ -777,20 +404,14 @@ static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "run_master(config, spawn_worker, poll_reload=None)");
         return NULL;
     }
-    ps_master_config_t mc;
-    if (read_master_config(args[0], &mc) < 0)
+    ps_py_settings_t set;
+    if (ps_py_settings_load(args[0], &set) < 0)
         return NULL;
     PyObject *poll = nargs == 3 ? args[2] : Py_None;
-    mc.reload = poll != Py_None;
-    master_ctx_t ctx = {{NULL}, args[1], NULL, poll};
-    ctx.logger = PyObject_GetAttrString(args[0], "error_logger");
-    if (ctx.logger == NULL) {
-        PyMem_Free((void *)mc.listen_fds);
-        return NULL;
-    }
-    int rc = ps_master_run(&mc, &master_ops, &ctx);
-    Py_DECREF(ctx.logger);
-    PyMem_Free((void *)mc.listen_fds);
+    set.master.reload = poll != Py_None;
+    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll};
+    int rc = ps_master_run(&set.master, &master_ops, &ctx);
+    ps_py_settings_free(&set);
     if (rc < 0) {
         errno = -rc;
         return PyErr_SetFromErrno(PyExc_OSError);

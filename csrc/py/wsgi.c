@@ -1178,43 +1178,23 @@ static int add_placeholders(ps_wsgi_t *ctx, PyObject *env)
     return 0;
 }
 
-static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *root_path)
+static PyObject *make_base_environ(ps_wsgi_t *ctx, const ps_py_settings_t *s, PyObject *root_path)
 {
     PyObject *env = PyDict_New();
     if (env == NULL)
         return NULL;
-    PyObject *scheme = PyObject_GetAttrString(config, "url_scheme");
     PyObject *errors = NULL;
     ErrorsObject *eo = (ErrorsObject *)ctx->st->errors_type->tp_alloc(ctx->st->errors_type, 0);
     if (eo) {
         eo->logger = Py_NewRef(ctx->error_logger);
-        eo->level = 30; /* WARNING, for a config without wsgi_errors_level */
-        PyObject *lv = PyObject_GetAttrString(config, "wsgi_errors_level");
-        if (lv == NULL)
-            PyErr_Clear();
-        else if (PyLong_Check(lv)) {
-            long level = PyLong_AsLong(lv);
-            if (level == -1 && PyErr_Occurred())
-                PyErr_Clear();
-            else
-                eo->level = (int)level;
-        }
-        Py_XDECREF(lv);
+        eo->level = s->wsgi_errors_level;
         errors = (PyObject *)eo;
     }
-    int multiprocess = 0;
-    PyObject *workers = PyObject_GetAttrString(config, "workers");
-    if (workers == NULL)
-        PyErr_Clear();
-    else
-        multiprocess = PyLong_Check(workers) && PyLong_AsLong(workers) > 1;
-    Py_XDECREF(workers);
-    if (scheme == NULL || errors == NULL ||
-        set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
-        PyDict_SetItemString(env, "wsgi.url_scheme", scheme) < 0 ||
+    if (errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
+        PyDict_SetItemString(env, "wsgi.url_scheme", s->url_scheme) < 0 ||
         PyDict_SetItemString(env, "wsgi.errors", errors) < 0 ||
         PyDict_SetItemString(env, "wsgi.multithread", Py_False) < 0 ||
-        PyDict_SetItemString(env, "wsgi.multiprocess", multiprocess ? Py_True : Py_False) < 0 ||
+        PyDict_SetItemString(env, "wsgi.multiprocess", s->multiprocess ? Py_True : Py_False) < 0 ||
         PyDict_SetItemString(env, "wsgi.run_once", Py_False) < 0 ||
         PyDict_SetItemString(env, "wsgi.input_terminated", Py_True) < 0 ||
         PyDict_SetItemString(env, "wsgi.file_wrapper", (PyObject *)ctx->st->file_wrapper_type) <
@@ -1223,24 +1203,14 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, PyObject *config, PyObject *r
         set_str(env, "SERVER_SOFTWARE", PyUnicode_FromString("pyserver")) < 0 ||
         add_placeholders(ctx, env) < 0)
         Py_CLEAR(env);
-    Py_XDECREF(scheme);
     Py_XDECREF(errors);
     return env;
 }
 
 /* root_path without its trailing slashes, as str and as UTF-8 bytes. */
-static PyObject *read_root_path(ps_wsgi_t *ctx, PyObject *config)
+static PyObject *strip_root_path(ps_wsgi_t *ctx, PyObject *rp)
 {
-    PyObject *rp = PyObject_GetAttrString(config, "root_path");
-    if (rp == NULL)
-        return NULL;
-    if (rp == Py_None) {
-        Py_SETREF(rp, PyUnicode_FromString(""));
-        if (rp == NULL)
-            return NULL;
-    }
     PyObject *stripped = PyObject_CallMethod(rp, "rstrip", "s", "/");
-    Py_DECREF(rp);
     if (stripped == NULL)
         return NULL;
     Py_ssize_t n;
@@ -1254,24 +1224,10 @@ static PyObject *read_root_path(ps_wsgi_t *ctx, PyObject *config)
     return stripped;
 }
 
-/* Returns 0, or -1 with an exception. */
-static int read_limit_concurrency(ps_wsgi_t *ctx, PyObject *config)
-{
-    PyObject *v = PyObject_GetAttrString(config, "limit_concurrency");
-    if (v == NULL)
-        return -1;
-    long long n = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (n == -1 && PyErr_Occurred())
-        return -1;
-    ctx->limit_concurrency = n > 0 ? (uint32_t)PS_MIN(n, UINT32_MAX) : 0;
-    return 0;
-}
-
-ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
+ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_settings_t *s)
 {
     ps_wsgi_t *ctx = PyMem_Calloc(1, sizeof(*ctx));
-    PyObject *root_path = NULL, *access_log = NULL, *access_logger = NULL;
+    PyObject *root_path = NULL;
     if (ctx == NULL)
         return (ps_wsgi_t *)PyErr_NoMemory();
     ctx->st = st;
@@ -1288,42 +1244,32 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, PyObject *config)
     ctx->zero = PyUnicode_InternFromString("0");
     ctx->schemes[PS_SCHEME_HTTP] = PyUnicode_InternFromString("http");
     ctx->schemes[PS_SCHEME_HTTPS] = PyUnicode_InternFromString("https");
-    ctx->error_logger = PyObject_GetAttrString(config, "error_logger");
+    ctx->error_logger = Py_NewRef(s->error_logger);
     if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
         !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
-    access_log = PyObject_GetAttrString(config, "access_log");
-    if (access_log == NULL)
-        goto error;
-    if (PyObject_IsTrue(access_log)) {
-        access_logger = PyObject_GetAttrString(config, "access_logger");
-        if (access_logger == NULL)
-            goto error;
-        PyObject *enabled = PyObject_CallMethod(access_logger, "isEnabledFor", "i", 20);
+    if (s->access_logger != NULL) {
+        PyObject *enabled = PyObject_CallMethod(s->access_logger, "isEnabledFor", "i", 20);
         if (enabled == NULL)
             goto error;
         int on = PyObject_IsTrue(enabled);
         Py_DECREF(enabled);
-        if (on && (ctx->access_info = PyObject_GetAttrString(access_logger, "info")) == NULL)
+        if (on && (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
             goto error;
     }
-    if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0 ||
-        read_limit_concurrency(ctx, config) < 0)
+    if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0)
         goto error;
-    root_path = read_root_path(ctx, config);
+    ctx->limit_concurrency = s->limit_concurrency;
+    root_path = strip_root_path(ctx, s->root_path);
     if (root_path == NULL)
         goto error;
-    ctx->base_environ = make_base_environ(ctx, config, root_path);
+    ctx->base_environ = make_base_environ(ctx, s, root_path);
     if (ctx->base_environ == NULL)
         goto error;
     Py_DECREF(root_path);
-    Py_DECREF(access_log);
-    Py_XDECREF(access_logger);
     return ctx;
 error:
     Py_XDECREF(root_path);
-    Py_XDECREF(access_log);
-    Py_XDECREF(access_logger);
     ps_wsgi_free(ctx);
     return NULL;
 }

@@ -1,0 +1,403 @@
+/* The settings C takes from a Config: every attribute read here, once, by
+ * ps_py_settings_load; nothing else in the bridge reads the Config. Every
+ * name read is a field Config declares (tests/test_config_fields.py checks
+ * the names this file passes to its helpers against Config). */
+#include <errno.h>
+
+#include "../master.h"
+#include "bridge.h"
+
+/* The attribute `name` of config (new reference), or NULL with an exception. */
+static PyObject *get_obj(PyObject *config, const char *name)
+{
+    return PyObject_GetAttrString(config, name);
+}
+
+/* Reads a number attribute of config; returns -1 with an exception. */
+static int get_double(PyObject *config, const char *name, double *out)
+{
+    PyObject *v = get_obj(config, name);
+    if (v == NULL)
+        return -1;
+    *out = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Like get_double; None reads as 0. */
+static int get_seconds(PyObject *config, const char *name, double *out)
+{
+    PyObject *v = get_obj(config, name);
+    if (v == NULL)
+        return -1;
+    *out = v == Py_None ? 0 : PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int get_bool(PyObject *config, const char *name, int *out)
+{
+    PyObject *v = get_obj(config, name);
+    if (v == NULL)
+        return -1;
+    *out = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return *out < 0 ? -1 : 0;
+}
+
+/* The optional callable attribute `name` of config (new reference in *out,
+ * NULL when None). Returns 0 or -1 with an exception. */
+static int get_callable(PyObject *config, const char *name, PyObject **out)
+{
+    PyObject *v = get_obj(config, name);
+    *out = NULL;
+    if (v == NULL)
+        return -1;
+    if (v == Py_None) {
+        Py_DECREF(v);
+        return 0;
+    }
+    if (!PyCallable_Check(v)) {
+        Py_DECREF(v);
+        PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be callable", name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A count: not negative, clamped to max. Returns 0 or -1 with a ValueError. */
+static int to_count(double v, const char *name, uint64_t max, uint64_t *out)
+{
+    if (!(v >= 0)) {
+        PyErr_Format(PyExc_ValueError, "pyserver: %s must not be negative", name);
+        return -1;
+    }
+    *out = v > (double)max ? max : (uint64_t)v;
+    return 0;
+}
+
+static int get_count(PyObject *config, const char *name, uint64_t max, uint64_t *out)
+{
+    double v;
+    return get_double(config, name, &v) < 0 ? -1 : to_count(v, name, max, out);
+}
+
+Py_ssize_t ps_py_read_fds(PyObject *items, const char *what, int **out)
+{
+    PyObject *seq = PySequence_Fast(items, what);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fds[i] = PyObject_AsFileDescriptor(PySequence_Fast_GET_ITEM(seq, i));
+        if (fds[i] < 0) {
+            PyMem_Free(fds);
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    *out = fds;
+    return n;
+}
+
+/* The fds of the sequence attribute `name` into *fds (PyMem_Free it).
+ * Returns 0 or -1 with an exception. */
+static int get_fds(PyObject *config, const char *name, int **fds, uint32_t *n)
+{
+    PyObject *v = get_obj(config, name);
+    if (v == NULL)
+        return -1;
+    char what[64];
+    snprintf(what, sizeof(what), "config.%s must be a sequence", name);
+    Py_ssize_t count = ps_py_read_fds(v, what, fds);
+    Py_DECREF(v);
+    if (count < 0)
+        return -1;
+    *n = (uint32_t)count;
+    return 0;
+}
+
+int ps_py_parse_trust_list(PyObject *value, ps_proxy_t *p)
+{
+    Py_ssize_t n;
+    const char *text = PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &n) : NULL;
+    if (text == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "forwarded_allow_ips must be str, not %.100s",
+                         Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    size_t off = 0, len = 0;
+    int rc = ps_proxy_init(p, text, (size_t)n, &off, &len);
+    if (rc == -ENOMEM) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (rc < 0) {
+        PyObject *item = PyUnicode_DecodeUTF8(text + off, (Py_ssize_t)len, "replace");
+        if (item)
+            PyErr_Format(PyExc_ValueError,
+                         "invalid IP address or network %R (expected IP addresses or CIDR "
+                         "networks separated by commas, or *)",
+                         item);
+        Py_XDECREF(item);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds secure_scheme_headers (a mapping of header name to the value meaning
+ * https) to p. Returns 0 or -1 with an exception. */
+static int read_scheme_headers(PyObject *mapping, ps_proxy_t *p)
+{
+    PyObject *items = PyMapping_Items(mapping);
+    if (items == NULL)
+        return -1;
+    p->secure_headers = 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *pair = PyList_GET_ITEM(items, i); /* borrowed */
+        Py_ssize_t nlen, vlen;
+        const char *name = NULL, *value = NULL;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+            PyUnicode_Check(PyTuple_GET_ITEM(pair, 0)) &&
+            PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &nlen);
+            value = name ? PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 1), &vlen) : NULL;
+        } else {
+            PyErr_SetString(PyExc_TypeError, "secure_scheme_headers must map str to str");
+        }
+        int rc =
+            value ? ps_proxy_add_scheme_header(p, name, (size_t)nlen, value, (size_t)vlen) : -1;
+        if (rc == -ENOMEM)
+            PyErr_NoMemory();
+        else if (rc == -EINVAL)
+            PyErr_SetString(PyExc_ValueError, "secure_scheme_headers: empty header name");
+        if (rc < 0) {
+            Py_DECREF(items);
+            return -1;
+        }
+    }
+    Py_DECREF(items);
+    return 0;
+}
+
+/* proxy_headers, forwarded_allow_ips and secure_scheme_headers: s->proxy is
+ * initialised and s->core.proxy points at it when proxy headers are on.
+ * Returns 0 or -1 with an exception. */
+static int load_proxy(PyObject *config, ps_py_settings_t *s)
+{
+    int on;
+    if (get_bool(config, "proxy_headers", &on) < 0)
+        return -1;
+    if (!on)
+        return 0;
+    PyObject *ips = get_obj(config, "forwarded_allow_ips");
+    if (ips == NULL || ps_py_parse_trust_list(ips, &s->proxy) < 0) {
+        Py_XDECREF(ips);
+        return -1;
+    }
+    Py_DECREF(ips);
+    s->core.proxy = &s->proxy; /* from here on, ps_py_settings_free frees it */
+    PyObject *table = get_obj(config, "secure_scheme_headers");
+    int rc = table == NULL ? -1 : table == Py_None ? 0 : read_scheme_headers(table, &s->proxy);
+    Py_XDECREF(table);
+    return rc;
+}
+
+/* The WebSocket settings (--ws, --ws-*): ws is "auto" or "none"; None for
+ * a ping interval or timeout reads as 0 (off). */
+static int load_ws(PyObject *config, ps_config_t *cfg)
+{
+    double size, queue;
+    int deflate;
+    PyObject *mode = get_obj(config, "ws");
+    if (mode == NULL)
+        return -1;
+    cfg->ws_enabled =
+        !(PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "none") == 0);
+    Py_DECREF(mode);
+    if (get_bool(config, "ws_per_message_deflate", &deflate) < 0 ||
+        get_seconds(config, "ws_max_size", &size) < 0 ||
+        get_seconds(config, "ws_max_queue", &queue) < 0 ||
+        get_seconds(config, "ws_ping_interval", &cfg->ws_ping_interval) < 0 ||
+        get_seconds(config, "ws_ping_timeout", &cfg->ws_ping_timeout) < 0)
+        return -1;
+    if (size < 0 || queue < 0 || cfg->ws_ping_interval < 0 || cfg->ws_ping_timeout < 0) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: WebSocket limits must not be negative");
+        return -1;
+    }
+    cfg->ws_deflate = deflate != 0;
+    cfg->ws_max_size = (uint64_t)PS_MIN(size, (double)(1ULL << 62));
+    cfg->ws_max_queue = (uint32_t)PS_MIN(queue, 1 << 24);
+    return 0;
+}
+
+/* The core's part (ps_config_t), but for the proxy. */
+static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_timeout)
+{
+    ps_config_t *cfg = &s->core;
+    double line, fields, field_size, head, body, conns, spool;
+    int server_header, date_header;
+    if (get_double(config, "limit_request_line", &line) < 0 ||
+        get_double(config, "limit_request_fields", &fields) < 0 ||
+        get_double(config, "limit_request_field_size", &field_size) < 0 ||
+        get_double(config, "limit_request_head", &head) < 0 ||
+        get_double(config, "limit_request_body", &body) < 0 ||
+        get_double(config, "timeout_keep_alive", &cfg->timeout_keep_alive) < 0 ||
+        get_double(config, "timeout_request_header", &cfg->timeout_request_header) < 0 ||
+        get_double(config, "timeout_request_body", &cfg->timeout_request_body) < 0 ||
+        get_double(config, "body_spool_threshold", &spool) < 0 ||
+        get_double(config, "limit_connections", &conns) < 0 ||
+        get_bool(config, "server_header", &server_header) < 0 ||
+        get_bool(config, "date_header", &date_header) < 0)
+        return -1;
+    if (line < 1 || fields < 1 || field_size < 1 || head < 1 || body < 0 || conns < 1 ||
+        spool < 0) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: request limits must be positive");
+        return -1;
+    }
+    cfg->limits.max_request_line = (uint32_t)PS_MIN(line, 1 << 20);
+    cfg->limits.max_fields = (uint32_t)PS_MIN(fields, 1 << 16);
+    cfg->limits.max_field_size = (uint32_t)PS_MIN(field_size, 1 << 20);
+    cfg->limits.max_head = (uint32_t)PS_MIN(head, 1 << 30);
+    cfg->limits.max_body = (uint64_t)body;
+    cfg->body_spool_threshold = (uint64_t)PS_MIN(spool, (double)(1ULL << 62));
+    cfg->limit_connections = (uint32_t)PS_MIN(conns, 1 << 24);
+    cfg->graceful_timeout = graceful_timeout;
+    cfg->server_header = server_header != 0;
+    cfg->date_header = date_header != 0;
+    return load_ws(config, cfg);
+}
+
+/* The master's part (run_master), but for graceful_timeout and max_requests. */
+static int load_master(PyObject *config, ps_master_config_t *mc, double workers)
+{
+    uint64_t nworkers, max_rss_mib, backlog;
+    int reuse_port;
+    if (to_count(workers, "workers", PS_MASTER_MAX_SLOTS / 2, &nworkers) < 0 ||
+        get_double(config, "timeout", &mc->timeout) < 0 ||
+        get_count(config, "max_requests_jitter", UINT64_MAX / 2, &mc->max_requests_jitter) < 0 ||
+        get_count(config, "max_rss", UINT64_MAX / 4096, &max_rss_mib) < 0 ||
+        get_count(config, "backlog", INT32_MAX, &backlog) < 0 ||
+        get_bool(config, "reuse_port", &reuse_port) < 0)
+        return -1;
+    mc->workers = (uint32_t)PS_MAX(nworkers, 1);
+    mc->max_rss_kib = max_rss_mib * 1024;
+    mc->backlog = backlog ? (int)backlog : 2048;
+    mc->reuse_port = reuse_port;
+    if (!reuse_port)
+        return 0;
+    int *fds;
+    if (get_fds(config, "sockets", &fds, &mc->nlisten) < 0)
+        return -1;
+    mc->listen_fds = fds;
+    return 0;
+}
+
+/* The interface layers' part: interface, root_path, url_scheme,
+ * limit_concurrency, the loggers. */
+static int load_bridge(PyObject *config, ps_py_settings_t *s)
+{
+    PyObject *iface = get_obj(config, "interface");
+    if (iface == NULL)
+        return -1;
+    s->asgi = PyUnicode_Check(iface) && PyUnicode_CompareWithASCIIString(iface, "asgi") == 0;
+    Py_DECREF(iface);
+
+    if ((s->root_path = get_obj(config, "root_path")) == NULL)
+        return -1;
+    if (s->root_path == Py_None) {
+        Py_SETREF(s->root_path, PyUnicode_FromString(""));
+        if (s->root_path == NULL)
+            return -1;
+    }
+    if (!PyUnicode_Check(s->root_path)) {
+        PyErr_SetString(PyExc_TypeError, "pyserver: config.root_path must be str");
+        return -1;
+    }
+    if ((s->url_scheme = get_obj(config, "url_scheme")) == NULL)
+        return -1;
+
+    PyObject *lc = get_obj(config, "limit_concurrency");
+    if (lc == NULL)
+        return -1;
+    long long n = lc == Py_None ? 0 : PyLong_AsLongLong(lc);
+    Py_DECREF(lc);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    s->limit_concurrency = n > 0 ? (uint32_t)PS_MIN(n, UINT32_MAX) : 0;
+
+    double errors_level;
+    if (get_double(config, "wsgi_errors_level", &errors_level) < 0)
+        return -1;
+    s->wsgi_errors_level = (int)errors_level;
+
+    int access_log;
+    if ((s->error_logger = get_obj(config, "error_logger")) == NULL ||
+        get_bool(config, "access_log", &access_log) < 0)
+        return -1;
+    if (access_log && (s->access_logger = get_obj(config, "access_logger")) == NULL)
+        return -1;
+    return 0;
+}
+
+int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
+{
+    double graceful_timeout, max_requests, workers;
+    memset(s, 0, sizeof(*s));
+    /* Read once, used by both the worker's part and the master's. */
+    if (get_double(config, "graceful_timeout", &graceful_timeout) < 0 ||
+        get_double(config, "max_requests", &max_requests) < 0 ||
+        get_double(config, "workers", &workers) < 0)
+        goto error;
+    s->multiprocess = workers > 1;
+    s->master.graceful_timeout = graceful_timeout;
+    if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
+        load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
+        load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0)
+        goto error;
+
+    /* Supervision by a foreign process manager (the gunicorn worker). */
+    if (get_callable(config, "on_tick", &s->on_tick) < 0 ||
+        get_callable(config, "on_stop_signal", &s->on_stop_signal) < 0 ||
+        get_double(config, "tick_interval", &s->tick_interval) < 0)
+        goto error;
+    if ((s->on_tick || s->on_stop_signal) && !(s->tick_interval > 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyserver: tick_interval must be positive, max_requests not negative");
+        goto error;
+    }
+    s->sup_max_requests = max_requests > 1e18 ? (uint64_t)1e18 : (uint64_t)max_requests;
+
+    if (get_fds(config, "bound_fds", &s->bound_fds, &s->nbound) < 0)
+        goto error;
+    return 0;
+error:
+    ps_py_settings_free(s);
+    return -1;
+}
+
+void ps_py_settings_free(ps_py_settings_t *s)
+{
+    if (s->core.proxy != NULL)
+        ps_proxy_free(&s->proxy);
+    s->core.proxy = NULL;
+    PyMem_Free((void *)s->master.listen_fds);
+    s->master.listen_fds = NULL;
+    PyMem_Free(s->bound_fds);
+    s->bound_fds = NULL;
+    Py_CLEAR(s->root_path);
+    Py_CLEAR(s->url_scheme);
+    Py_CLEAR(s->error_logger);
+    Py_CLEAR(s->access_logger);
+    Py_CLEAR(s->on_tick);
+    Py_CLEAR(s->on_stop_signal);
+}
