@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pyserver import importer
 from pyserver.config import INT_BOUNDS, Config
+from pyserver.hooks import _Body
 
 __all__ = ["PyserverWorker", "PyserverWSGIWorker", "PyserverASGIWorker"]
 
@@ -330,31 +331,6 @@ class _WSGIHooks:
             hooks.after(req, environ, resp, started)
             return result
         return _Body(result, lambda: hooks.after(req, environ, resp, started), resp)
-
-
-class _Body:
-    """A response iterable that counts what it yields and reports when closed."""
-
-    def __init__(self, result, done, resp):
-        self._result = result
-        self._done = done
-        self._resp = resp
-
-    def __iter__(self):
-        resp = self._resp
-        for item in self._result:
-            resp.sent += len(item)
-            yield item
-
-    def close(self):
-        try:
-            close = getattr(self._result, "close", None)
-            if close is not None:
-                close()
-        finally:
-            done, self._done = self._done, None
-            if done is not None:
-                done()
 
 
 class _ASGIHooks:

@@ -6,6 +6,7 @@ and the clients are plain sockets with a timeout on every one of them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shlex
@@ -536,3 +537,21 @@ def worker_pid(srv: Server) -> int:
     response = fetch(srv.port, "GET", "/pid")
     assert response.status == 200, response
     return int(response.body)
+
+
+def current_loop(loop):
+    """Fixture body: `loop` is the current event loop while the test runs; then its
+    tasks are cancelled, its async generators and default executor shut down, and it
+    is closed."""
+    asyncio.set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -20,7 +20,7 @@ import warnings
 import weakref
 
 import pytest
-from helpers import fetch, run_server
+from helpers import current_loop, fetch, run_server
 
 from pyserver import _core
 from pyserver.evselector import EvEventLoop, EvSelector
@@ -34,19 +34,7 @@ def open_fds():
 
 @pytest.fixture
 def loop():
-    loop = EvEventLoop()
-    asyncio.set_event_loop(loop)
-    try:
-        yield loop
-    finally:
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-        asyncio.set_event_loop(None)
-        loop.close()
+    yield from current_loop(EvEventLoop())
 
 
 class _Echo(socketserver.StreamRequestHandler):

@@ -17,6 +17,7 @@ import time
 
 import httpx
 import pytest
+from helpers import current_loop
 
 from pyserver import _core
 from pyserver.evselector import EvSelector
@@ -34,19 +35,7 @@ def new_selector():
 
 @pytest.fixture
 def loop():
-    loop = asyncio.SelectorEventLoop(new_selector())
-    asyncio.set_event_loop(loop)
-    try:
-        yield loop
-    finally:
-        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for task in tasks:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-        asyncio.set_event_loop(None)
-        loop.close()
+    yield from current_loop(asyncio.SelectorEventLoop(new_selector()))
 
 
 @pytest.fixture
