@@ -90,14 +90,16 @@ def wrap_wsgi(app, cfg):
 
 
 class Request:
-    """What pre_request/post_request read of a request (gunicorn's attribute names)."""
+    """What gunicorn's pre_request/post_request hooks and access log read of a request."""
 
     def __init__(self, environ):
         self.method = environ.get("REQUEST_METHOD", "")
+        self.uri = environ.get("RAW_URI", "")
         self.path = environ.get("PATH_INFO", "")
         self.query = environ.get("QUERY_STRING", "")
-        self.uri = environ.get("RAW_URI") or (self.path + ("?" + self.query if self.query else ""))
-        self.version = (1, 0) if environ.get("SERVER_PROTOCOL") == "HTTP/1.0" else (1, 1)
+        self.fragment = ""
+        protocol = environ.get("SERVER_PROTOCOL", "HTTP/1.1")
+        self.version = (1, 0) if protocol == "HTTP/1.0" else (1, 1)
         self.scheme = environ.get("wsgi.url_scheme", "http")
         self.remote_addr = environ.get("REMOTE_ADDR", "")
         self.headers = [
@@ -105,16 +107,28 @@ class Request:
             for key, value in environ.items()
             if key.startswith("HTTP_")
         ]
+        for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            if environ.get(key):
+                self.headers.append((key.replace("_", "-"), environ[key]))
 
 
 class Response:
-    """What post_request reads of a response."""
+    """What post_request hooks and the access log read of a response."""
 
     def __init__(self):
         self.status = None
         self.status_code = None
         self.headers = []
         self.sent = 0
+        self.response_length = None
+
+    def start(self, status, headers):
+        self.status = status
+        try:
+            self.status_code = int(str(status).split(None, 1)[0])
+        except ValueError:
+            self.status_code = None
+        self.headers = headers
 
 
 class _WSGIHooks:
@@ -138,12 +152,7 @@ class _WSGIHooks:
             self.pre(worker, req)
 
         def hooked_start_response(status, headers, exc_info=None):
-            resp.status = status
-            try:
-                resp.status_code = int(status.split(None, 1)[0])
-            except (ValueError, AttributeError):
-                pass
-            resp.headers = headers
+            resp.start(status, headers)
             return start_response(status, headers, exc_info)
 
         try:

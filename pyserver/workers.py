@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pyserver import importer
 from pyserver.config import INT_BOUNDS, Config
-from pyserver.hooks import _Body
+from pyserver.hooks import Request, Response, _Body
 
 __all__ = ["PyserverWorker", "PyserverWSGIWorker", "PyserverASGIWorker"]
 
@@ -230,48 +230,6 @@ class PyserverASGIWorker(PyserverWorker):
 # ---- gunicorn's per-request hooks and access log ----
 
 
-class _Request:
-    """What gunicorn's pre_request/post_request hooks and access log read of a request."""
-
-    def __init__(self, environ):
-        self.method = environ.get("REQUEST_METHOD", "")
-        self.uri = environ.get("RAW_URI", "")
-        self.path = environ.get("PATH_INFO", "")
-        self.query = environ.get("QUERY_STRING", "")
-        self.fragment = ""
-        protocol = environ.get("SERVER_PROTOCOL", "HTTP/1.1")
-        self.version = (1, 0) if protocol == "HTTP/1.0" else (1, 1)
-        self.scheme = environ.get("wsgi.url_scheme", "http")
-        self.remote_addr = environ.get("REMOTE_ADDR", "")
-        self.headers = [
-            (key[5:].replace("_", "-"), value)
-            for key, value in environ.items()
-            if key.startswith("HTTP_")
-        ]
-        for key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            if environ.get(key):
-                self.headers.append((key.replace("_", "-"), environ[key]))
-
-
-class _Response:
-    """What post_request hooks and the access log read of a response."""
-
-    def __init__(self):
-        self.status = None
-        self.status_code = None
-        self.headers = []
-        self.sent = 0
-        self.response_length = None
-
-    def start(self, status, headers):
-        self.status = status
-        try:
-            self.status_code = int(str(status).split(None, 1)[0])
-        except ValueError:
-            self.status_code = None
-        self.headers = headers
-
-
 class _AccessHooks:
     def __init__(self, worker, access, pre, post):
         self.worker = worker
@@ -305,8 +263,8 @@ class _WSGIHooks:
 
     def __call__(self, environ, start_response):
         started = datetime.datetime.now()
-        req = _Request(environ)
-        resp = _Response()
+        req = Request(environ)
+        resp = Response()
         hooks = self.hooks
         hooks.before(req)
 
@@ -346,8 +304,8 @@ class _ASGIHooks:
             return await self.app(scope, receive, send)
         started = datetime.datetime.now()
         environ = _scope_environ(scope)
-        req = _Request(environ)
-        resp = _Response()
+        req = Request(environ)
+        resp = Response()
         hooks = self.hooks
         hooks.before(req)
 
