@@ -60,24 +60,23 @@ def _choice(choices):
     return _converter("choice", check)
 
 
-def _octal(value):
-    try:
-        number = int(value, 8)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 0o7777:
-        raise ValueError(f"expected octal permissions such as 660, got {value!r}")
-    return number
+def _octal_up_to(limit, example):
+    """An octal number from 0 to `limit` (file modes, umasks)."""
+
+    def check(value):
+        try:
+            number = int(value, 8)
+        except ValueError:
+            number = -1
+        if not 0 <= number <= limit:
+            raise ValueError(f"expected {example}, got {value!r}")
+        return number
+
+    return check
 
 
-def _umask(value):
-    try:
-        number = int(value, 8)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 0o777:
-        raise ValueError(f"expected an octal umask such as 022, got {value!r}")
-    return number
+_octal = _octal_up_to(0o7777, "octal permissions such as 660")
+_umask = _octal_up_to(0o777, "an octal umask such as 022")
 
 
 def _env_pair(value):
