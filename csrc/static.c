@@ -849,7 +849,8 @@ static int range_applies(const ps_request_t *r, ps_slice_t etag, time_t mtime)
     if (count > 1)
         return 0;
     v = trim(v);
-    if (v.len > 0 && (v.base[0] == '"' || v.base[0] == 'W'))
+    /* An entity tag starts with '"' or "W/"; a date may start with 'W' (Wed). */
+    if (v.len > 0 && (v.base[0] == '"' || (v.len > 1 && v.base[0] == 'W' && v.base[1] == '/')))
         return v.len == etag.len && memcmp(v.base, etag.base, v.len) == 0;
     time_t t;
     return parse_http_date(v, &t) == 0 && t == mtime;
