@@ -533,20 +533,22 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 
 /* Views an ASGI header list as slices into its bytes objects. *hs is a
  * stack array of room entries or a PyMem block the caller frees. Returns
- * the count, or -1 with an exception. */
+ * the count, or -1 with an exception (*hs as given: nothing to free). */
 static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra)
 {
     PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of pairs");
     if (seq == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    ps_header_t *given = *hs;
     if ((size_t)n + extra > room) {
-        *hs = PyMem_Malloc(((size_t)n + extra) * sizeof(ps_header_t));
-        if (*hs == NULL) {
+        ps_header_t *big = PyMem_Malloc(((size_t)n + extra) * sizeof(ps_header_t));
+        if (big == NULL) {
             Py_DECREF(seq);
             PyErr_NoMemory();
             return -1;
         }
+        *hs = big;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
@@ -573,6 +575,10 @@ static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room,
     Py_DECREF(seq);
     return n;
 error:
+    if (*hs != given) {
+        PyMem_Free(*hs);
+        *hs = given;
+    }
     Py_DECREF(seq);
     return -1;
 }

@@ -13,11 +13,16 @@
 /headers       accept with an extra response header
 /close-code    accept, close with 4001 "bye"
 /slow-reader?delay=D  accept, sleep D seconds before each receive, echo
+/bad-accept    200 websocket.accept with 20 headers and a bad one (each a TypeError), then
+               accept and send how much traced memory the failed ones kept
+/wait-for      receive() under asyncio.wait_for timing out, then echo (see the test)
 """
 
 import asyncio
+import gc
 import json
 import os
+import tracemalloc
 from urllib.parse import parse_qs
 
 EVENTS = os.environ.get("WS_TEST_EVENTS")
@@ -41,6 +46,26 @@ def _jsonable(scope):
         else:
             out[key] = value
     return out
+
+
+async def bad_accepts(send):
+    """Accepts after 200 refused accepts; returns the bytes of traced memory they kept."""
+    headers = [(b"x-h%d" % i, b"v") for i in range(20)] + [("str-name", b"v")]
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            try:
+                await send({"type": "websocket.accept", "headers": headers})
+            except TypeError:
+                pass
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    await send({"type": "websocket.accept"})
+    return kept
 
 
 async def app(scope, receive, send):
@@ -84,6 +109,10 @@ async def app(scope, receive, send):
         return
     if path == "/raise-before":
         raise RuntimeError("boom before accept")
+    if path == "/bad-accept":
+        await send({"type": "websocket.send", "text": str(await bad_accepts(send))})
+        await receive()
+        return
     accept = {"type": "websocket.accept"}
     if scope["subprotocols"]:
         accept["subprotocol"] = (
