@@ -125,6 +125,35 @@ def test_refused_accept_headers_leave_nothing_behind(srv):
     assert run(main()) < 20_000
 
 
+def test_receive_abandoned_by_wait_for(srv):
+    async def main():
+        async with websockets.connect(url(srv, "/wait-for")) as ws:
+            got = []
+            for text in ("a", "b"):
+                got.append(await ws.recv())
+                await ws.send(text)
+                got.append(await asyncio.wait_for(ws.recv(), 5))
+            return got
+
+    assert run(main()) == ["timed out", "1:a", "timed out", "2:b"]
+
+
+def test_send_abandoned_by_wait_for(srv):
+    sock, status, _, rest = handshake(srv.port, "/send-wait-for")
+    with sock:
+        assert status == 101
+        time.sleep(1.0)  # the app's send times out while nothing is read
+        reader, texts = Reader(sock, rest), []
+        while len(texts) < 2:
+            _, _, op, payload = reader.frame()
+            if op == OP_CLOSE:
+                break
+            if op == OP_TEXT:
+                texts.append(payload)
+        sock.sendall(close_frame(1000))
+    assert texts == [b"after", b"ok"]
+
+
 def test_close_before_accept_is_403(srv):
     async def main():
         with pytest.raises(InvalidStatus) as info:

@@ -233,23 +233,48 @@ static PyObject *new_future(ps_asgi_t *ctx)
 }
 
 /* Resolves *slot (a Future) with value unless it is done; clears the slot.
- * Never leaves an exception. Method names are interned: the type's method
- * cache only hits for the same name object. */
-static void resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+ * Returns 1 when value was delivered, 0 when there was no Future or it was
+ * done (cancelled: its task gave up waiting). Never leaves an exception.
+ * Method names are interned: the type's method cache only hits for the
+ * same name object. */
+static int resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
 {
     PyObject *fut = *slot;
+    int delivered = 0;
     if (fut == NULL)
-        return;
+        return 0;
     *slot = NULL;
     PyObject *done = PyObject_CallMethodNoArgs(fut, ctx->s[S_DONE]);
     if (done != NULL && done == Py_False) {
         PyObject *name = ctx->s[as_exception ? S_SET_EXCEPTION : S_SET_RESULT];
         PyObject *r = PyObject_CallMethodOneArg(fut, name, value);
+        delivered = r != NULL;
         Py_XDECREF(r);
     }
     Py_XDECREF(done);
     PyErr_Clear();
     Py_DECREF(fut);
+    return delivered;
+}
+
+/* The Future a receive() or send() waits on: the one in *slot while it is
+ * pending, else (none, or one cancelled by a wait_for that gave up) a new
+ * one put there. New reference or NULL. */
+static PyObject *waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    if (*slot != NULL) {
+        PyObject *done = PyObject_CallMethodNoArgs(*slot, ctx->s[S_DONE]);
+        if (done == NULL)
+            return NULL;
+        int pending = done == Py_False;
+        Py_DECREF(done);
+        if (pending)
+            return Py_NewRef(*slot);
+        Py_CLEAR(*slot);
+    }
+    if ((*slot = new_future(ctx)) == NULL)
+        return NULL;
+    return Py_NewRef(*slot);
 }
 
 static PyObject *message(ps_asgi_t *ctx, int type)
@@ -1199,14 +1224,14 @@ PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value)
     return ready(ctx, value);
 }
 
-PyObject *ps_asgi_future(ps_asgi_t *ctx)
+PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot)
 {
-    return new_future(ctx);
+    return waiter(ctx, slot);
 }
 
-void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
 {
-    resolve(ctx, slot, value, as_exception);
+    return resolve(ctx, slot, value, as_exception);
 }
 
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx)

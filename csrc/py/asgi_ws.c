@@ -294,21 +294,23 @@ PyObject *ps_asgi_ws_receive(ps_asgi_ws_t *ws)
         return ps_asgi_ready(ws->ctx, m);
     if (PyErr_Occurred())
         return NULL;
-    if (ws->receive_waiter == NULL && (ws->receive_waiter = ps_asgi_future(ws->ctx)) == NULL)
-        return NULL;
-    return Py_NewRef(ws->receive_waiter);
+    return ps_asgi_waiter(ws->ctx, &ws->receive_waiter);
 }
 
-/* A waiting receive() gets the next message, if there is one. */
+/* A waiting receive() gets the next message, if there is one. A message
+ * its cancelled Future could not take is the next receive()'s. */
 static void wake_receiver(ps_asgi_ws_t *ws)
 {
     if (ws->receive_waiter == NULL)
         return;
     PyObject *m = next_message(ws);
-    if (m) {
-        ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0);
-        Py_DECREF(m);
+    if (m && !ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0) && m != ws->last) {
+        if (ws->pending == NULL)
+            ws->pending = PyList_New(0);
+        if (ws->pending == NULL || PyList_Insert(ws->pending, 0, m) < 0)
+            PyErr_Clear(); /* out of memory: the message is lost */
     }
+    Py_XDECREF(m);
     PyErr_Clear();
 }
 
@@ -487,11 +489,8 @@ static PyObject *send_data(ps_asgi_ws_t *ws, PyObject *msg)
     }
     if (rc == PS_WRITE_DONE)
         return done(ws);
-    if (rc == PS_WRITE_PENDING) {
-        if (ws->send_waiter == NULL && (ws->send_waiter = ps_asgi_future(ws->ctx)) == NULL)
-            return NULL;
-        return Py_NewRef(ws->send_waiter);
-    }
+    if (rc == PS_WRITE_PENDING)
+        return ps_asgi_waiter(ws->ctx, &ws->send_waiter);
     if (rc == -ENOMEM)
         return PyErr_NoMemory();
     return disconnected(ws);

@@ -18,10 +18,12 @@ struct ps_asgi_ws_strings;
 
 /* An awaitable done with value (stolen; NULL passes an exception on). */
 PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value);
-/* A new asyncio Future of the loop. New reference or NULL. */
-PyObject *ps_asgi_future(ps_asgi_t *ctx);
-/* Resolves *slot (a Future) unless done, and clears it; never raises. */
-void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception);
+/* The Future in *slot while it is pending, else a new one put there (a
+ * wait_for that gave up cancelled the old one). New reference or NULL. */
+PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot);
+/* Resolves *slot (a Future) unless done, and clears it; never raises.
+ * Returns 1 when value was delivered, 0 when not (no Future, or done). */
+int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception);
 /* ClientDisconnected (borrowed). */
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx);
 /* Where asgi_ws.c keeps its interned strings, for the layer's lifetime. */

@@ -16,6 +16,8 @@
 /bad-accept    200 websocket.accept with 20 headers and a bad one (each a TypeError), then
                accept and send how much traced memory the failed ones kept
 /wait-for      receive() under asyncio.wait_for timing out, then echo (see the test)
+/send-wait-for send() under asyncio.wait_for timing out (a client that does not read), then
+               the texts "after" and "ok"
 """
 
 import asyncio
@@ -121,6 +123,33 @@ async def app(scope, receive, send):
     if path == "/headers":
         accept["headers"] = [(b"x-extra", b"1")]
     await send(accept)
+    if path == "/wait-for":
+        # A receive() given up on, then the client's message: it must not be
+        # lost, nor the next receive() fail with the abandoned one's cancellation.
+        for n in (1, 2):
+            try:
+                await asyncio.wait_for(receive(), 0.1)
+            except asyncio.TimeoutError:
+                pass
+            await send({"type": "websocket.send", "text": "timed out"})
+            if n == 1:
+                await asyncio.sleep(0.5)  # the message arrives meanwhile
+            message = await receive()
+            await send({"type": "websocket.send", "text": f"{n}:{message.get('text')}"})
+        await receive()
+        return
+    if path == "/send-wait-for":
+        # send() given up on while the client reads nothing, then two more sends.
+        chunk = b"x" * (1 << 20)
+        for _ in range(200):
+            try:
+                await asyncio.wait_for(send({"type": "websocket.send", "bytes": chunk}), 0.2)
+            except asyncio.TimeoutError:
+                break
+        await send({"type": "websocket.send", "text": "after"})
+        await send({"type": "websocket.send", "text": "ok"})
+        await receive()
+        return
     if path == "/raise-after":
         raise RuntimeError("boom after accept")
     if path == "/scope":
