@@ -257,6 +257,20 @@ static int resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exce
     return delivered;
 }
 
+/* A send() waiting on *slot learns the client is gone: ClientDisconnected.
+ * Never leaves an exception. */
+static void fail_waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    if (*slot == NULL)
+        return;
+    PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
+    if (exc) {
+        resolve(ctx, slot, exc, 1);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+}
+
 /* The Future a receive() or send() waits on: the one in *slot while it is
  * pending, else (none, or one cancelled by a wait_for that gave up) a new
  * one put there. New reference or NULL. */
@@ -315,15 +329,6 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
 static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
 {
     return ps_py_method(&ctx->cache, r);
-}
-
-static int set_new(PyObject *d, PyObject *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, key, value);
-    Py_DECREF(value);
-    return rc;
 }
 
 /* path (decoded UTF-8) and raw_path (as sent) both include the root path:
@@ -406,20 +411,20 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         path = PS_SLICE_LIT("/");
     int te = 0;
     if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
-        set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
+        ps_py_set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
         PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[r->http_minor & 1]) < 0 ||
-        set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
+        ps_py_set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
         PyDict_SetItem(scope, s[S_SCHEME], scheme) < 0 || add_paths(ctx, scope, path) < 0 ||
-        set_new(scope, s[S_QUERY_STRING],
-                PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
+        ps_py_set_new(scope, s[S_QUERY_STRING],
+                      PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
         PyDict_SetItem(scope, s[S_ROOT_PATH], ctx->root_path) < 0 ||
-        set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
+        ps_py_set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
         PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
         (ps_likely(r->target_host.base == NULL)
              ? PyDict_SetItem(scope, s[S_SERVER], a->server)
-             : set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
-        set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
-        (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
+             : ps_py_set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
+        ps_py_set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
+        (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
         Py_DECREF(scope);
         return NULL;
     }
@@ -487,14 +492,7 @@ static void lose(CycleObject *cycle)
     Py_INCREF(cycle);
     detach(cycle);
     wake_receiver(cycle);
-    if (cycle->send_waiter != NULL) {
-        PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
-        if (exc) {
-            resolve(ctx, &cycle->send_waiter, exc, 1);
-            Py_DECREF(exc);
-        }
-        PyErr_Clear();
-    }
+    fail_waiter(ctx, &cycle->send_waiter);
     if (cycle->sendfile_fd >= 0) {
         close(cycle->sendfile_fd);
         cycle->sendfile_fd = -1;
@@ -1232,6 +1230,11 @@ PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot)
 int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
 {
     return resolve(ctx, slot, value, as_exception);
+}
+
+void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    fail_waiter(ctx, slot);
 }
 
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx)

@@ -175,35 +175,38 @@ int ps_asgi_ws_accepted(const ps_asgi_ws_t *ws)
 
 /* ---- scope ---- */
 
+/* The client's subprotocols as a list of str. New reference or NULL. */
+static PyObject *subprotocols(const ps_asgi_ws_t *ws)
+{
+    PyObject *subs = PyList_New((Py_ssize_t)ws->hs.nsubprotocols);
+    if (subs == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < ws->hs.nsubprotocols; i++) {
+        ps_slice_t p = ws->hs.subprotocols[i];
+        PyObject *s = PyUnicode_DecodeLatin1(p.base, (Py_ssize_t)p.len, NULL);
+        if (s == NULL) {
+            Py_DECREF(subs);
+            return NULL;
+        }
+        PyList_SET_ITEM(subs, i, s);
+    }
+    return subs;
+}
+
 int ps_asgi_ws_scope(ps_asgi_ws_t *ws, PyObject *scope)
 {
     PyObject *scheme = PyDict_GetItemWithError(scope, S(ws, W_SCHEME)); /* borrowed */
     if (scheme == NULL && PyErr_Occurred())
         return -1;
     int secure = scheme && PyUnicode_Compare(scheme, S(ws, W_HTTPS)) == 0;
-    PyObject *subs = PyList_New((Py_ssize_t)ws->hs.nsubprotocols);
-    if (subs == NULL)
+    if (PyDict_SetItem(scope, S(ws, W_TYPE), S(ws, W_WEBSOCKET)) < 0 ||
+        PyDict_SetItem(scope, S(ws, W_SCHEME), S(ws, secure ? W_WSS : W_WS)) < 0 ||
+        ps_py_set_new(scope, S(ws, W_SUBPROTOCOLS), subprotocols(ws)) < 0 ||
+        ps_py_set_new(scope, S(ws, W_EXTENSIONS), PyDict_Copy(ws->str->extensions)) < 0)
         return -1;
-    for (uint32_t i = 0; i < ws->hs.nsubprotocols; i++) {
-        ps_slice_t p = ws->hs.subprotocols[i];
-        PyObject *s = PyUnicode_DecodeLatin1(p.base, (Py_ssize_t)p.len, NULL);
-        if (s == NULL) {
-            Py_DECREF(subs);
-            return -1;
-        }
-        PyList_SET_ITEM(subs, i, s);
-    }
-    PyObject *ext = PyDict_Copy(ws->str->extensions);
-    int rc = -1;
-    if (ext != NULL && PyDict_SetItem(scope, S(ws, W_TYPE), S(ws, W_WEBSOCKET)) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_SCHEME), S(ws, secure ? W_WSS : W_WS)) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_SUBPROTOCOLS), subs) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_EXTENSIONS), ext) == 0 &&
-        (PyDict_DelItem(scope, S(ws, W_METHOD)) == 0 || (PyErr_Clear(), 1)))
-        rc = 0;
-    Py_DECREF(subs);
-    Py_XDECREF(ext);
-    return rc;
+    if (PyDict_DelItem(scope, S(ws, W_METHOD)) < 0) /* not in a websocket scope */
+        PyErr_Clear();
+    return 0;
 }
 
 /* ---- messages ---- */
@@ -216,23 +219,14 @@ static PyObject *type_message(ps_asgi_ws_t *ws, int type)
     return m;
 }
 
-static int set_new(PyObject *d, PyObject *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, key, value);
-    Py_DECREF(value);
-    return rc;
-}
-
 static PyObject *disconnect_message(ps_asgi_ws_t *ws, unsigned code, ps_slice_t reason)
 {
     PyObject *m = type_message(ws, W_DISCONNECT);
     if (m == NULL)
         return NULL;
-    if (set_new(m, S(ws, W_CODE), PyLong_FromUnsignedLong(code)) < 0 ||
-        set_new(m, S(ws, W_REASON),
-                PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "replace")) < 0)
+    if (ps_py_set_new(m, S(ws, W_CODE), PyLong_FromUnsignedLong(code)) < 0 ||
+        ps_py_set_new(m, S(ws, W_REASON),
+                      PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "replace")) < 0)
         Py_CLEAR(m);
     return m;
 }
@@ -251,11 +245,11 @@ static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
         return NULL;
     int rc;
     if (ev->type == PS_WS_EV_TEXT)
-        rc = set_new(m, S(ws, W_TEXT),
-                     PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
+        rc = ps_py_set_new(m, S(ws, W_TEXT),
+                           PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
     else
-        rc = set_new(m, S(ws, W_BYTES),
-                     PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
+        rc = ps_py_set_new(m, S(ws, W_BYTES),
+                           PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
     if (rc < 0)
         Py_CLEAR(m);
     return m;
@@ -314,19 +308,6 @@ static void wake_receiver(ps_asgi_ws_t *ws)
     PyErr_Clear();
 }
 
-static void fail_sender(ps_asgi_ws_t *ws)
-{
-    if (ws->send_waiter == NULL)
-        return;
-    PyObject *exc =
-        PyObject_CallFunction(ps_asgi_disconnected_error(ws->ctx), "s", "the client disconnected");
-    if (exc) {
-        ps_asgi_resolve(ws->ctx, &ws->send_waiter, exc, 1);
-        Py_DECREF(exc);
-    }
-    PyErr_Clear();
-}
-
 static void on_events(ps_wsconn_t *wc, void *data)
 {
     PS_UNUSED(wc);
@@ -376,7 +357,7 @@ void ps_asgi_ws_lost(ps_asgi_ws_t *ws)
     }
     ps_asgi_ws_detached(ws);
     wake_receiver(ws);
-    fail_sender(ws);
+    ps_asgi_fail_waiter(ws->ctx, &ws->send_waiter);
 }
 
 void ps_asgi_ws_detached(ps_asgi_ws_t *ws)

@@ -24,6 +24,9 @@ PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot);
 /* Resolves *slot (a Future) unless done, and clears it; never raises.
  * Returns 1 when value was delivered, 0 when not (no Future, or done). */
 int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception);
+/* Fails *slot (a Future, or NULL) with ClientDisconnected and clears it;
+ * never raises. */
+void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot);
 /* ClientDisconnected (borrowed). */
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx);
 /* Where asgi_ws.c keeps its interned strings, for the layer's lifetime. */
