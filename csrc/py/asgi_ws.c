@@ -77,7 +77,7 @@ struct ps_asgi_ws {
     ps_ws_handshake_t hs;
     PyObject *receive_waiter;
     PyObject *send_waiter;
-    PyObject *pending; /* list: messages left when the connection went away */
+    PyObject *pending; /* list: messages left when the connection went away, or not taken */
     PyObject *last;    /* the websocket.disconnect receive() returns from then on */
     unsigned connect_sent : 1;
     unsigned accepted : 1;
@@ -255,6 +255,15 @@ static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
     return m;
 }
 
+/* Keeps m for receive(), before (first) or after the messages held.
+ * Returns 0 or -1 with an exception. */
+static int hold(ps_asgi_ws_t *ws, PyObject *m, int first)
+{
+    if (ws->pending == NULL && (ws->pending = PyList_New(0)) == NULL)
+        return -1;
+    return first ? PyList_Insert(ws->pending, 0, m) : PyList_Append(ws->pending, m);
+}
+
 /* The next message receive() returns without waiting, or NULL (no
  * exception) when it must wait. */
 static PyObject *next_message(ps_asgi_ws_t *ws)
@@ -298,12 +307,8 @@ static void wake_receiver(ps_asgi_ws_t *ws)
     if (ws->receive_waiter == NULL)
         return;
     PyObject *m = next_message(ws);
-    if (m && !ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0) && m != ws->last) {
-        if (ws->pending == NULL)
-            ws->pending = PyList_New(0);
-        if (ws->pending == NULL || PyList_Insert(ws->pending, 0, m) < 0)
-            PyErr_Clear(); /* out of memory: the message is lost */
-    }
+    if (m && !ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0) && m != ws->last)
+        hold(ws, m, 1); /* out of memory: the message is lost */
     Py_XDECREF(m);
     PyErr_Clear();
 }
@@ -326,34 +331,18 @@ static const ps_wsconn_ops_t ws_ops = {.on_events = on_events, .on_writable = on
 void ps_asgi_ws_lost(ps_asgi_ws_t *ws)
 {
     if (ws->wc && ws->last == NULL) {
+        /* Until a close event (event_message makes it ws->last). */
         ps_ws_event_t ev;
-        int closed = 0;
-        if (ws->pending == NULL)
-            ws->pending = PyList_New(0);
-        while (ws->pending && ps_wsconn_next_event(ws->wc, &ev)) {
+        while (ws->last == NULL && ps_wsconn_next_event(ws->wc, &ev)) {
             PyObject *m = event_message(ws, &ev);
-            if (m == NULL || PyList_Append(ws->pending, m) < 0) {
-                Py_XDECREF(m);
-                PyErr_Clear();
+            int rc = m && m != ws->last ? hold(ws, m, 0) : 0;
+            Py_XDECREF(m);
+            if (m == NULL || rc < 0)
                 break;
-            }
-            Py_DECREF(m);
-            if (ev.type == PS_WS_EV_CLOSE) {
-                closed = 1;
-                break;
-            }
         }
-        if (!closed) {
-            Py_CLEAR(ws->last); /* a message that failed above */
+        if (ws->last == NULL)
             ws->last = disconnect_message(ws, ps_wsconn_final_code(ws->wc), (ps_slice_t){"", 0});
-            PyErr_Clear();
-        } else {
-            Py_CLEAR(ws->last); /* it is in pending; then it is the last */
-            PyObject *tail = PyList_GET_ITEM(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
-            ws->last = Py_NewRef(tail);
-            PySequence_DelItem(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
-            PyErr_Clear();
-        }
+        PyErr_Clear();
     }
     ps_asgi_ws_detached(ws);
     wake_receiver(ws);
