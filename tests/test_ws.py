@@ -154,6 +154,19 @@ def test_send_abandoned_by_wait_for(srv):
     assert texts == [b"after", b"ok"]
 
 
+def test_accept_headers_from_a_generator(srv):
+    # The pairs exist only in the list made from the generator: they must outlive the
+    # writing of the 101 (a 300 KB value is unmapped as soon as it is freed).
+    size = 300_000
+    sock, status, head, _ = handshake(srv.port, f"/generated-headers?size={size}")
+    with sock:
+        assert status == 101
+        values = [line.split(": ", 1) for line in head.split("\r\n")[1:]]
+        gen = {name.lower(): value for name, value in values if name.lower().startswith("x-gen")}
+        sock.sendall(close_frame(1000))
+    assert gen == {"x-gen-0": "v" * size, "x-gen-1": "v" * size}
+
+
 def test_close_before_accept_is_403(srv):
     async def main():
         with pytest.raises(InvalidStatus) as info:

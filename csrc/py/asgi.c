@@ -554,12 +554,17 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 
 /* ---- send() ---- */
 
-/* Views an ASGI header list as slices into its bytes objects. *hs is a
- * stack array of room entries or a PyMem block the caller frees. Returns
- * the count, or -1 with an exception (*hs as given: nothing to free). */
-static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra)
+/* Views an ASGI header list (any iterable of pairs) as slices into its
+ * bytes objects. *hs is a stack array of room entries or a PyMem block the
+ * caller frees. *keep holds the pairs (a list made from an iterator is
+ * their only owner): a new reference the caller drops once done with the
+ * slices. Returns the count, or -1 with an exception (*hs as given:
+ * nothing to free; *keep NULL). */
+static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra,
+                               PyObject **keep)
 {
     PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of pairs");
+    *keep = NULL;
     if (seq == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -593,9 +598,7 @@ static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room,
         (*hs)[i].name = (ps_slice_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name)};
         (*hs)[i].value = (ps_slice_t){PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value)};
     }
-    /* The slices point into objects the message (held by the caller) keeps
-     * alive; seq only adds a reference to a list or tuple we read. */
-    Py_DECREF(seq);
+    *keep = seq;
     return n;
 error:
     if (*hs != given) {
@@ -630,7 +633,8 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
 {
     ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
     char status_line[64], length_text[24];
-    Py_ssize_t n = view_headers(self->headers, &hs, MAX_STACK_HEADERS + 1, 1);
+    PyObject *keep;
+    Py_ssize_t n = view_headers(self->headers, &hs, MAX_STACK_HEADERS + 1, 1, &keep);
     if (n < 0)
         return -EINVAL;
     int st = self->status;
@@ -652,6 +656,7 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
         ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)
         PyMem_Free(hs);
+    Py_DECREF(keep);
     if (rc == -EINVAL)
         PyErr_Format(PyExc_ValueError, "invalid status or header in http.response.start: %d %R", st,
                      self->headers);
@@ -811,7 +816,8 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
         return NULL;
     }
     ps_header_t stack[MAX_STACK_HEADERS], *hs = stack;
-    Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0) : 0;
+    PyObject *keep = NULL;
+    Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0, &keep) : 0;
     if (n < 0)
         return NULL;
     ps_exchange_t *x = self->x;
@@ -823,6 +829,7 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
         PyMem_Free(hs);
+    Py_XDECREF(keep);
     Py_DECREF(self);
     if (rc < 0) {
         PyErr_SetString(PyExc_ValueError, "invalid trailer field");
@@ -1247,9 +1254,9 @@ struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx)
     return &ctx->ws_strings;
 }
 
-Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room)
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room, PyObject **keep)
 {
-    return view_headers(headers, hs, room, 0);
+    return view_headers(headers, hs, room, 0, keep);
 }
 
 void ps_asgi_cycle_log(PyObject *cycle, int status)

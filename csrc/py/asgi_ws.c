@@ -403,13 +403,16 @@ static PyObject *send_accept(ps_asgi_ws_t *ws, PyObject *msg)
     if (headers == NULL && PyErr_Occurred())
         return NULL;
     ps_header_t stack[16], *hs = stack;
-    Py_ssize_t n = headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16) : 0;
+    PyObject *keep = NULL;
+    Py_ssize_t n =
+        headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16, &keep) : 0;
     if (n < 0)
         return NULL;
     int rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
                               (size_t)n, &ws_ops, ws);
     if (hs != stack)
         PyMem_Free(hs);
+    Py_XDECREF(keep);
     if (rc == -EINVAL) {
         PyErr_Format(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
         return NULL;

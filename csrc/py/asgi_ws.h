@@ -31,8 +31,9 @@ void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot);
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx);
 /* Where asgi_ws.c keeps its interned strings, for the layer's lifetime. */
 struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx);
-/* An ASGI header list as slices (see asgi.c's view_headers). */
-Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room);
+/* An ASGI header list as slices (see asgi.c's view_headers): drop *keep
+ * once done with them. */
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room, PyObject **keep);
 /* One access-log line for the cycle's request with status. */
 void ps_asgi_cycle_log(PyObject *cycle, int status);
 /* Answers the request with a canned status (403, 500), logs it and

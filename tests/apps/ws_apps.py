@@ -11,6 +11,7 @@
 /disconnect    accept, then wait for websocket.disconnect; write "CODE REASON" to
                the file named by WS_TEST_EVENTS
 /headers       accept with an extra response header
+/generated-headers?size=S  accept with two headers of S bytes from a generator, then echo
 /close-code    accept, close with 4001 "bye"
 /slow-reader?delay=D  accept, sleep D seconds before each receive, echo
 /bad-accept    200 websocket.accept with 20 headers and a bad one (each a TypeError), then
@@ -122,6 +123,9 @@ async def app(scope, receive, send):
         )
     if path == "/headers":
         accept["headers"] = [(b"x-extra", b"1")]
+    if path == "/generated-headers":  # fresh pairs from an iterator, one value big
+        size = int(query.get("size", "300000"))
+        accept["headers"] = ((b"x-gen-%d" % i, b"v" * size) for i in range(2))
     await send(accept)
     if path == "/wait-for":
         # A receive() given up on, then the client's message: it must not be
