@@ -167,6 +167,20 @@ def test_accept_headers_from_a_generator(srv):
     assert gen == {"x-gen-0": "v" * size, "x-gen-1": "v" * size}
 
 
+def test_accept_reads_the_subprotocol_after_the_headers(srv):
+    # Iterating the headers runs the app's code, which may change the message: the
+    # subprotocol is read after it (it used to be a pointer into a str freed by then).
+    sock, status, head, _ = handshake(
+        srv.port, "/sub-popped", headers={"Sec-WebSocket-Protocol": "chat"}
+    )
+    with sock:
+        assert status == 101
+        sock.sendall(close_frame(1000))
+    lines = [line.lower() for line in head.split("\r\n")]
+    assert "x-popped: 1" in lines
+    assert not [line for line in lines if line.startswith("sec-websocket-protocol")]
+
+
 def test_close_before_accept_is_403(srv):
     async def main():
         with pytest.raises(InvalidStatus) as info:

@@ -393,12 +393,8 @@ static PyObject *send_accept(ps_asgi_ws_t *ws, PyObject *msg)
         PyErr_SetString(PyExc_RuntimeError, "websocket.accept after the handshake was answered");
         return NULL;
     }
-    if (ws->x == NULL)
-        return disconnected(ws);
-    const char *sub;
-    Py_ssize_t sublen;
-    if (get_text(msg, S(ws, W_SUBPROTOCOL), &sub, &sublen) < 0)
-        return NULL;
+    /* The headers first: an iterable of them runs Python, which could take
+     * the subprotocol out of msg or the client away. */
     PyObject *headers = PyDict_GetItemWithError(msg, S(ws, W_HEADERS));
     if (headers == NULL && PyErr_Occurred())
         return NULL;
@@ -408,19 +404,26 @@ static PyObject *send_accept(ps_asgi_ws_t *ws, PyObject *msg)
         headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16, &keep) : 0;
     if (n < 0)
         return NULL;
-    int rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
+    const char *sub;
+    Py_ssize_t sublen;
+    int rc = -EPIPE;
+    if (get_text(msg, S(ws, W_SUBPROTOCOL), &sub, &sublen) < 0)
+        goto release;
+    if (ws->x != NULL)
+        rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
                               (size_t)n, &ws_ops, ws);
+    if (rc == -EINVAL)
+        PyErr_SetString(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
+    else if (rc == -ENOMEM)
+        PyErr_NoMemory();
+    else if (rc < 0)
+        disconnected(ws);
+release:
     if (hs != stack)
         PyMem_Free(hs);
     Py_XDECREF(keep);
-    if (rc == -EINVAL) {
-        PyErr_Format(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
-        return NULL;
-    }
-    if (rc == -ENOMEM)
-        return PyErr_NoMemory();
     if (rc < 0)
-        return disconnected(ws);
+        return NULL;
     ws->accepted = 1;
     ws->wc = ps_wsconn_of(ws->x);
     ps_asgi_cycle_log(ws->cycle, 101);

@@ -11,6 +11,7 @@
 /disconnect    accept, then wait for websocket.disconnect; write "CODE REASON" to
                the file named by WS_TEST_EVENTS
 /headers       accept with an extra response header
+/sub-popped    accept with a subprotocol that the headers' generator removes from the message
 /generated-headers?size=S  accept with two headers of S bytes from a generator, then echo
 /close-code    accept, close with 4001 "bye"
 /slow-reader?delay=D  accept, sleep D seconds before each receive, echo
@@ -123,6 +124,14 @@ async def app(scope, receive, send):
         )
     if path == "/headers":
         accept["headers"] = [(b"x-extra", b"1")]
+    if path == "/sub-popped":  # the header iterator takes the (fresh) subprotocol away
+
+        def popping():
+            accept.pop("subprotocol")
+            yield (b"x-popped", b"1")
+
+        accept["subprotocol"] = "".join(["ch", "at"])
+        accept["headers"] = popping()
     if path == "/generated-headers":  # fresh pairs from an iterator, one value big
         size = int(query.get("size", "300000"))
         accept["headers"] = ((b"x-gen-%d" % i, b"v" * size) for i in range(2))
