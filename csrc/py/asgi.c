@@ -895,6 +895,11 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
             PyErr_SetString(PyExc_KeyError, "the message has no type");
         return NULL;
     }
+    if (!PyUnicode_Check(type)) { /* else each PyUnicode_Compare below would raise */
+        PyErr_Format(PyExc_TypeError, "the message type must be str, not %.100s",
+                     Py_TYPE(type)->tp_name);
+        return NULL;
+    }
     if (self->ws)
         return ps_asgi_ws_send(self->ws, type, msg);
     if (self->complete) {
