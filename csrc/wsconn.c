@@ -35,6 +35,7 @@ struct ps_wsconn {
     ev_tstamp pong_deadline;   /* 0: no ping outstanding */
     ev_tstamp close_deadline;  /* our close frame waits for the peer's until then */
     ev_tstamp linger_deadline; /* draining input before the TCP close */
+    ev_tstamp armed;           /* the deadline the timer runs for; 0: stopped */
     uint32_t pongs_at_ping;
     uint32_t ping_seq;
     uint16_t final_code;
@@ -72,6 +73,10 @@ static void rearm(ps_wsconn_t *wc)
     for (int i = 0; i < 4; i++)
         if (d[i] > 0 && (at == 0 || d[i] < at))
             at = d[i];
+    /* Most reads and writes leave the deadlines as they were. */
+    if (at == wc->armed && (at > 0) == (ev_is_active(&c->timer) != 0))
+        return;
+    wc->armed = at;
     ev_timer_stop(loop, &c->timer);
     if (at > 0) {
         ev_timer_set(&c->timer, PS_MAX(at - ev_now(loop), 1e-3), 0);

@@ -469,6 +469,17 @@ def test_pathsend_sends_a_20mib_file(srv, tmp_path):
         assert conn.request("GET", "/hello").body == b"hello world"
 
 
+def test_response_headers_from_a_generator(srv):
+    """The pairs exist only in the list made from the generator: they must outlive the
+    writing of the head (a 300 KB value is unmapped as soon as it is freed)."""
+    size = 300_000
+    response = fetch(srv.port, "GET", f"/generated-headers?size={size}")
+    assert response.status == 200, response
+    assert response.header("x-gen-0") == "v" * size
+    assert response.header("x-gen-1") == "v" * size
+    assert response.body == b"ok"
+
+
 def test_early_hint_sends_103_before_the_final_response(srv):
     """uvicorn: fails by design (no http.response.early_hint on HTTP/1.1)."""
     with srv.connect() as conn:

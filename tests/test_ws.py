@@ -115,6 +115,72 @@ def test_subprotocol_choice_and_accept_headers(srv):
     assert run(main()) == ("b", "1", None)
 
 
+def test_refused_accept_headers_leave_nothing_behind(srv):
+    # 200 accepts whose 21 headers do not fit the stack array and hold a str
+    # name: each one's header array used to stay allocated (about 670 bytes).
+    async def main():
+        async with websockets.connect(url(srv, "/bad-accept")) as ws:
+            return int(await ws.recv())
+
+    assert run(main()) < 20_000
+
+
+def test_receive_abandoned_by_wait_for(srv):
+    async def main():
+        async with websockets.connect(url(srv, "/wait-for")) as ws:
+            got = []
+            for text in ("a", "b"):
+                got.append(await ws.recv())
+                await ws.send(text)
+                got.append(await asyncio.wait_for(ws.recv(), 5))
+            return got
+
+    assert run(main()) == ["timed out", "1:a", "timed out", "2:b"]
+
+
+def test_send_abandoned_by_wait_for(srv):
+    sock, status, _, rest = handshake(srv.port, "/send-wait-for")
+    with sock:
+        assert status == 101
+        time.sleep(1.0)  # the app's send times out while nothing is read
+        reader, texts = Reader(sock, rest), []
+        while len(texts) < 2:
+            _, _, op, payload = reader.frame()
+            if op == OP_CLOSE:
+                break
+            if op == OP_TEXT:
+                texts.append(payload)
+        sock.sendall(close_frame(1000))
+    assert texts == [b"after", b"ok"]
+
+
+def test_accept_headers_from_a_generator(srv):
+    # The pairs exist only in the list made from the generator: they must outlive the
+    # writing of the 101 (a 300 KB value is unmapped as soon as it is freed).
+    size = 300_000
+    sock, status, head, _ = handshake(srv.port, f"/generated-headers?size={size}")
+    with sock:
+        assert status == 101
+        values = [line.split(": ", 1) for line in head.split("\r\n")[1:]]
+        gen = {name.lower(): value for name, value in values if name.lower().startswith("x-gen")}
+        sock.sendall(close_frame(1000))
+    assert gen == {"x-gen-0": "v" * size, "x-gen-1": "v" * size}
+
+
+def test_accept_reads_the_subprotocol_after_the_headers(srv):
+    # Iterating the headers runs the app's code, which may change the message: the
+    # subprotocol is read after it (it used to be a pointer into a str freed by then).
+    sock, status, head, _ = handshake(
+        srv.port, "/sub-popped", headers={"Sec-WebSocket-Protocol": "chat"}
+    )
+    with sock:
+        assert status == 101
+        sock.sendall(close_frame(1000))
+    lines = [line.lower() for line in head.split("\r\n")]
+    assert "x-popped: 1" in lines
+    assert not [line for line in lines if line.startswith("sec-websocket-protocol")]
+
+
 def test_close_before_accept_is_403(srv):
     async def main():
         with pytest.raises(InvalidStatus) as info:

@@ -233,23 +233,62 @@ static PyObject *new_future(ps_asgi_t *ctx)
 }
 
 /* Resolves *slot (a Future) with value unless it is done; clears the slot.
- * Never leaves an exception. Method names are interned: the type's method
- * cache only hits for the same name object. */
-static void resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+ * Returns 1 when value was delivered, 0 when there was no Future or it was
+ * done (cancelled: its task gave up waiting). Never leaves an exception.
+ * Method names are interned: the type's method cache only hits for the
+ * same name object. */
+static int resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
 {
     PyObject *fut = *slot;
+    int delivered = 0;
     if (fut == NULL)
-        return;
+        return 0;
     *slot = NULL;
     PyObject *done = PyObject_CallMethodNoArgs(fut, ctx->s[S_DONE]);
     if (done != NULL && done == Py_False) {
         PyObject *name = ctx->s[as_exception ? S_SET_EXCEPTION : S_SET_RESULT];
         PyObject *r = PyObject_CallMethodOneArg(fut, name, value);
+        delivered = r != NULL;
         Py_XDECREF(r);
     }
     Py_XDECREF(done);
     PyErr_Clear();
     Py_DECREF(fut);
+    return delivered;
+}
+
+/* A send() waiting on *slot learns the client is gone: ClientDisconnected.
+ * Never leaves an exception. */
+static void fail_waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    if (*slot == NULL)
+        return;
+    PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
+    if (exc) {
+        resolve(ctx, slot, exc, 1);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+}
+
+/* The Future a receive() or send() waits on: the one in *slot while it is
+ * pending, else (none, or one cancelled by a wait_for that gave up) a new
+ * one put there. New reference or NULL. */
+static PyObject *waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    if (*slot != NULL) {
+        PyObject *done = PyObject_CallMethodNoArgs(*slot, ctx->s[S_DONE]);
+        if (done == NULL)
+            return NULL;
+        int pending = done == Py_False;
+        Py_DECREF(done);
+        if (pending)
+            return Py_NewRef(*slot);
+        Py_CLEAR(*slot);
+    }
+    if ((*slot = new_future(ctx)) == NULL)
+        return NULL;
+    return Py_NewRef(*slot);
 }
 
 static PyObject *message(ps_asgi_t *ctx, int type)
@@ -290,15 +329,6 @@ static PyObject *build_headers(ps_asgi_t *ctx, const ps_request_t *r, int *te_tr
 static PyObject *method_str(ps_asgi_t *ctx, const ps_request_t *r)
 {
     return ps_py_method(&ctx->cache, r);
-}
-
-static int set_new(PyObject *d, PyObject *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, key, value);
-    Py_DECREF(value);
-    return rc;
 }
 
 /* path (decoded UTF-8) and raw_path (as sent) both include the root path:
@@ -381,20 +411,20 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         path = PS_SLICE_LIT("/");
     int te = 0;
     if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
-        set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
+        ps_py_set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
         PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[r->http_minor & 1]) < 0 ||
-        set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
+        ps_py_set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
         PyDict_SetItem(scope, s[S_SCHEME], scheme) < 0 || add_paths(ctx, scope, path) < 0 ||
-        set_new(scope, s[S_QUERY_STRING],
-                PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
+        ps_py_set_new(scope, s[S_QUERY_STRING],
+                      PyBytes_FromStringAndSize(query.base, (Py_ssize_t)query.len)) < 0 ||
         PyDict_SetItem(scope, s[S_ROOT_PATH], ctx->root_path) < 0 ||
-        set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
+        ps_py_set_new(scope, s[S_HEADERS], build_headers(ctx, r, &te)) < 0 ||
         PyDict_SetItem(scope, s[S_CLIENT], client) < 0 ||
         (ps_likely(r->target_host.base == NULL)
              ? PyDict_SetItem(scope, s[S_SERVER], a->server)
-             : set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
-        set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
-        (ctx->state && set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
+             : ps_py_set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
+        ps_py_set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
+        (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
         Py_DECREF(scope);
         return NULL;
     }
@@ -462,14 +492,7 @@ static void lose(CycleObject *cycle)
     Py_INCREF(cycle);
     detach(cycle);
     wake_receiver(cycle);
-    if (cycle->send_waiter != NULL) {
-        PyObject *exc = PyObject_CallFunction(ctx->disconnected, "s", "the client disconnected");
-        if (exc) {
-            resolve(ctx, &cycle->send_waiter, exc, 1);
-            Py_DECREF(exc);
-        }
-        PyErr_Clear();
-    }
+    fail_waiter(ctx, &cycle->send_waiter);
     if (cycle->sendfile_fd >= 0) {
         close(cycle->sendfile_fd);
         cycle->sendfile_fd = -1;
@@ -531,22 +554,29 @@ static PyObject *Cycle_receive(PyObject *op, PyObject *unused)
 
 /* ---- send() ---- */
 
-/* Views an ASGI header list as slices into its bytes objects. *hs is a
- * stack array of room entries or a PyMem block the caller frees. Returns
- * the count, or -1 with an exception. */
-static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra)
+/* Views an ASGI header list (any iterable of pairs) as slices into its
+ * bytes objects. *hs is a stack array of room entries or a PyMem block the
+ * caller frees. *keep holds the pairs (a list made from an iterator is
+ * their only owner): a new reference the caller drops once done with the
+ * slices. Returns the count, or -1 with an exception (*hs as given:
+ * nothing to free; *keep NULL). */
+static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room, size_t extra,
+                               PyObject **keep)
 {
     PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of pairs");
+    *keep = NULL;
     if (seq == NULL)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    ps_header_t *given = *hs;
     if ((size_t)n + extra > room) {
-        *hs = PyMem_Malloc(((size_t)n + extra) * sizeof(ps_header_t));
-        if (*hs == NULL) {
+        ps_header_t *big = PyMem_Malloc(((size_t)n + extra) * sizeof(ps_header_t));
+        if (big == NULL) {
             Py_DECREF(seq);
             PyErr_NoMemory();
             return -1;
         }
+        *hs = big;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
@@ -568,11 +598,13 @@ static Py_ssize_t view_headers(PyObject *headers, ps_header_t **hs, size_t room,
         (*hs)[i].name = (ps_slice_t){PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name)};
         (*hs)[i].value = (ps_slice_t){PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value)};
     }
-    /* The slices point into objects the message (held by the caller) keeps
-     * alive; seq only adds a reference to a list or tuple we read. */
-    Py_DECREF(seq);
+    *keep = seq;
     return n;
 error:
+    if (*hs != given) {
+        PyMem_Free(*hs);
+        *hs = given;
+    }
     Py_DECREF(seq);
     return -1;
 }
@@ -601,7 +633,8 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
 {
     ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
     char status_line[64], length_text[24];
-    Py_ssize_t n = view_headers(self->headers, &hs, MAX_STACK_HEADERS + 1, 1);
+    PyObject *keep;
+    Py_ssize_t n = view_headers(self->headers, &hs, MAX_STACK_HEADERS + 1, 1, &keep);
     if (n < 0)
         return -EINVAL;
     int st = self->status;
@@ -623,6 +656,7 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
         ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)
         PyMem_Free(hs);
+    Py_DECREF(keep);
     if (rc == -EINVAL)
         PyErr_Format(PyExc_ValueError, "invalid status or header in http.response.start: %d %R", st,
                      self->headers);
@@ -782,7 +816,8 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
         return NULL;
     }
     ps_header_t stack[MAX_STACK_HEADERS], *hs = stack;
-    Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0) : 0;
+    PyObject *keep = NULL;
+    Py_ssize_t n = headers ? view_headers(headers, &hs, MAX_STACK_HEADERS, 0, &keep) : 0;
     if (n < 0)
         return NULL;
     ps_exchange_t *x = self->x;
@@ -794,6 +829,7 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
         PyMem_Free(hs);
+    Py_XDECREF(keep);
     Py_DECREF(self);
     if (rc < 0) {
         PyErr_SetString(PyExc_ValueError, "invalid trailer field");
@@ -857,6 +893,11 @@ static PyObject *Cycle_send(PyObject *op, PyObject *msg)
     if (type == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_KeyError, "the message has no type");
+        return NULL;
+    }
+    if (!PyUnicode_Check(type)) { /* else each PyUnicode_Compare below would raise */
+        PyErr_Format(PyExc_TypeError, "the message type must be str, not %.100s",
+                     Py_TYPE(type)->tp_name);
         return NULL;
     }
     if (self->ws)
@@ -1193,14 +1234,19 @@ PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value)
     return ready(ctx, value);
 }
 
-PyObject *ps_asgi_future(ps_asgi_t *ctx)
+PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot)
 {
-    return new_future(ctx);
+    return waiter(ctx, slot);
 }
 
-void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
+int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception)
 {
-    resolve(ctx, slot, value, as_exception);
+    return resolve(ctx, slot, value, as_exception);
+}
+
+void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot)
+{
+    fail_waiter(ctx, slot);
 }
 
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx)
@@ -1213,9 +1259,9 @@ struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx)
     return &ctx->ws_strings;
 }
 
-Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room)
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room, PyObject **keep)
 {
-    return view_headers(headers, hs, room, 0);
+    return view_headers(headers, hs, room, 0, keep);
 }
 
 void ps_asgi_cycle_log(PyObject *cycle, int status)

@@ -77,7 +77,7 @@ struct ps_asgi_ws {
     ps_ws_handshake_t hs;
     PyObject *receive_waiter;
     PyObject *send_waiter;
-    PyObject *pending; /* list: messages left when the connection went away */
+    PyObject *pending; /* list: messages left when the connection went away, or not taken */
     PyObject *last;    /* the websocket.disconnect receive() returns from then on */
     unsigned connect_sent : 1;
     unsigned accepted : 1;
@@ -175,35 +175,38 @@ int ps_asgi_ws_accepted(const ps_asgi_ws_t *ws)
 
 /* ---- scope ---- */
 
+/* The client's subprotocols as a list of str. New reference or NULL. */
+static PyObject *subprotocols(const ps_asgi_ws_t *ws)
+{
+    PyObject *subs = PyList_New((Py_ssize_t)ws->hs.nsubprotocols);
+    if (subs == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < ws->hs.nsubprotocols; i++) {
+        ps_slice_t p = ws->hs.subprotocols[i];
+        PyObject *s = PyUnicode_DecodeLatin1(p.base, (Py_ssize_t)p.len, NULL);
+        if (s == NULL) {
+            Py_DECREF(subs);
+            return NULL;
+        }
+        PyList_SET_ITEM(subs, i, s);
+    }
+    return subs;
+}
+
 int ps_asgi_ws_scope(ps_asgi_ws_t *ws, PyObject *scope)
 {
     PyObject *scheme = PyDict_GetItemWithError(scope, S(ws, W_SCHEME)); /* borrowed */
     if (scheme == NULL && PyErr_Occurred())
         return -1;
     int secure = scheme && PyUnicode_Compare(scheme, S(ws, W_HTTPS)) == 0;
-    PyObject *subs = PyList_New((Py_ssize_t)ws->hs.nsubprotocols);
-    if (subs == NULL)
+    if (PyDict_SetItem(scope, S(ws, W_TYPE), S(ws, W_WEBSOCKET)) < 0 ||
+        PyDict_SetItem(scope, S(ws, W_SCHEME), S(ws, secure ? W_WSS : W_WS)) < 0 ||
+        ps_py_set_new(scope, S(ws, W_SUBPROTOCOLS), subprotocols(ws)) < 0 ||
+        ps_py_set_new(scope, S(ws, W_EXTENSIONS), PyDict_Copy(ws->str->extensions)) < 0)
         return -1;
-    for (uint32_t i = 0; i < ws->hs.nsubprotocols; i++) {
-        ps_slice_t p = ws->hs.subprotocols[i];
-        PyObject *s = PyUnicode_DecodeLatin1(p.base, (Py_ssize_t)p.len, NULL);
-        if (s == NULL) {
-            Py_DECREF(subs);
-            return -1;
-        }
-        PyList_SET_ITEM(subs, i, s);
-    }
-    PyObject *ext = PyDict_Copy(ws->str->extensions);
-    int rc = -1;
-    if (ext != NULL && PyDict_SetItem(scope, S(ws, W_TYPE), S(ws, W_WEBSOCKET)) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_SCHEME), S(ws, secure ? W_WSS : W_WS)) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_SUBPROTOCOLS), subs) == 0 &&
-        PyDict_SetItem(scope, S(ws, W_EXTENSIONS), ext) == 0 &&
-        (PyDict_DelItem(scope, S(ws, W_METHOD)) == 0 || (PyErr_Clear(), 1)))
-        rc = 0;
-    Py_DECREF(subs);
-    Py_XDECREF(ext);
-    return rc;
+    if (PyDict_DelItem(scope, S(ws, W_METHOD)) < 0) /* not in a websocket scope */
+        PyErr_Clear();
+    return 0;
 }
 
 /* ---- messages ---- */
@@ -216,23 +219,14 @@ static PyObject *type_message(ps_asgi_ws_t *ws, int type)
     return m;
 }
 
-static int set_new(PyObject *d, PyObject *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, key, value);
-    Py_DECREF(value);
-    return rc;
-}
-
 static PyObject *disconnect_message(ps_asgi_ws_t *ws, unsigned code, ps_slice_t reason)
 {
     PyObject *m = type_message(ws, W_DISCONNECT);
     if (m == NULL)
         return NULL;
-    if (set_new(m, S(ws, W_CODE), PyLong_FromUnsignedLong(code)) < 0 ||
-        set_new(m, S(ws, W_REASON),
-                PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "replace")) < 0)
+    if (ps_py_set_new(m, S(ws, W_CODE), PyLong_FromUnsignedLong(code)) < 0 ||
+        ps_py_set_new(m, S(ws, W_REASON),
+                      PyUnicode_DecodeUTF8(reason.base, (Py_ssize_t)reason.len, "replace")) < 0)
         Py_CLEAR(m);
     return m;
 }
@@ -251,14 +245,23 @@ static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
         return NULL;
     int rc;
     if (ev->type == PS_WS_EV_TEXT)
-        rc = set_new(m, S(ws, W_TEXT),
-                     PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
+        rc = ps_py_set_new(m, S(ws, W_TEXT),
+                           PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
     else
-        rc = set_new(m, S(ws, W_BYTES),
-                     PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
+        rc = ps_py_set_new(m, S(ws, W_BYTES),
+                           PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
     if (rc < 0)
         Py_CLEAR(m);
     return m;
+}
+
+/* Keeps m for receive(), before (first) or after the messages held.
+ * Returns 0 or -1 with an exception. */
+static int hold(ps_asgi_ws_t *ws, PyObject *m, int first)
+{
+    if (ws->pending == NULL && (ws->pending = PyList_New(0)) == NULL)
+        return -1;
+    return first ? PyList_Insert(ws->pending, 0, m) : PyList_Append(ws->pending, m);
 }
 
 /* The next message receive() returns without waiting, or NULL (no
@@ -294,34 +297,19 @@ PyObject *ps_asgi_ws_receive(ps_asgi_ws_t *ws)
         return ps_asgi_ready(ws->ctx, m);
     if (PyErr_Occurred())
         return NULL;
-    if (ws->receive_waiter == NULL && (ws->receive_waiter = ps_asgi_future(ws->ctx)) == NULL)
-        return NULL;
-    return Py_NewRef(ws->receive_waiter);
+    return ps_asgi_waiter(ws->ctx, &ws->receive_waiter);
 }
 
-/* A waiting receive() gets the next message, if there is one. */
+/* A waiting receive() gets the next message, if there is one. A message
+ * its cancelled Future could not take is the next receive()'s. */
 static void wake_receiver(ps_asgi_ws_t *ws)
 {
     if (ws->receive_waiter == NULL)
         return;
     PyObject *m = next_message(ws);
-    if (m) {
-        ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0);
-        Py_DECREF(m);
-    }
-    PyErr_Clear();
-}
-
-static void fail_sender(ps_asgi_ws_t *ws)
-{
-    if (ws->send_waiter == NULL)
-        return;
-    PyObject *exc =
-        PyObject_CallFunction(ps_asgi_disconnected_error(ws->ctx), "s", "the client disconnected");
-    if (exc) {
-        ps_asgi_resolve(ws->ctx, &ws->send_waiter, exc, 1);
-        Py_DECREF(exc);
-    }
+    if (m && !ps_asgi_resolve(ws->ctx, &ws->receive_waiter, m, 0) && m != ws->last)
+        hold(ws, m, 1); /* out of memory: the message is lost */
+    Py_XDECREF(m);
     PyErr_Clear();
 }
 
@@ -343,38 +331,22 @@ static const ps_wsconn_ops_t ws_ops = {.on_events = on_events, .on_writable = on
 void ps_asgi_ws_lost(ps_asgi_ws_t *ws)
 {
     if (ws->wc && ws->last == NULL) {
+        /* Until a close event (event_message makes it ws->last). */
         ps_ws_event_t ev;
-        int closed = 0;
-        if (ws->pending == NULL)
-            ws->pending = PyList_New(0);
-        while (ws->pending && ps_wsconn_next_event(ws->wc, &ev)) {
+        while (ws->last == NULL && ps_wsconn_next_event(ws->wc, &ev)) {
             PyObject *m = event_message(ws, &ev);
-            if (m == NULL || PyList_Append(ws->pending, m) < 0) {
-                Py_XDECREF(m);
-                PyErr_Clear();
+            int rc = m && m != ws->last ? hold(ws, m, 0) : 0;
+            Py_XDECREF(m);
+            if (m == NULL || rc < 0)
                 break;
-            }
-            Py_DECREF(m);
-            if (ev.type == PS_WS_EV_CLOSE) {
-                closed = 1;
-                break;
-            }
         }
-        if (!closed) {
-            Py_CLEAR(ws->last); /* a message that failed above */
+        if (ws->last == NULL)
             ws->last = disconnect_message(ws, ps_wsconn_final_code(ws->wc), (ps_slice_t){"", 0});
-            PyErr_Clear();
-        } else {
-            Py_CLEAR(ws->last); /* it is in pending; then it is the last */
-            PyObject *tail = PyList_GET_ITEM(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
-            ws->last = Py_NewRef(tail);
-            PySequence_DelItem(ws->pending, PyList_GET_SIZE(ws->pending) - 1);
-            PyErr_Clear();
-        }
+        PyErr_Clear();
     }
     ps_asgi_ws_detached(ws);
     wake_receiver(ws);
-    fail_sender(ws);
+    ps_asgi_fail_waiter(ws->ctx, &ws->send_waiter);
 }
 
 void ps_asgi_ws_detached(ps_asgi_ws_t *ws)
@@ -421,31 +393,37 @@ static PyObject *send_accept(ps_asgi_ws_t *ws, PyObject *msg)
         PyErr_SetString(PyExc_RuntimeError, "websocket.accept after the handshake was answered");
         return NULL;
     }
-    if (ws->x == NULL)
-        return disconnected(ws);
-    const char *sub;
-    Py_ssize_t sublen;
-    if (get_text(msg, S(ws, W_SUBPROTOCOL), &sub, &sublen) < 0)
-        return NULL;
+    /* The headers first: an iterable of them runs Python, which could take
+     * the subprotocol out of msg or the client away. */
     PyObject *headers = PyDict_GetItemWithError(msg, S(ws, W_HEADERS));
     if (headers == NULL && PyErr_Occurred())
         return NULL;
     ps_header_t stack[16], *hs = stack;
-    Py_ssize_t n = headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16) : 0;
+    PyObject *keep = NULL;
+    Py_ssize_t n =
+        headers && headers != Py_None ? ps_asgi_view_headers(headers, &hs, 16, &keep) : 0;
     if (n < 0)
         return NULL;
-    int rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
+    const char *sub;
+    Py_ssize_t sublen;
+    int rc = -EPIPE;
+    if (get_text(msg, S(ws, W_SUBPROTOCOL), &sub, &sublen) < 0)
+        goto release;
+    if (ws->x != NULL)
+        rc = ps_wsconn_accept(ws->x, &ws->hs, (ps_slice_t){sub ? sub : "", (size_t)sublen}, hs,
                               (size_t)n, &ws_ops, ws);
+    if (rc == -EINVAL)
+        PyErr_SetString(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
+    else if (rc == -ENOMEM)
+        PyErr_NoMemory();
+    else if (rc < 0)
+        disconnected(ws);
+release:
     if (hs != stack)
         PyMem_Free(hs);
-    if (rc == -EINVAL) {
-        PyErr_Format(PyExc_ValueError, "invalid subprotocol or header in websocket.accept");
-        return NULL;
-    }
-    if (rc == -ENOMEM)
-        return PyErr_NoMemory();
+    Py_XDECREF(keep);
     if (rc < 0)
-        return disconnected(ws);
+        return NULL;
     ws->accepted = 1;
     ws->wc = ps_wsconn_of(ws->x);
     ps_asgi_cycle_log(ws->cycle, 101);
@@ -487,11 +465,8 @@ static PyObject *send_data(ps_asgi_ws_t *ws, PyObject *msg)
     }
     if (rc == PS_WRITE_DONE)
         return done(ws);
-    if (rc == PS_WRITE_PENDING) {
-        if (ws->send_waiter == NULL && (ws->send_waiter = ps_asgi_future(ws->ctx)) == NULL)
-            return NULL;
-        return Py_NewRef(ws->send_waiter);
-    }
+    if (rc == PS_WRITE_PENDING)
+        return ps_asgi_waiter(ws->ctx, &ws->send_waiter);
     if (rc == -ENOMEM)
         return PyErr_NoMemory();
     return disconnected(ws);

@@ -18,16 +18,22 @@ struct ps_asgi_ws_strings;
 
 /* An awaitable done with value (stolen; NULL passes an exception on). */
 PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value);
-/* A new asyncio Future of the loop. New reference or NULL. */
-PyObject *ps_asgi_future(ps_asgi_t *ctx);
-/* Resolves *slot (a Future) unless done, and clears it; never raises. */
-void ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception);
+/* The Future in *slot while it is pending, else a new one put there (a
+ * wait_for that gave up cancelled the old one). New reference or NULL. */
+PyObject *ps_asgi_waiter(ps_asgi_t *ctx, PyObject **slot);
+/* Resolves *slot (a Future) unless done, and clears it; never raises.
+ * Returns 1 when value was delivered, 0 when not (no Future, or done). */
+int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exception);
+/* Fails *slot (a Future, or NULL) with ClientDisconnected and clears it;
+ * never raises. */
+void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot);
 /* ClientDisconnected (borrowed). */
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx);
 /* Where asgi_ws.c keeps its interned strings, for the layer's lifetime. */
 struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx);
-/* An ASGI header list as slices (see asgi.c's view_headers). */
-Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room);
+/* An ASGI header list as slices (see asgi.c's view_headers): drop *keep
+ * once done with them. */
+Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room, PyObject **keep);
 /* One access-log line for the cycle's request with status. */
 void ps_asgi_cycle_log(PyObject *cycle, int status);
 /* Answers the request with a canned status (403, 500), logs it and

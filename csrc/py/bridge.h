@@ -24,6 +24,17 @@ typedef struct {
     PyTypeObject *evselector_type;
 } ps_module_state_t;
 
+/* d[key] = value, stealing value (NULL: an exception is set, -1). Returns 0
+ * or -1 with an exception. */
+static inline int ps_py_set_new(PyObject *d, PyObject *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
 /* ---- settings.c: every Config attribute C reads, read once ---- */
 
 /* What serve() and run_master() take from a Config. */

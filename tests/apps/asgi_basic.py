@@ -453,6 +453,16 @@ async def pathsend(scope, receive, send):
     await send({"type": "http.response.pathsend", "path": path})
 
 
+@route("generated-headers")
+async def generated_headers(scope, receive, send):
+    """Response headers from a generator (an iterable, as the spec allows) of fresh pairs,
+    one value too big for the allocator to keep around once freed."""
+    size = int(query(scope).get("size", "300000"))
+    headers = ((b"x-gen-%d" % i, b"v" * size) for i in range(2))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
 @route("early-hint")
 async def early_hint(scope, receive, send):
     if "http.response.early_hint" not in scope.get("extensions", {}):

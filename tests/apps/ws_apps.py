@@ -11,13 +11,22 @@
 /disconnect    accept, then wait for websocket.disconnect; write "CODE REASON" to
                the file named by WS_TEST_EVENTS
 /headers       accept with an extra response header
+/sub-popped    accept with a subprotocol that the headers' generator removes from the message
+/generated-headers?size=S  accept with two headers of S bytes from a generator, then echo
 /close-code    accept, close with 4001 "bye"
 /slow-reader?delay=D  accept, sleep D seconds before each receive, echo
+/bad-accept    200 websocket.accept with 20 headers and a bad one (each a TypeError), then
+               accept and send how much traced memory the failed ones kept
+/wait-for      receive() under asyncio.wait_for timing out, then echo (see the test)
+/send-wait-for send() under asyncio.wait_for timing out (a client that does not read), then
+               the texts "after" and "ok"
 """
 
 import asyncio
+import gc
 import json
 import os
+import tracemalloc
 from urllib.parse import parse_qs
 
 EVENTS = os.environ.get("WS_TEST_EVENTS")
@@ -41,6 +50,26 @@ def _jsonable(scope):
         else:
             out[key] = value
     return out
+
+
+async def bad_accepts(send):
+    """Accepts after 200 refused accepts; returns the bytes of traced memory they kept."""
+    headers = [(b"x-h%d" % i, b"v") for i in range(20)] + [("str-name", b"v")]
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            try:
+                await send({"type": "websocket.accept", "headers": headers})
+            except TypeError:
+                pass
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    await send({"type": "websocket.accept"})
+    return kept
 
 
 async def app(scope, receive, send):
@@ -84,6 +113,10 @@ async def app(scope, receive, send):
         return
     if path == "/raise-before":
         raise RuntimeError("boom before accept")
+    if path == "/bad-accept":
+        await send({"type": "websocket.send", "text": str(await bad_accepts(send))})
+        await receive()
+        return
     accept = {"type": "websocket.accept"}
     if scope["subprotocols"]:
         accept["subprotocol"] = (
@@ -91,7 +124,45 @@ async def app(scope, receive, send):
         )
     if path == "/headers":
         accept["headers"] = [(b"x-extra", b"1")]
+    if path == "/sub-popped":  # the header iterator takes the (fresh) subprotocol away
+
+        def popping():
+            accept.pop("subprotocol")
+            yield (b"x-popped", b"1")
+
+        accept["subprotocol"] = "".join(["ch", "at"])
+        accept["headers"] = popping()
+    if path == "/generated-headers":  # fresh pairs from an iterator, one value big
+        size = int(query.get("size", "300000"))
+        accept["headers"] = ((b"x-gen-%d" % i, b"v" * size) for i in range(2))
     await send(accept)
+    if path == "/wait-for":
+        # A receive() given up on, then the client's message: it must not be
+        # lost, nor the next receive() fail with the abandoned one's cancellation.
+        for n in (1, 2):
+            try:
+                await asyncio.wait_for(receive(), 0.1)
+            except asyncio.TimeoutError:
+                pass
+            await send({"type": "websocket.send", "text": "timed out"})
+            if n == 1:
+                await asyncio.sleep(0.5)  # the message arrives meanwhile
+            message = await receive()
+            await send({"type": "websocket.send", "text": f"{n}:{message.get('text')}"})
+        await receive()
+        return
+    if path == "/send-wait-for":
+        # send() given up on while the client reads nothing, then two more sends.
+        chunk = b"x" * (1 << 20)
+        for _ in range(200):
+            try:
+                await asyncio.wait_for(send({"type": "websocket.send", "bytes": chunk}), 0.2)
+            except asyncio.TimeoutError:
+                break
+        await send({"type": "websocket.send", "text": "after"})
+        await send({"type": "websocket.send", "text": "ok"})
+        await receive()
+        return
     if path == "/raise-after":
         raise RuntimeError("boom after accept")
     if path == "/scope":
