@@ -1543,9 +1543,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
 static int read_logging(ps_asgi_t *ctx, const ps_py_settings_t *s)
 {
     ctx->error_logger = Py_NewRef(s->error_logger);
-    if (s->access_logger != NULL &&
-        (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
-        return -1;
+    ctx->access_info = Py_XNewRef(s->access_info);
     return ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger);
 }
 

@@ -1244,15 +1244,7 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_setting
     if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
         !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
-    if (s->access_logger != NULL) {
-        PyObject *enabled = PyObject_CallMethod(s->access_logger, "isEnabledFor", "i", 20);
-        if (enabled == NULL)
-            goto error;
-        int on = PyObject_IsTrue(enabled);
-        Py_DECREF(enabled);
-        if (on && (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
-            goto error;
-    }
+    ctx->access_info = Py_XNewRef(s->access_info);
     if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0)
         goto error;
     ctx->limit_concurrency = s->limit_concurrency;
