@@ -201,6 +201,41 @@ def test_dealloc_with_watchers_still_registered(pair):
         del core  # stops the watchers and frees the loop
 
 
+KEY_DROPPED_AT_CLOSE = """
+import gc, socket
+from pyserver._core import EvSelectorCore
+
+class Key:
+    def __del__(self):
+        gc.collect()  # traverses the core while close() is dropping its keys
+
+core = EvSelectorCore()
+a, b = socket.socketpair()
+core.register(a.fileno(), 1, Key())
+core.register(b.fileno(), 1, Key())
+core.close()
+assert len(core) == 0 and core.closed
+print("closed")
+"""
+
+
+def test_close_drops_keys_whose_finaliser_runs_the_gc():
+    # The debug allocator fills freed memory, so a slot the GC could still
+    # reach after close() freed it crashes the child instead of passing.
+    import subprocess
+
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    proc = subprocess.run(
+        [sys.executable, "-c", KEY_DROPPED_AT_CLOSE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "closed"
+
+
 def test_poll_releases_the_gil_while_libev_waits(pair):
     a, _ = pair
     core = _core.EvSelectorCore()

@@ -142,8 +142,7 @@ typedef struct {
     PyObject *receive_waiter; /* Future a receive() waits on */
     PyObject *send_waiter;    /* Future a send() waits on */
     PyObject *headers;        /* from http.response.start */
-    PyObject *client;         /* the forwarded (host, 0), NULL when the client is the peer */
-    ps_slice_t fwd_client;    /* the same as sent, for the access log (into the request) */
+    ps_slice_t fwd_client; /* a forwarded client as sent, for the access log (into the request) */
     int status;
     int sendfile_fd;
     unsigned started : 1;       /* http.response.start received */
@@ -394,17 +393,16 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         return NULL;
     PyObject **s = ctx->s;
     PyObject *scheme = fwd->scheme == PS_SCHEME_HTTPS ? s[S_HTTPS] : s[S_HTTP];
-    PyObject *client = a->client; /* borrowed */
+    PyObject *client = a->client, *forwarded = NULL; /* borrowed; owned */
     if (ps_unlikely(fwd->client.base != NULL)) {
         cycle->fwd_client = fwd->client;
-        cycle->client = ps_py_forwarded_client(&ctx->cache, fwd->client);
-        if (cycle->client == NULL)
+        if ((forwarded = ps_py_forwarded_client(&ctx->cache, fwd->client)) == NULL)
             return NULL;
-        client = cycle->client;
+        client = forwarded;
     }
     PyObject *scope = PyDict_New();
     if (scope == NULL)
-        return NULL;
+        goto error;
     ps_slice_t path, query;
     ps_http1_split_target(r->target, &path, &query);
     if (path.len == 0)
@@ -424,16 +422,17 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
              ? PyDict_SetItem(scope, s[S_SERVER], a->server)
              : ps_py_set_new(scope, s[S_SERVER], target_server(r))) < 0 ||
         ps_py_set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
-        (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0)) {
-        Py_DECREF(scope);
-        return NULL;
-    }
+        (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0))
+        goto error;
     cycle->te_trailers = te;
-    if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0) {
-        Py_DECREF(scope);
-        return NULL;
-    }
+    if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0)
+        goto error;
+    Py_XDECREF(forwarded);
     return scope;
+error:
+    Py_XDECREF(scope);
+    Py_XDECREF(forwarded);
+    return NULL;
 }
 
 /* ---- the request cycle ---- */
@@ -1181,7 +1180,6 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->receive_waiter);
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
-    Py_VISIT(self->client);
     if (self->ws)
         return ps_asgi_ws_traverse(self->ws, visit, arg);
     return 0;
@@ -1193,7 +1191,6 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->receive_waiter);
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
-    Py_CLEAR(self->client);
     if (self->ws)
         ps_asgi_ws_clear(self->ws);
     return 0;
@@ -1589,9 +1586,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
 static int read_logging(ps_asgi_t *ctx, const ps_py_settings_t *s)
 {
     ctx->error_logger = Py_NewRef(s->error_logger);
-    if (s->access_logger != NULL &&
-        (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
-        return -1;
+    ctx->access_info = Py_XNewRef(s->access_info);
     return ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger);
 }
 

@@ -49,7 +49,7 @@ typedef struct {
     PyObject *root_path;        /* str, "" for None */
     PyObject *url_scheme;
     PyObject *error_logger;
-    PyObject *access_logger; /* NULL when access_log is false */
+    PyObject *access_info; /* access_logger.info, NULL when access_log is false */
     /* Supervision by a foreign process manager (the gunicorn worker). */
     PyObject *on_tick;        /* callable, or NULL */
     PyObject *on_stop_signal; /* callable, or NULL */

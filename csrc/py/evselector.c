@@ -124,9 +124,14 @@ static void close_core(evsel_object *self)
         slot_t *s = self->slots[fd];
         if (s == NULL)
             continue;
+        /* Detached before the key goes: dropping it can run Python (a
+         * finaliser, the GC's traverse) that must not find a freed slot. */
+        self->slots[fd] = NULL;
+        self->nlive--;
         ev_io_stop(loop, &s->io);
-        Py_CLEAR(s->key);
+        PyObject *key = s->key;
         PyMem_Free(s);
+        Py_XDECREF(key);
     }
     ev_timer_stop(loop, &self->timer);
     if (ev_is_active(&self->wakeup)) {

@@ -213,7 +213,9 @@ static int reason_line_allowed(ps_rejects_t *r, ps_exchange_t *x)
 void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason)
 {
     int access = r->access_info != NULL && x->app_data == NULL;
-    if (!access && r->error_info == NULL)
+    /* Counted first: past the rate limit nothing is formatted for it. */
+    int why = r->error_info != NULL && reason_line_allowed(r, x);
+    if (!access && !why)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
@@ -222,7 +224,7 @@ void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *r
     format_client(x, (ps_slice_t){NULL, 0}, peer, sizeof(peer));
     if (access)
         emit(r->access_info, "%s - \"%s\" %d", peer, line, status);
-    if (r->error_info && reason_line_allowed(r, x)) {
+    if (why) {
         if (line[0] == '-' && line[1] == '\0')
             emit(r->error_info, "Rejected %d from %s: %s", status, peer,
                  reason ? reason : "refused");

@@ -344,9 +344,14 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
     if ((s->error_logger = get_obj(config, "error_logger")) == NULL ||
         get_bool(config, "access_log", &access_log) < 0)
         return -1;
-    if (access_log && (s->access_logger = get_obj(config, "access_logger")) == NULL)
+    if (!access_log) /* Config turns it off too when the access logger drops INFO */
+        return 0;
+    PyObject *access_logger = get_obj(config, "access_logger");
+    if (access_logger == NULL)
         return -1;
-    return 0;
+    s->access_info = get_obj(access_logger, "info");
+    Py_DECREF(access_logger);
+    return s->access_info ? 0 : -1;
 }
 
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
@@ -397,7 +402,7 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->root_path);
     Py_CLEAR(s->url_scheme);
     Py_CLEAR(s->error_logger);
-    Py_CLEAR(s->access_logger);
+    Py_CLEAR(s->access_info);
     Py_CLEAR(s->on_tick);
     Py_CLEAR(s->on_stop_signal);
 }

@@ -75,8 +75,7 @@ typedef struct {
     PyObject *iter;        /* iterator over result, NULL for lists and tuples */
     Py_ssize_t index;      /* next item when result is a list or tuple */
     PyObject *input;       /* the wsgi.input object */
-    PyObject *remote_addr; /* the forwarded client (str), NULL when it is the peer */
-    ps_slice_t fwd_client; /* the same as sent, for the access log (into the request) */
+    ps_slice_t fwd_client; /* a forwarded client as sent, for the access log (into the request) */
     int64_t known_length;  /* body length known up front, or -1 */
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
@@ -221,11 +220,9 @@ static int add_forwarded(ps_wsgi_t *ctx, PyObject *env, RequestObject *req,
     if (fwd->client.base == NULL)
         return 0;
     req->fwd_client = fwd->client;
-    req->remote_addr = ps_py_forwarded_client(&ctx->cache, fwd->client);
-    if (req->remote_addr == NULL || PyDict_SetItem(env, k[K_REMOTE_ADDR], req->remote_addr) < 0 ||
-        PyDict_SetItem(env, k[K_REMOTE_PORT], ctx->zero) < 0)
+    if (set_item(env, k[K_REMOTE_ADDR], ps_py_forwarded_client(&ctx->cache, fwd->client)) < 0)
         return -1;
-    return 0;
+    return PyDict_SetItem(env, k[K_REMOTE_PORT], ctx->zero);
 }
 
 static int add_server(PyObject *env, PyObject **k, const ps_py_addresses_t *a)
@@ -726,7 +723,6 @@ static int Request_clear(PyObject *op)
     Py_CLEAR(self->result);
     Py_CLEAR(self->iter);
     Py_CLEAR(self->input);
-    Py_CLEAR(self->remote_addr);
     return 0;
 }
 
@@ -1248,15 +1244,7 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_setting
     if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
         !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
-    if (s->access_logger != NULL) {
-        PyObject *enabled = PyObject_CallMethod(s->access_logger, "isEnabledFor", "i", 20);
-        if (enabled == NULL)
-            goto error;
-        int on = PyObject_IsTrue(enabled);
-        Py_DECREF(enabled);
-        if (on && (ctx->access_info = PyObject_GetAttrString(s->access_logger, "info")) == NULL)
-            goto error;
-    }
+    ctx->access_info = Py_XNewRef(s->access_info);
     if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0)
         goto error;
     ctx->limit_concurrency = s->limit_concurrency;
