@@ -96,16 +96,15 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     c->peer_len = peer_len;
     /* A unix-socket peer is trusted whatever address the kernel reports. */
     const ps_proxy_t *proxy = w->cfg.proxy;
-    c->proxy_trusted =
-        proxy != NULL &&
-        (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
+    int trusted = proxy != NULL &&
+                  (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
     c->x = (ps_exchange_t){
         .ops = &ps_http1_exchange_ops,
         .req = &c->parser.req,
         .body = &c->body,
         .worker = w,
         .handler_data = w->handler_data,
-        .proxy = c->proxy_trusted ? proxy : NULL,
+        .proxy = trusted ? proxy : NULL,
         .peer = &c->peer,
         .peer_len = peer_len,
         .is_unix = c->is_unix,
@@ -390,7 +389,6 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
         len = PS_MIN(len, (uint64_t)c->resp_left); /* never more than announced */
         c->resp_left -= (int64_t)len;
     }
-    c->resp_bytes += len;
     if (len == 0) {
         if (ps_buf_size(&c->wbuf) == 0)
             return PS_WRITE_DONE;
@@ -436,7 +434,6 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
     }
     if (count == 0)
         return ps_conn_write(c, NULL, 0);
-    c->resp_bytes += count;
     if (c->resp_chunked) {
         char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
         size_t sl = ps_http1_chunk_head(size_line, count);
@@ -762,7 +759,6 @@ static void reset_for_next(ps_conn_t *c)
     c->head_deadline = 0;
     c->x.status = 0;
     c->resp_left = -1;
-    c->resp_bytes = 0;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);
     ps_buf_shrink(&c->rbuf, KEEP_RBUF);
@@ -891,7 +887,6 @@ static void process(ps_conn_t *c)
         }
         if (c->state == PS_CONN_IDLE) {
             set_state(c, PS_CONN_BODY);
-            c->req_start = ev_now(w->loop);
             progress = 1;
             if (!w->async && !r->message_complete && expect_body(c) < 0)
                 return;
