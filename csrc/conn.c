@@ -799,16 +799,20 @@ static void after_handler(ps_conn_t *c)
         }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
             set_state(c, PS_CONN_FLUSH);
+            if (!c->w->async)
+                ev_io_stop(c->w->loop, &c->rio); /* the next request waits for the flush */
             start_writing(c);
         } else {
             complete(c);
         }
         return;
     }
-    if (c->w->async)
+    if (c->w->async) {
         update_reading(c); /* the layer writes when its application sends */
-    else
+    } else {
+        ev_io_stop(c->w->loop, &c->rio);
         start_writing(c); /* on_writable asks the application for more */
+    }
 }
 
 static void dispatch(ps_conn_t *c)
@@ -818,9 +822,11 @@ static void dispatch(ps_conn_t *c)
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;
     c->body_wanted = 0;
-    if (!c->w->async)
-        ev_io_stop(c->w->loop, &c->rio);
-    ev_timer_stop(c->w->loop, &c->timer);
+    /* A synchronous application runs on this stack, so no watcher fires
+     * before it returns; after_handler then stops reading or re-arms the
+     * timer as what follows needs, usually neither: the next request. */
+    if (c->w->async)
+        ev_timer_stop(c->w->loop, &c->timer);
     c->in_handler = 1;
     c->w->handler->on_request(&c->x);
     c->in_handler = 0;
