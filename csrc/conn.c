@@ -951,49 +951,41 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
         process(c);
 }
 
-/* The body's clock ran out, maybe only because the loop was busy (a
- * synchronous application ran for that long) while the client kept
- * sending. Reads what is waiting first. Returns 1 when the body really
- * stalled, 0 when bytes arrived meanwhile (or c closed or moved on). */
-static int body_stalled(ps_conn_t *c)
+/* The timer fired, maybe only because the loop was busy (a synchronous
+ * application ran for that long) or because libev runs timers before the
+ * read watcher in the same iteration, while input waited on the socket.
+ * Reads what is waiting first. Returns 1 when nothing arrived (the timeout
+ * is real), 0 when input moved the connection on (or closed it). */
+static int nothing_arrived(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
     uint64_t requests = c->requests, received = r->body_received;
-    int state = c->state;
+    int state = c->state, started = c->head_started;
     on_read(c->w->loop, &c->rio, EV_READ);
-    return c->state == state && c->requests == requests && r->body_received == received;
-}
-
-/* Whether bytes (or the client's close) wait unread on the socket: a request
- * that arrived just as the keep-alive timer fired, which libev runs before
- * the read watcher in the same iteration. */
-static int input_waiting(ps_conn_t *c)
-{
-    char byte;
-    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    return c->state == state && c->requests == requests && r->body_received == received &&
+           c->head_started == started;
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
+    PS_UNUSED(loop);
     PS_UNUSED(revents);
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->head_started)
             answer_error(c, 408, "request head deadline");
-        else if (input_waiting(c))
-            on_read(loop, &c->rio, EV_READ); /* sent by the deadline: answer, do not reset */
-        else
+        else if (nothing_arrived(c)) /* else sent by the deadline: answered, not reset */
             ps_conn_close(c);
         break;
     case PS_CONN_BODY:
-        if (body_stalled(c))
+        if (nothing_arrived(c))
             answer_error(c, 408, "request body deadline");
         break;
     case PS_CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
         if (c->body_wanted && !ev_is_active(&c->wio)) {
-            if (body_stalled(c) && c->body_wanted)
+            if (nothing_arrived(c) && c->body_wanted)
                 body_failed(c, 408, "request body deadline");
             break;
         }
