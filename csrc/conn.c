@@ -96,16 +96,15 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     c->peer_len = peer_len;
     /* A unix-socket peer is trusted whatever address the kernel reports. */
     const ps_proxy_t *proxy = w->cfg.proxy;
-    c->proxy_trusted =
-        proxy != NULL &&
-        (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
+    int trusted = proxy != NULL &&
+                  (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
     c->x = (ps_exchange_t){
         .ops = &ps_http1_exchange_ops,
         .req = &c->parser.req,
         .body = &c->body,
         .worker = w,
         .handler_data = w->handler_data,
-        .proxy = c->proxy_trusted ? proxy : NULL,
+        .proxy = trusted ? proxy : NULL,
         .peer = &c->peer,
         .peer_len = peer_len,
         .is_unix = c->is_unix,
@@ -390,7 +389,6 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
         len = PS_MIN(len, (uint64_t)c->resp_left); /* never more than announced */
         c->resp_left -= (int64_t)len;
     }
-    c->resp_bytes += len;
     if (len == 0) {
         if (ps_buf_size(&c->wbuf) == 0)
             return PS_WRITE_DONE;
@@ -436,7 +434,6 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
     }
     if (count == 0)
         return ps_conn_write(c, NULL, 0);
-    c->resp_bytes += count;
     if (c->resp_chunked) {
         char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
         size_t sl = ps_http1_chunk_head(size_line, count);
@@ -762,7 +759,6 @@ static void reset_for_next(ps_conn_t *c)
     c->head_deadline = 0;
     c->x.status = 0;
     c->resp_left = -1;
-    c->resp_bytes = 0;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);
     ps_buf_shrink(&c->rbuf, KEEP_RBUF);
@@ -803,16 +799,20 @@ static void after_handler(ps_conn_t *c)
         }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
             set_state(c, PS_CONN_FLUSH);
+            if (!c->w->async)
+                ev_io_stop(c->w->loop, &c->rio); /* the next request waits for the flush */
             start_writing(c);
         } else {
             complete(c);
         }
         return;
     }
-    if (c->w->async)
+    if (c->w->async) {
         update_reading(c); /* the layer writes when its application sends */
-    else
+    } else {
+        ev_io_stop(c->w->loop, &c->rio);
         start_writing(c); /* on_writable asks the application for more */
+    }
 }
 
 static void dispatch(ps_conn_t *c)
@@ -822,9 +822,11 @@ static void dispatch(ps_conn_t *c)
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;
     c->body_wanted = 0;
-    if (!c->w->async)
-        ev_io_stop(c->w->loop, &c->rio);
-    ev_timer_stop(c->w->loop, &c->timer);
+    /* A synchronous application runs on this stack, so no watcher fires
+     * before it returns; after_handler then stops reading or re-arms the
+     * timer as what follows needs, usually neither: the next request. */
+    if (c->w->async)
+        ev_timer_stop(c->w->loop, &c->timer);
     c->in_handler = 1;
     c->w->handler->on_request(&c->x);
     c->in_handler = 0;
@@ -891,7 +893,6 @@ static void process(ps_conn_t *c)
         }
         if (c->state == PS_CONN_IDLE) {
             set_state(c, PS_CONN_BODY);
-            c->req_start = ev_now(w->loop);
             progress = 1;
             if (!w->async && !r->message_complete && expect_body(c) < 0)
                 return;
@@ -950,49 +951,41 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
         process(c);
 }
 
-/* The body's clock ran out, maybe only because the loop was busy (a
- * synchronous application ran for that long) while the client kept
- * sending. Reads what is waiting first. Returns 1 when the body really
- * stalled, 0 when bytes arrived meanwhile (or c closed or moved on). */
-static int body_stalled(ps_conn_t *c)
+/* The timer fired, maybe only because the loop was busy (a synchronous
+ * application ran for that long) or because libev runs timers before the
+ * read watcher in the same iteration, while input waited on the socket.
+ * Reads what is waiting first. Returns 1 when nothing arrived (the timeout
+ * is real), 0 when input moved the connection on (or closed it). */
+static int nothing_arrived(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
     uint64_t requests = c->requests, received = r->body_received;
-    int state = c->state;
+    int state = c->state, started = c->head_started;
     on_read(c->w->loop, &c->rio, EV_READ);
-    return c->state == state && c->requests == requests && r->body_received == received;
-}
-
-/* Whether bytes (or the client's close) wait unread on the socket: a request
- * that arrived just as the keep-alive timer fired, which libev runs before
- * the read watcher in the same iteration. */
-static int input_waiting(ps_conn_t *c)
-{
-    char byte;
-    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+    return c->state == state && c->requests == requests && r->body_received == received &&
+           c->head_started == started;
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
+    PS_UNUSED(loop);
     PS_UNUSED(revents);
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->head_started)
             answer_error(c, 408, "request head deadline");
-        else if (input_waiting(c))
-            on_read(loop, &c->rio, EV_READ); /* sent by the deadline: answer, do not reset */
-        else
+        else if (nothing_arrived(c)) /* else sent by the deadline: answered, not reset */
             ps_conn_close(c);
         break;
     case PS_CONN_BODY:
-        if (body_stalled(c))
+        if (nothing_arrived(c))
             answer_error(c, 408, "request body deadline");
         break;
     case PS_CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
         if (c->body_wanted && !ev_is_active(&c->wio)) {
-            if (body_stalled(c) && c->body_wanted)
+            if (nothing_arrived(c) && c->body_wanted)
                 body_failed(c, 408, "request body deadline");
             break;
         }

@@ -45,29 +45,26 @@ struct ps_conn {
     unsigned resp_chunked : 1;
     unsigned resp_no_body : 1;
     unsigned continue_sent : 1;
-    unsigned failed : 1;        /* the socket is broken: no more output */
-    unsigned aborted : 1;       /* close as soon as the handler returns */
-    unsigned head_started : 1;  /* bytes of the next request have arrived */
-    unsigned sf_trailer : 1;    /* a chunk's CRLF follows the sendfile */
-    unsigned body_wanted : 1;   /* on_body is owed once body bytes arrive */
-    unsigned proxy_trusted : 1; /* the peer is a trusted proxy (decided at accept) */
-    int error_status;           /* a bad body seen while an asynchronous application runs */
-    int spool_fd;               /* the body's spool file (see spool.h), or -1 */
-    uint64_t spool_len;         /* bytes written to it */
-    uint64_t spool_read;        /* bytes ps_conn_body_fill() took back from it */
+    unsigned failed : 1;       /* the socket is broken: no more output */
+    unsigned aborted : 1;      /* close as soon as the handler returns */
+    unsigned head_started : 1; /* bytes of the next request have arrived */
+    unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
+    unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
+    int error_status;          /* a bad body seen while an asynchronous application runs */
+    int spool_fd;              /* the body's spool file (see spool.h), or -1 */
+    uint64_t spool_len;        /* bytes written to it */
+    uint64_t spool_read;       /* bytes ps_conn_body_fill() took back from it */
     ev_io rio;
     ev_io wio;
     ev_timer timer;
     ps_http1_parser_t parser;
-    ps_buf_t rbuf;       /* received bytes not parsed yet */
-    ps_buf_t body;       /* decoded body bytes not read by the application yet */
-    ps_buf_t wbuf;       /* output not accepted by the kernel yet */
-    int64_t resp_left;   /* body bytes still due under Content-Length, or -1 */
-    uint64_t resp_bytes; /* body bytes the application produced */
-    int sf_fd;           /* sendfile in progress: file, offset, bytes left */
+    ps_buf_t rbuf;     /* received bytes not parsed yet */
+    ps_buf_t body;     /* decoded body bytes not read by the application yet */
+    ps_buf_t wbuf;     /* output not accepted by the kernel yet */
+    int64_t resp_left; /* body bytes still due under Content-Length, or -1 */
+    int sf_fd;         /* sendfile in progress: file, offset, bytes left */
     int64_t sf_off;
     uint64_t sf_left;
-    ev_tstamp req_start;
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
     struct ps_wsconn *ws; /* WebSocket mode (wsconn.h), freed with the connection */

@@ -299,7 +299,6 @@ static void note_transfer_encoding(ps_http1_parser_t *p, ps_slice_t v)
     }
     if (!any)
         p->te_state |= PS_TE_EMPTY;
-    p->has_te = 1;
 }
 
 /* RFC 9112 section 6.3: a request whose final coding is not chunked (or
@@ -377,9 +376,9 @@ static int on_headers_complete(llhttp_t *h)
         return fail(p, 505, "unsupported HTTP version");
     if (h->http_minor == 1 && p->host_count == 0)
         return fail(p, 400, "no Host");
-    if (p->has_te && (h->flags & F_CONTENT_LENGTH))
+    if (p->te_state && (h->flags & F_CONTENT_LENGTH))
         return fail(p, 400, "both Content-Length and Transfer-Encoding");
-    if (p->has_te && check_transfer_codings(p) < 0)
+    if (p->te_state && check_transfer_codings(p) < 0)
         return -1;
     /* A tunnel is not something an application server can open. */
     if (p->method_id == HTTP_CONNECT)
@@ -452,8 +451,6 @@ static int on_body(llhttp_t *h, const char *at, size_t len)
     p->req.body_received += len;
     if (p->limits->max_body && p->req.body_received > p->limits->max_body)
         return fail(p, 413, "body too large");
-    if (p->discard_body)
-        return 0;
     if (ps_buf_append(p->body, at, len) < 0)
         return fail(p, 500, "out of memory");
     /* The last piece of a Content-Length body: on_message_complete pauses
@@ -514,8 +511,6 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->method_at = 0;
     p->te_state = 0;
     p->host_count = 0;
-    p->has_te = 0;
-    p->discard_body = 0;
     p->version_len = 0;
     p->trailer_bytes = 0;
     p->chunk_state = PS_CHUNK_NONE;

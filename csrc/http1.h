@@ -81,7 +81,7 @@ typedef struct {
     uint8_t method_id;
     uint8_t want_method; /* 1 until the method of a new message is taken */
     uint8_t method_in_arena;
-    uint8_t te_state;         /* PS_TE_* bits across Transfer-Encoding fields */
+    uint8_t te_state;         /* PS_TE_* bits across Transfer-Encoding fields (0: none) */
     ps_buf_t *body;           /* decoded body goes here (owned by the caller) */
     size_t body_high;         /* pause once body holds this much */
     int error_status;         /* the answer to give after PS_HTTP1_ERROR */
@@ -91,8 +91,6 @@ typedef struct {
     unsigned last_chunk : 1;
     uint32_t chunk_ext_len;
     uint8_t host_count;
-    unsigned has_te : 1;
-    unsigned discard_body : 1;
     unsigned paused : 1;
     uint8_t line_start;     /* how the last input ended: PS_LINE_* */
     const char *feed_start; /* start of the input being parsed */
