@@ -1,7 +1,7 @@
 #!/bin/sh
 # The Autobahn WebSocket test cases (kosoku from PyPI, fuzzing-client mode) against
 # pyserver serving tests/apps/ws_apps.py's echo endpoint on one worker.
-#   scripts/autobahn.sh VENV [CASES...]   (default cases: sections 1-7 and 12-13)
+#   scripts/autobahn.sh VENV [CASES...]   (default cases: sections 1-7, 9, 12 and 13)
 # Writes the report to benchmarks/results/autobahn/ (index.json and HTML) and prints
 # the counts per outcome and how long the run took; exits 1 when a case FAILED.
 set -eu
@@ -15,7 +15,7 @@ PARALLEL=${AUTOBAHN_PARALLEL:-2}
 # a run with its own report in $OUT/<n>/ (one argument is one group; spaces separate
 # the cases of a group).
 if [ $# -eq 0 ]; then
-    set -- '1.* 2.* 3.* 4.* 5.* 6.* 7.*' '12.1.* 12.4.*' '12.2.*' '12.3.*' '12.5.*' \
+    set -- '1.* 2.* 3.* 4.* 5.* 6.* 7.*' '9.*' '12.1.* 12.4.*' '12.2.*' '12.3.*' '12.5.*' \
         '13.1.* 13.2.*' '13.3.* 13.4.*' '13.5.* 13.6.* 13.7.*'
 fi
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
