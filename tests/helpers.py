@@ -27,6 +27,8 @@ STOP_TIMEOUT = 10.0
 SOCK_TIMEOUT = 10.0
 LOG_TAIL = 4000
 PORT_ATTEMPTS = 3  # run_server: starts on another free port when the picked one was taken
+# Under `make test-asan` (scripts/asan-python.sh): memory bounds and timing limits relax.
+UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 # --------------------------------------------------------------------------- processes

@@ -28,6 +28,7 @@ import time
 import pytest
 from helpers import (
     HOST,
+    UNDER_ASAN,
     HTTPConn,
     build_request,
     chunked,
@@ -38,11 +39,12 @@ from helpers import (
     wait_for,
 )
 
-UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
 MIB = 1 << 20
 THRESHOLD = MIB  # the default --body-spool-threshold
 BODY_TIMEOUT = 1.0  # --timeout-request-body of the servers here
-SECOND_CLIENT_LIMIT = 0.5  # seconds: how long a good client may wait next to a stalled one
+# seconds: how long a good client may wait next to a stalled one (a stalled client
+# would hold it for the whole upload or timeout)
+SECOND_CLIENT_LIMIT = 1.5 if UNDER_ASAN else 0.5
 WSGI, ASGI = "apps.body_apps:app", "apps.body_apps:asgi_app"
 DISCONNECT_LINE = "body-apps: http.disconnect"
 

@@ -19,9 +19,17 @@ import threading
 import time
 
 import pytest
-from helpers import HOST, fd_count, rss_kib, run_server, settled_fd_count, wait_for, worker_pid
+from helpers import (
+    HOST,
+    UNDER_ASAN,
+    fd_count,
+    rss_kib,
+    run_server,
+    settled_fd_count,
+    wait_for,
+    worker_pid,
+)
 
-UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
 HEADER_TIMEOUT = 1.0  # --timeout-request-header: how long a head may take
 BODY_TIMEOUT = 1.0  # --timeout-request-body: how long a body may make no progress
 HOSTILE_SECONDS = 3.0

@@ -12,6 +12,7 @@ import pytest
 from helpers import (
     HOST,
     TESTS_DIR,
+    UNDER_ASAN,
     HTTPConn,
     assert_serving,
     build_request,
@@ -29,7 +30,6 @@ KIB, MIB, GIB = 1024, 1 << 20, 1 << 30
 
 # Under `make test-asan` the server runs with ASan preloaded; its quarantine and shadow memory
 # make RSS meaningless, so memory bounds are not asserted there (fd bounds and data still are).
-UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 def assert_rss_growth_below(growth_mib: float, limit_mib: float, what: str) -> None:
