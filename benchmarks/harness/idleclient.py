@@ -3,7 +3,8 @@
     python idleclient.py --port 8400 --connections 10000 [--mode idle|head]
 
 --mode idle: each connection sends one `GET /` and reads the whole answer, then stays
-open, silent.  --mode head: each connection sends a request line and header fields
+open, silent.  --mode ws: each connection asks for a WebSocket (GET --path with
+Upgrade: websocket), reads the 101 answer, then stays open, silent.  --mode head: each connection sends a request line and header fields
 adding up to --head-bytes, without the blank line that would end the head, then stays
 open.  At most --window connections are in progress (connecting, sending or reading)
 at a time.  When every connection is settled (or --deadline passed) the client prints
@@ -82,6 +83,12 @@ class Client:
         self.counts = {"connect_errors": 0, "closed_by_server": 0, "reset_by_server": 0}
         if args.mode == "idle":
             self.request = f"GET / HTTP/1.1\r\nHost: {args.host}:{args.port}\r\n\r\n".encode()
+        elif args.mode == "ws":
+            self.request = (
+                f"GET {args.path} HTTP/1.1\r\nHost: {args.host}:{args.port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
         else:
             self.request = head_bytes(args.host, args.port, args.head_bytes)
 
@@ -132,7 +139,7 @@ class Client:
                 return self.fail(c, "reset_by_server")
             c.out = c.out[sent:]
             if not c.out:
-                if self.args.mode == "idle":
+                if self.args.mode in ("idle", "ws"):
                     c.state = "reading"
                     self.sel.modify(c.sock, selectors.EVENT_READ, c)
                 else:
@@ -158,6 +165,10 @@ class Client:
             return
         if c.need is None and b"\r\n\r\n" in c.inbuf:
             head, _, _ = c.inbuf.partition(b"\r\n\r\n")
+            if c.status == 101:  # a WebSocket: the head is the whole answer
+                c.inbuf = b""
+                self.settle(c, "idle")
+                return
             length = 0
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
@@ -221,7 +232,8 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--connections", type=int, default=10000)
-    ap.add_argument("--mode", choices=("idle", "head"), default="idle")
+    ap.add_argument("--mode", choices=("idle", "head", "ws"), default="idle")
+    ap.add_argument("--path", default="/", help="--mode ws: the WebSocket's path")
     ap.add_argument("--head-bytes", type=int, default=60 * 1024)
     ap.add_argument("--window", type=int, default=100, help="connections in progress at once")
     ap.add_argument("--deadline", type=float, default=120.0, help="seconds to open them all")
