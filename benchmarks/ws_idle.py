@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.harness import loadgen, procs  # noqa: E402
+from benchmarks.harness import loadgen, memory, procs  # noqa: E402
 
 PROJECT_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 PEERS = os.path.join(ROOT, "benchmarks", ".venv-peers", "bin")
@@ -66,17 +66,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def read_json_line(proc, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("{"):
-            return json.loads(line)
-        if not line and proc.poll() is not None:
-            raise RuntimeError(f"client exited: {proc.stderr.read()[-500:]}")
-    raise RuntimeError("client gave no answer")
-
-
 def measure(name: str, argv: list[str], port: int, count: int, tmp: str) -> dict:
     server = procs.Server(loadgen.pinned("0", argv), ROOT, dict(os.environ), f"{tmp}/{name}.log")
     server.start()
@@ -91,13 +80,13 @@ def measure(name: str, argv: list[str], port: int, count: int, tmp: str) -> dict
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:
-            res["client"] = read_json_line(client, 180)
+            res["client"] = memory._read_json_line(client, 180)
             time.sleep(2.0)  # whatever the server does after the last handshake
             res["rss_held_kib"] = sum(procs.tree_rss(server.pid).values())
             res["alive"] = server.alive()
             client.stdin.write("\n")
             client.stdin.flush()
-            read_json_line(client, 60)
+            memory._read_json_line(client, 60)
             client.wait(30)
         finally:
             if client.poll() is None:
@@ -107,7 +96,7 @@ def measure(name: str, argv: list[str], port: int, count: int, tmp: str) -> dict
         res["handshakes_101"] = opened
         growth = res["rss_held_kib"] - res["rss_before_kib"]
         res["per_conn_kib"] = round(growth / opened, 2) if opened >= 0.9 * count else None
-    except (procs.LaunchError, RuntimeError) as exc:
+    except (procs.LaunchError, loadgen.LoadError) as exc:
         res["error"] = str(exc)
     finally:
         server.stop()
