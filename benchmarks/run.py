@@ -10,7 +10,9 @@ import argparse
 import atexit
 import dataclasses
 import datetime
+import glob
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -20,7 +22,7 @@ import time
 
 from harness import environment, loadgen, memory, procs, report
 from harness.scenarios import SCENARIOS
-from harness.servers import HOST, SERVERS, Context
+from harness.servers import HOST, SERVERS, Context, register_baseline
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
@@ -28,6 +30,7 @@ PEERS_VENV = os.path.join(BENCH_DIR, ".venv-peers")
 PROJECT_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 LOGS_DIR = os.path.join(BENCH_DIR, ".logs")
+BASELINE_DIR = os.path.join(BENCH_DIR, ".baseline")
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 IMG_DIR = os.path.join(ROOT, "docs", "img")
 
@@ -51,7 +54,7 @@ VERSION_DISTS = {
         "uvicorn-worker",
         "django",
     ],
-    "project": ["pyserver", "bottle", "gunicorn", "django"],
+    "project": ["pyserver-ev", "bottle", "gunicorn", "django", "psycopg"],
 }
 
 
@@ -110,6 +113,13 @@ def parse_args(argv=None):
         action="store_true",
         help="print only: leave results/, docs/benchmarks.md and charts alone",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run pyserver as built from git REF (pyserver@REF) in the scenarios that "
+        "compare builds (hello-wsgi, hello-asgi, instructions); built once in "
+        "benchmarks/.baseline/REF",
+    )
     ap.add_argument("--list", action="store_true", help="list scenarios and servers, exit")
     ap.add_argument(
         "--report-only",
@@ -124,8 +134,59 @@ def parse_args(argv=None):
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.scenarios = _pick(args.scenario, SCENARIOS, "scenario")
+    args.baseline_name = f"pyserver@{args.baseline}" if args.baseline else None
+    if args.baseline_name:  # known by name now (--servers); built in main()
+        SERVERS[args.baseline_name] = None
     args.server_filter = _pick(args.servers, SERVERS, "server") if args.servers else None
     return args
+
+
+def _git(*argv, cwd=ROOT):
+    proc = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(argv)}: {proc.stderr.strip()[-300:]}")
+    return proc.stdout.strip()
+
+
+def prepare_baseline(ref, python):
+    """Check REF out in a git worktree under benchmarks/.baseline and build its extension in
+    place with PYTHON (once per commit); register pyserver@REF.  {ref, commit, dir, extension}."""
+    commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+    tree = os.path.join(BASELINE_DIR, safe)
+    if not os.path.exists(os.path.join(tree, ".git")):
+        os.makedirs(BASELINE_DIR, exist_ok=True)
+        _git("worktree", "prune")
+        log(f"baseline: git worktree add {os.path.relpath(tree, ROOT)} {commit[:12]}")
+        _git("worktree", "add", "--detach", tree, commit)
+    elif _git("rev-parse", "HEAD", cwd=tree) != commit:
+        _git("checkout", "--detach", "-q", commit, cwd=tree)
+    stamp = os.path.join(tree, ".bench-built")
+    built = open(stamp).read().strip() if os.path.exists(stamp) else ""
+    extensions = glob.glob(os.path.join(tree, "pyserver", "_core*.so"))
+    if built != commit or not extensions:
+        build_log = os.path.join(LOGS_DIR, f"baseline-{safe}-build.log")
+        log(f"baseline: building {ref} ({commit[:12]}), log {os.path.relpath(build_log, ROOT)}")
+        with open(build_log, "w") as out:
+            proc = subprocess.run(
+                [python, "setup.py", "-q", "build_ext", "--inplace", "--force"],
+                cwd=tree,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        if proc.returncode != 0:
+            raise RuntimeError(f"baseline build failed: {procs.tail(build_log, 10)}")
+        with open(stamp, "w") as f:
+            f.write(commit + "\n")
+        extensions = glob.glob(os.path.join(tree, "pyserver", "_core*.so"))
+    site = os.path.join(BASELINE_DIR, f"{safe}.site")
+    os.makedirs(site, exist_ok=True)
+    link = os.path.join(site, "pyserver")
+    if not os.path.islink(link):
+        os.symlink(os.path.join("..", safe, "pyserver"), link)
+    register_baseline(ref, site, extensions[0], commit)
+    log(f"baseline: pyserver@{ref} = {commit[:12]}, {os.path.relpath(extensions[0], ROOT)}")
+    return {"ref": ref, "commit": commit, "dir": os.path.relpath(tree, ROOT)}
 
 
 def _pick(value, known, what):
@@ -242,7 +303,8 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     argv += sc.server_args.get(spec.name, [])
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
-    log_path = os.path.join(LOGS_DIR, f"{sc.name}-{spec.name}-r{rnd}.log")
+    log_name = spec.name.replace("/", "_")
+    log_path = os.path.join(LOGS_DIR, f"{sc.name}-{log_name}-r{rnd}.log")
     rec = {"server": spec.name, "round": rnd, "command": argv, "files": files}
     rec["loadavg_before"] = os.getloadavg()[0]
     if not procs.wait_port_free(port):
@@ -254,6 +316,10 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
             raise procs.LaunchError(f"{exe} not found")
         server.start()
         server.wait_ready(HOST, port, sc.path, sc.body)
+        if spec.loads and not procs.tree_maps(server.pid, spec.loads):
+            raise procs.LaunchError(
+                f"answers, but {os.path.relpath(spec.loads, ROOT)} is not loaded"
+            )
         if sc.check:
             try:
                 sc.check(HOST, port)
@@ -532,7 +598,7 @@ def collect_versions(project_python):
     v["python (peers venv)"] = environment.python_version(peers_python)
     v["python (project .venv)"] = environment.python_version(project_python)
     for dist, ver in environment.dist_versions(project_python, VERSION_DISTS["project"]).items():
-        v[f"{dist} (project .venv)"] = ver
+        v[f"{dist.removesuffix('-ev')} (project .venv)"] = ver
     v.update(environment.dist_versions(peers_python, VERSION_DISTS["peers"]))
     v["nginx"] = environment.tool_version(["nginx", "-v"], r"nginx/(\S+)")
     v["libuv1 (Debian)"] = environment.deb_version("libuv1")
@@ -657,12 +723,25 @@ def main(argv=None):
         install_status = environment.ensure_peers_venv(PEERS_VENV, args.reinstall_peers)
     os.makedirs(LOGS_DIR, exist_ok=True)
     raise_nofile(65536)
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = prepare_baseline(args.baseline, os.path.abspath(args.project_python))
+        except (RuntimeError, OSError) as exc:
+            log(f"baseline: {exc}")
+            SERVERS.pop(args.baseline_name)
+        # Both sides of the A/B prove which extension they run.
+        current = glob.glob(os.path.join(ROOT, "pyserver", "_core*.so"))
+        SERVERS["pyserver"].loads = current[0] if current else ""
+        for sc in SCENARIOS.values():
+            if sc.baseline and args.baseline_name in SERVERS:
+                sc.servers.insert(sc.servers.index("pyserver") + 1, args.baseline_name)
     peers_python = environment.venv_python(PEERS_VENV)
     modules = {s.module for s in SERVERS.values() if s.module}
     modules |= {m for sc in SCENARIOS.values() for m in sc.modules}
     peer_modules = environment.importable(peers_python, sorted(modules))
     project_python = os.path.abspath(args.project_python)
-    pyserver_version = environment.dist_versions(project_python, ["pyserver"])["pyserver"]
+    pyserver_version = environment.dist_versions(project_python, ["pyserver-ev"])["pyserver-ev"]
     machine = environment.machine_info()
     log(
         f"machine: {machine['cpu']}, {machine['cores']} cores; "
@@ -679,7 +758,11 @@ def main(argv=None):
             sc = SCENARIOS[name]
             if args.server_filter and not set(sc.servers) & set(args.server_filter):
                 continue
-            all_results.append(run_scenario(ctx, sc, args, peer_modules, install_status))
+            data = run_scenario(ctx, sc, args, peer_modules, install_status)
+            if baseline and args.baseline_name in sc.servers:
+                data["baseline"] = baseline
+                data["versions"][args.baseline_name] = baseline["commit"]
+            all_results.append(data)
     if all_results and not args.no_write:
         write_outputs(all_results)
     return 0

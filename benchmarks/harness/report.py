@@ -334,6 +334,17 @@ def markdown(results, charts):
     return "\n".join(out).rstrip() + "\n"
 
 
+def _baseline_lines(data):
+    b = data.get("baseline")
+    if not b:
+        return []
+    return [
+        f"- Same-run A/B: `pyserver@{b['ref']}` is pyserver built from commit "
+        f"`{b['commit'][:12]}` (a git worktree in `{b['dir']}`, extension built in place with "
+        "the same Python); its *pyserver ÷ it* is new build ÷ old build."
+    ]
+
+
 def _scenario_markdown(data, chart):
     p, m = data["params"], data["machine"]
     if p["load"] == "fixed-rate+wrk":
@@ -364,6 +375,7 @@ def _scenario_markdown(data, chart):
         f"- Load average (1 min) before the runs: {_loadavg_range(data['runs'])}.",
         f"- Pinning: server `{data['server_cpus'] or 'not pinned'}`, load generator "
         f"`{data['client_cpus'] or 'not pinned'}` (taskset CPU lists).",
+        *_baseline_lines(data),
         "",
         markdown_table(data["summary"]),
         "",

@@ -58,6 +58,7 @@ class Scenario:
     wsgi_app: str = ""  # the same project as WSGI, for the pyserver-wsgi server
     sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
     sidecar_port: int = 0  # ... which is ready once this port accepts
+    baseline: bool = False  # --baseline REF adds pyserver@REF right after pyserver
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -169,6 +170,7 @@ SCENARIOS = {
             app="benchmarks.apps.hello_wsgi:app",
             interface="wsgi",
             check=check_hello,
+            baseline=True,
             servers=[
                 "pyserver",
                 "fastpysgi",
@@ -188,6 +190,7 @@ SCENARIOS = {
             app="benchmarks.apps.hello_asgi:app",
             interface="asgi",
             check=check_hello,
+            baseline=True,
             servers=[
                 "pyserver",
                 "fastpysgi",

@@ -44,6 +44,9 @@ class ServerSpec:
     venv: str = ""
     module: str = ""  # import name that must be present in the peers venv
     dist: str = ""  # distribution whose version is reported
+    # A file that must be mapped in one of the server's processes once it answers (the
+    # baseline build's extension: proof that the old build is the one running).
+    loads: str = ""
 
     def __post_init__(self):
         if self.binary:
@@ -249,3 +252,27 @@ _SPECS = [
     ServerSpec("nginx", "ceiling", 'nginx return 200 "Hello World!"', nginx_argv, binary="nginx"),
 ]
 SERVERS = {spec.name: spec for spec in _SPECS}
+
+
+def register_baseline(ref, site_dir, extension, commit):
+    """Add `pyserver@REF`: pyserver as built from REF, started like `pyserver` with SITE_DIR
+    (a directory holding only a `pyserver` link to the baseline package) first on the path.
+    `python -P` keeps the working directory (this checkout) off sys.path, so the baseline
+    package wins; the name of the server."""
+    name = f"pyserver@{ref}"
+
+    def argv(ctx, sc, port):
+        site = os.path.relpath(site_dir, ctx.root)
+        cmd = ["env", f"PYTHONPATH={site}:.", ctx.project_python_rel, "-P", "-m", "pyserver"]
+        cmd += [sc.app, "--host", HOST, "--port", str(port), "--no-access-log"]
+        return cmd + _workers_flag("-w", sc), {}
+
+    SERVERS[name] = ServerSpec(
+        name,
+        "project",
+        f"pyserver built from {ref} (commit {commit[:12]}), same Python and flags",
+        argv,
+        dist="pyserver",
+        loads=extension,
+    )
+    return name
