@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from harness import environment, loadgen, memory, procs, report
-from harness.scenarios import SCENARIOS
+from harness.scenarios import SCENARIO_GROUPS, SCENARIOS
 from harness.servers import HOST, SERVERS, Context, register_baseline
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -73,7 +73,10 @@ def parse_args(argv=None):
     ap.add_argument(
         "--scenario",
         default="",
-        help="comma-separated scenarios (default: all): " + ", ".join(SCENARIOS),
+        help="comma-separated scenarios (default: all): "
+        + ", ".join(SCENARIOS)
+        + "; groups: "
+        + ", ".join(f"{g} ({', '.join(m)})" for g, m in SCENARIO_GROUPS.items()),
     )
     ap.add_argument(
         "--servers",
@@ -133,7 +136,10 @@ def parse_args(argv=None):
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.scenarios = _pick(args.scenario, SCENARIOS, "scenario")
+    wanted = ",".join(
+        ",".join(SCENARIO_GROUPS.get(n.strip(), [n.strip()])) for n in args.scenario.split(",")
+    )
+    args.scenarios = _pick(wanted, SCENARIOS, "scenario")
     args.baseline_name = f"pyserver@{args.baseline}" if args.baseline else None
     if args.baseline_name:  # known by name now (--servers); built in main()
         SERVERS[args.baseline_name] = None
@@ -285,6 +291,12 @@ def measure_fixed_rate_and_wrk(sc, args, port, server):
 def load(sc, args, port, warmup):
     """Run the scenario's load generator once; warm-up runs are shorter."""
     url = f"http://{HOST}:{port}{sc.path}"
+    if sc.load == "wsload":
+        duration = args.warmup if warmup else args.duration
+        conns = connections(sc, args)
+        return loadgen.run_wsload(
+            port, sc.path, conns, sc.ws_size, duration, sc.ws_deflate, sc.client_cpus
+        )
     if sc.load == "wrk":
         duration = args.warmup if warmup else args.duration
         return loadgen.run_wrk(url, duration, args.connections, cpus=sc.client_cpus)
@@ -345,6 +357,9 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     rec["req_per_cpu_s"] = res["requests"] / rec["cpu_s"] if rec["cpu_s"] > 0 else None
     if not alive:
         rec.update(status="crashed", error=f"exited during the run: {procs.tail(log_path, 8)}")
+    elif sc.ws_deflate and not res["ws"]["deflate"]:
+        answer = res["ws"]["extensions"] or "no Sec-WebSocket-Extensions"
+        rec.update(status="unsupported", error=f"did not accept permessage-deflate ({answer})")
     else:
         rec["status"] = "ok"
     return rec
@@ -428,9 +443,15 @@ def progress_line(n, total, rec):
             f" {rec['fr_rate']:g} req/s: p50 {rec['fr_p50_ms']:.1f} p95 {rec['fr_p95_ms']:.1f}"
             f" p99 {rec['fr_p99_ms']:.1f} ms, errors {rec['fr_errors']};  max:"
         )
+    unit = "req"
+    if rec.get("client_cpu_pct") is not None:
+        unit = "msg"
+        cpu += f" msg/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
+    else:
+        cpu += " req/CPU-s"
     return (
-        f"{head} {rec['rps']:>10,.0f} req/s  p50 {p50} ms  p99 {p99} ms  "
-        f"errors {rec['errors']:,}  {cpu} req/CPU-s  (load avg {rec['loadavg_before']:.1f})"
+        f"{head} {rec['rps']:>10,.0f} {unit}/s  p50 {p50} ms  p99 {p99} ms  "
+        f"errors {rec['errors']:,}  {cpu}  (load avg {rec['loadavg_before']:.1f})"
     )
 
 
@@ -631,7 +652,8 @@ def scenario_versions(sc, names, versions):
         wanted += ["django (project .venv)", "django"]
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
-    wanted += {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"]}.get(sc.load, [sc.load])
+    loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
+    wanted += loads.get(sc.load, [sc.load])
     seen = []
     for key in wanted:
         if key not in seen:

@@ -6,6 +6,8 @@ import shlex
 import statistics
 
 SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
+SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
+SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -34,6 +36,8 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
         for key in ("rps", "p50_ms", "p99_ms", "max_ms", "req_per_cpu_s", "cpu_s"):
             row[key] = _median([r.get(key) for r in good.values()])
         row["errors"] = sum(r.get("errors", 0) for r in good.values())
+        if any(r.get("client_cpu_pct") is not None for r in good.values()):
+            row["client_cpu_pct"] = _median([r.get("client_cpu_pct") for r in good.values()])
         if any(r.get("fr_p50_ms") is not None for r in good.values()):
             for key in FIXED_RATE_KEYS + ("fr_rate",):
                 row[key] = _median([r.get(key) for r in good.values()])
@@ -86,6 +90,34 @@ COLUMNS += ["pyserver ÷ it", "pyserver ÷ it (CPU)", "of nginx", "rounds"]
 
 def _num(v, fmt="{:,.0f}"):
     return "–" if v is None else fmt.format(v)
+
+
+WS_COLUMNS = ["server", "msg/s", "p50 ms", "p99 ms", "max ms", "errors", "msg/CPU-s"]
+WS_COLUMNS += ["client CPU", "pyserver ÷ it", "pyserver ÷ it (CPU)", "rounds"]
+
+
+def _ws(summary):
+    return any(s.get("client_cpu_pct") is not None for s in summary)
+
+
+def ws_table_rows(summary, reference="pyserver"):
+    """Rows of the WebSocket echo scenarios: messages, and the load client's CPU share."""
+    rows = []
+    for s in summary:
+        rounds = f"{s['rounds_ok']}/{s['rounds']}"
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(WS_COLUMNS)))
+            continue
+        ref = s["server"] == reference
+        rows.append(
+            [s["server"], _num(s["rps"]), _num(s["p50_ms"], "{:.2f}"), _num(s["p99_ms"], "{:.2f}")]
+            + [_num(s["max_ms"], "{:.1f}"), _num(s["errors"]), _num(s["req_per_cpu_s"])]
+            + [_num(s["client_cpu_pct"], "{:.0f}%")]
+            + ["1" if ref else _num(s["vs_reference"], "{:.2f}×")]
+            + ["1" if ref else _num(s["vs_reference_cpu"], "{:.2f}×")]
+            + [rounds]
+        )
+    return rows
 
 
 def table_rows(summary, reference="pyserver"):
@@ -238,6 +270,8 @@ def text_table(summary):
         return "\n\n".join(f"{t}\n{_text(c, r)}" for t, c, r in _memory_tables(summary))
     if _fixed_rate(summary):
         return _text(FR_COLUMNS, fr_table_rows(summary))
+    if _ws(summary):
+        return _text(WS_COLUMNS, ws_table_rows(summary))
     return _text(COLUMNS, table_rows(summary))
 
 
@@ -263,11 +297,12 @@ def _md(columns, body):
 
 
 def markdown_table(summary):
-    columns, body = (
-        (FR_COLUMNS, fr_table_rows(summary))
-        if _fixed_rate(summary)
-        else (COLUMNS, table_rows(summary))
-    )
+    if _fixed_rate(summary):
+        columns, body = FR_COLUMNS, fr_table_rows(summary)
+    elif _ws(summary):
+        columns, body = WS_COLUMNS, ws_table_rows(summary)
+    else:
+        columns, body = COLUMNS, table_rows(summary)
     lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
     for r in body:
         name = f"**{r[0]}**" if r[0] == "pyserver" else r[0]
@@ -353,6 +388,11 @@ def _scenario_markdown(data, chart):
             + ", ".join(f"`{x}`" for x in p["paths"])
             + f", then (b) wrk, {p['connections']} connections, keep-alive, on `{p['path']}`, "
             f"{p['duration']} s measured (a {p['warmup']} s wrk warm-up precedes (a))"
+        )
+    elif p["load"] == "wsload":
+        load = (
+            f"wsload, {p['connections']} WebSocket connections, one message in flight on "
+            f"each, {p['warmup']} s warm-up + {p['duration']} s measured"
         )
     elif p["load"] == "wrk":
         load = (

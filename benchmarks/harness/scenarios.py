@@ -59,6 +59,10 @@ class Scenario:
     sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
     sidecar_port: int = 0  # ... which is ready once this port accepts
     baseline: bool = False  # --baseline REF adds pyserver@REF right after pyserver
+    # load == "wsload": WebSocket echo of ws_size-byte messages (permessage-deflate offered
+    # when ws_deflate); servers keep their WebSocket support on.
+    ws_size: int = 0
+    ws_deflate: bool = False
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -159,6 +163,44 @@ def check_django_sync(host, port):
 
 
 ECHO_PORT = 8499
+WS_ECHO = "benchmarks.apps.ws_echo:app"
+WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "daphne", "hypercorn"]
+
+
+def _websocket_echo(size, label, deflate):
+    with_deflate = (
+        "permessage-deflate offered (context takeover, the client compresses at zlib level 1; "
+        "a server that does not accept it is shown as UNSUPPORTED)"
+        if deflate
+        else "no extension offered"
+    )
+    return Scenario(
+        f"websocket-echo-{label}" + ("-deflate" if deflate else ""),
+        f"Issue 10: WebSocket echo, {size:,}-byte text messages, {with_deflate}. An ASGI "
+        "echo app (benchmarks/apps/ws_echo.py); the load client is benchmarks/wsload/wsload.c "
+        "(C, epoll, one thread, pinned to the other CPU): 16 connections, each sends a "
+        "message, waits for its echo, checks it byte for byte, sends the next (JSON-like "
+        "text cut at random offsets). *req/s* is messages echoed per second, *req/CPU-s* "
+        "messages per CPU-second of the server's process tree, *client CPU* the load "
+        "client's own CPU share (well under 100%: the server is the bottleneck); latency is "
+        "the round trip of one message. Goal recorded in the issue: pyserver >= 3x uvicorn "
+        "and >= 1.5x granian in messages per CPU-second.",
+        app=WS_ECHO,
+        interface="asgi",
+        servers=list(WS_SERVERS),
+        load="wsload",
+        connections=16,
+        ws_size=size,
+        ws_deflate=deflate,
+    )
+
+
+WEBSOCKET_ECHO = [
+    _websocket_echo(size, label, deflate)
+    for deflate in (False, True)
+    for size, label in ((64, "64"), (16384, "16k"))
+]
+SCENARIO_GROUPS = {"websocket-echo": [sc.name for sc in WEBSOCKET_ECHO]}
 
 SCENARIOS = {
     s.name: s
@@ -387,5 +429,6 @@ SCENARIOS = {
             sidecar=("-m", "benchmarks.apps.echo_server", str(ECHO_PORT)),
             sidecar_port=ECHO_PORT,
         ),
+        *WEBSOCKET_ECHO,
     ]
 }

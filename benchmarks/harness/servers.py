@@ -110,7 +110,8 @@ def socketify_argv(ctx, sc, port):
 
 def granian_argv(ctx, sc, port):
     argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
-    argv += ["--workers", str(sc.workers), "--no-ws", "--host", HOST, "--port", str(port)]
+    argv += ["--workers", str(sc.workers)] + ([] if sc.ws_size else ["--no-ws"])
+    argv += ["--host", HOST, "--port", str(port)]
     argv += ["--log-level", "warning", "--no-access-log", sc.app]
     return argv, {}
 
@@ -134,6 +135,16 @@ def uvicorn_argv(ctx, sc, port):
     argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
     argv += ["--log-level", "warning"]
     return argv + _workers_flag("--workers", sc), {}
+
+
+def uvicorn_ws_argv(impl):
+    """uvicorn with the WebSocket implementation IMPL (websockets, wsproto)."""
+
+    def argv(ctx, sc, port):
+        cmd, files = uvicorn_argv(ctx, sc, port)
+        return cmd + ["--ws", impl], files
+
+    return argv
 
 
 def hypercorn_argv(ctx, sc, port):
@@ -239,6 +250,21 @@ _SPECS = [
     ServerSpec("gunicorn", "peer", "gunicorn sync worker (no keep-alive)", gunicorn_argv),
     ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
     ServerSpec("uvicorn", "peer", "uvicorn --loop uvloop --http httptools", uvicorn_argv),
+    ServerSpec(
+        "uvicorn-websockets",
+        "peer",
+        "uvicorn --loop uvloop --http httptools --ws websockets",
+        uvicorn_ws_argv("websockets"),
+        dist="uvicorn",
+    ),
+    ServerSpec(
+        "uvicorn-wsproto",
+        "peer",
+        "uvicorn --loop uvloop --http httptools --ws wsproto",
+        uvicorn_ws_argv("wsproto"),
+        dist="uvicorn",
+        module="wsproto",
+    ),
     ServerSpec("hypercorn", "peer", "hypercorn (asyncio)", hypercorn_argv),
     ServerSpec(
         "uvicorn-worker",
