@@ -15,6 +15,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,11 @@ def parse_args(argv=None):
     ap.add_argument("--connections", type=int, default=100, help="concurrent connections")
     ap.add_argument("--requests", type=int, help="requests per ab run (default: 50000)")
     ap.add_argument("--port", type=int, default=8400, help="port the servers listen on")
+    ap.add_argument(
+        "--rate-duration",
+        type=int,
+        help="seconds of each fixed-rate (open-loop latency) run (default: the scenario's, 15)",
+    )
     ap.add_argument(
         "--project-python",
         default=PROJECT_PYTHON,
@@ -218,9 +224,13 @@ def server_env(spec, sc=None, extra=None):
     return env
 
 
-def scenario_setup(ctx, sc):
-    """Run the scenario's one-off setup step (the Django database); its extra environment."""
-    extra = {var: os.path.join(ctx.tmpdir, name) for var, name in sc.tmp_env.items()}
+def scenario_env(ctx, sc):
+    """The scenario's extra environment: its files in the run's temporary directory."""
+    return {var: os.path.join(ctx.tmpdir, name) for var, name in sc.tmp_env.items()}
+
+
+def scenario_setup(ctx, sc, extra):
+    """Run the scenario's one-off setup step (the Django database, after the sidecar)."""
     if sc.setup:
         argv = [ctx.project_python, *sc.setup]
         env = server_env(SERVERS["pyserver"], sc, extra)
@@ -228,7 +238,6 @@ def scenario_setup(ctx, sc):
         if proc.returncode != 0:
             raise RuntimeError(f"setup {' '.join(sc.setup)} failed: {proc.stderr[-500:]}")
         log(f"   setup: {proc.stdout.strip()}")
-    return extra
 
 
 def start_sidecar(ctx, sc, extra_env):
@@ -236,19 +245,20 @@ def start_sidecar(ctx, sc, extra_env):
     its port accepts; None when it has none. Stopped by stop_sidecar (or at exit)."""
     if not sc.sidecar:
         return None
-    argv = loadgen.pinned(sc.client_cpus, [ctx.project_python, *sc.sidecar])
+    args = [a.format(**extra_env) if "{" in a else a for a in sc.sidecar]
+    argv = loadgen.pinned(sc.client_cpus, [ctx.project_python, *args])
     log_path = os.path.join(LOGS_DIR, f"{sc.name}-sidecar.log")
     env = server_env(SERVERS["pyserver"], sc, extra_env)
     with open(log_path, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     atexit.register(stop_sidecar, proc)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # initdb on a loaded machine
     while procs.port_is_free(sc.sidecar_port):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_sidecar(proc)
             raise RuntimeError(f"sidecar did not start: {procs.tail(log_path, 8)}")
         time.sleep(0.1)
-    log(f"   sidecar: {' '.join(sc.sidecar)} (pid {proc.pid})")
+    log(f"   sidecar: {' '.join(args)} (pid {proc.pid})")
     return proc
 
 
@@ -260,6 +270,12 @@ def stop_sidecar(proc):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def is_full_run(args):
+    """The method's figures (10 s, 3 s warm-up, 3 rounds or more); shorter runs are marked
+    as smoke runs in the results and the doc."""
+    return not args.quick and all(getattr(args, k) >= FULL[k] for k in FULL if k != "requests")
 
 
 def connections(sc, args):
@@ -286,6 +302,20 @@ def measure_fixed_rate_and_wrk(sc, args, port, server):
     for key, value in fr.items():
         res[f"fr_{key}"] = value
     return res, before, after
+
+
+def measure_fixed_rate(sc, args, port, server):
+    """Open-loop latency only, at sc.rate req/s after a wrk warm-up: {fr_*: value}."""
+    url = f"http://{HOST}:{port}{sc.path}"
+    loadgen.run_wrk(url, args.warmup, connections(sc, args), cpus=sc.client_cpus)
+    time.sleep(1)
+    duration = args.rate_duration or sc.rate_duration
+    fr = loadgen.run_fixed_rate(HOST, port, sc.paths, sc.rate, duration, sc.client_cpus)
+    if not server.alive():
+        raise procs.LaunchError("died during the fixed-rate run")
+    out = {"fixed_rate_command": fr.pop("load_command")}
+    out.update({f"fr_{key}": value for key, value in fr.items()})
+    return out
 
 
 def load(sc, args, port, warmup):
@@ -337,6 +367,9 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
                 sc.check(HOST, port)
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise procs.LaunchError(f"wrong answer: {exc}") from exc
+        if sc.load == "fixed-rate":
+            rec.update(measure_fixed_rate(sc, args, port, server), status="ok")
+            return rec
         if sc.load == "fixed-rate+wrk":
             res, before, after = measure_fixed_rate_and_wrk(sc, args, port, server)
             alive = server.alive()
@@ -431,10 +464,21 @@ def summarize(sc_kind, runs, names):
     return report.summarize(runs, names)
 
 
+def _ms(value):
+    return "-" if value is None else f"{value:.1f}"
+
+
 def progress_line(n, total, rec):
     head = f"  [{n:>2}/{total}] round {rec['round']} {rec['server']:<10}"
     if rec["status"] != "ok":
         return f"{head} {rec['status'].upper()}: {rec.get('error', '')[:300]}"
+    if rec.get("rps") is None and "fr_rate" in rec:
+        p50, p95, p99 = (_ms(rec.get(f"fr_{q}_ms")) for q in ("p50", "p95", "p99"))
+        return (
+            f"{head} {rec['fr_rate']:g} req/s open loop: p50 {p50} p95 {p95} p99 {p99} ms, "
+            f"errors {rec['fr_errors']}/{rec['fr_requests']}  "
+            f"(load avg {rec['loadavg_before']:.1f})"
+        )
     p50 = f"{rec['p50_ms']:.2f}" if rec.get("p50_ms") is not None else "-"
     p99 = f"{rec['p99_ms']:.2f}" if rec.get("p99_ms") is not None else "-"
     cpu = f"{rec['req_per_cpu_s']:,.0f}" if rec.get("req_per_cpu_s") else "-"
@@ -510,8 +554,9 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     versions = collect_versions(ctx.project_python)
     sidecar = None
     try:
-        extra_env = scenario_setup(ctx, sc)
+        extra_env = scenario_env(ctx, sc)
         sidecar = start_sidecar(ctx, sc, extra_env)
+        scenario_setup(ctx, sc, extra_env)
     except (RuntimeError, OSError) as exc:
         log(f"   setup failed: {exc}")
         servers, extra_env = [], {}
@@ -533,32 +578,51 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
                     cmd["loads"].append(load_cmd)
         servers = [t.label for t in targets]
         skipped = {t.label: skipped[t.server] for t in sc.targets if t.server in skipped}
-    for rnd in range(1, (args.rounds if sc.kind == "load" else 0) + 1):
-        for name in servers:
-            n += 1
-            spec = SERVERS[name]
-            if name in launch_failed:
-                rec = {
-                    "server": name,
-                    "round": rnd,
-                    "status": "failed",
-                    "error": "did not start in an earlier round; not retried",
-                }
-            else:
-                rec = run_once(ctx, sc, spec, args, rnd, extra_env)
-                if rec.get("launch_failed"):
-                    launch_failed.add(name)
-            runs.append(rec)
-            cmd = commands.setdefault(name, {"summary": spec.summary})
-            if "command" in rec and "server" not in cmd:
-                cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
-                files = rec.get("files", {}).items()
-                cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
-            if rec.get("load_command"):
-                cmd.setdefault("load", rec["load_command"])
-            if rec.get("fixed_rate_command"):
-                cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
-            log(progress_line(n, total, rec))
+    # max+fixed-rate: every server's maximum first, then latency at a rate taken from it.
+    phases = [sc] if sc.load != "max+fixed-rate" else [dataclasses.replace(sc, load="wrk"), None]
+    total = args.rounds * len(servers) * len(phases) if sc.kind == "load" else 0
+    rate_basis = ""
+    for psc in phases:
+        if psc is None:
+            psc, rate_basis = fixed_rate_phase(sc, args, runs, servers)
+            if psc is None:
+                log(f"   no fixed-rate phase: {rate_basis}")
+                break
+            sc = dataclasses.replace(sc, rate=psc.rate, rate_duration=psc.rate_duration)
+            log(f"   fixed rate: {rate_basis}")
+        phase_runs = []
+        for rnd in range(1, (args.rounds if sc.kind == "load" else 0) + 1):
+            for name in servers:
+                n += 1
+                spec = SERVERS[name]
+                if name in launch_failed:
+                    if psc.load == "fixed-rate":
+                        continue
+                    rec = {
+                        "server": name,
+                        "round": rnd,
+                        "status": "failed",
+                        "error": "did not start in an earlier round; not retried",
+                    }
+                else:
+                    rec = run_once(ctx, psc, spec, args, rnd, extra_env)
+                    if rec.get("launch_failed"):
+                        launch_failed.add(name)
+                phase_runs.append(rec)
+                cmd = commands.setdefault(name, {"summary": spec.summary})
+                if "command" in rec and "server" not in cmd:
+                    cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
+                    files = rec.get("files", {}).items()
+                    cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
+                if rec.get("load_command"):
+                    cmd.setdefault("load", rec["load_command"])
+                if rec.get("fixed_rate_command"):
+                    cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
+                log(progress_line(n, total, rec))
+        if psc.load == "fixed-rate":
+            merge_fixed_rate(runs, phase_runs)
+        else:
+            runs.extend(phase_runs)
     stop_sidecar(sidecar)
     summary = summarize(sc.kind, runs, servers)
     for name, why in skipped.items():
@@ -576,7 +640,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         "kind": sc.kind,
         "description": sc.description,
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "mode": "quick" if args.quick else "full",
+        "mode": "full" if is_full_run(args) else "quick",
         "elapsed_s": round(time.monotonic() - started),
         "params": {
             "load": sc.load,
@@ -586,6 +650,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             "connections": connections(sc, args),
             "rate": sc.rate,
             "rate_duration": sc.rate_duration,
+            "rate_basis": rate_basis,
             "paths": list(sc.paths),
             "requests": args.requests,
             "warmup_requests": warmup_requests(args),
@@ -602,6 +667,40 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         "summary": summary,
         "runs": [{k: v for k, v in r.items() if k not in ("files", "launch_failed")} for r in runs],
     }
+
+
+def fixed_rate_phase(sc, args, runs, servers):
+    """(scenario of the latency phase, how its rate was chosen): sc.rate_fraction of the
+    slowest peer's median maximum (of the slowest server's when no peer ran); (None, why)
+    when nothing ran."""
+    medians = {}
+    for name in servers:
+        values = [r["rps"] for r in runs if r["server"] == name and r["status"] == "ok"]
+        if values:
+            medians[name] = statistics.median(values)
+    peers = {n: v for n, v in medians.items() if SERVERS[n].role == "peer"} or medians
+    if not peers:
+        return None, "no server finished the maximum-throughput phase"
+    slowest = min(peers, key=peers.get)
+    rate = round(sc.rate_fraction * peers[slowest], 1)
+    duration = args.rate_duration or sc.rate_duration
+    psc = dataclasses.replace(sc, load="fixed-rate", rate=rate, rate_duration=duration)
+    basis = f"{rate:g} req/s = {sc.rate_fraction:.0%} of {slowest}'s {peers[slowest]:,.0f} req/s"
+    return psc, basis
+
+
+def merge_fixed_rate(runs, fr_runs):
+    """The latency phase's figures into the same server's and round's maximum-phase record."""
+    by_key = {(r["server"], r["round"]): r for r in runs}
+    for fr in fr_runs:
+        rec = by_key.get((fr["server"], fr["round"]))
+        if rec is None or rec["status"] != "ok":
+            continue
+        if fr["status"] == "ok":
+            rec.update({k: v for k, v in fr.items() if k.startswith("fr_")})
+            rec["fixed_rate_command"] = fr["fixed_rate_command"]
+        else:
+            rec["fr_error"] = fr.get("error", fr["status"])
 
 
 def _server_of(sc, rec_or_label):
@@ -743,6 +842,8 @@ def main(argv=None):
         if still_missing:
             log(f"setup: still missing Debian packages: {', '.join(still_missing)}")
         install_status = environment.ensure_peers_venv(PEERS_VENV, args.reinstall_peers)
+        requires = {r for name in args.scenarios for r in SCENARIOS[name].project_requires}
+        environment.ensure_project_packages(os.path.abspath(args.project_python), sorted(requires))
     os.makedirs(LOGS_DIR, exist_ok=True)
     raise_nofile(65536)
     baseline = None

@@ -152,8 +152,13 @@ class Server:
         last = "no answer"
         while time.monotonic() < deadline:
             if not self.alive():
+                # argparse and tracebacks end with the reason; usage text comes before it
+                last = tail(self.log_path, 8)
+                reason = [ln for ln in last.splitlines() if "error" in ln.lower()]
                 raise LaunchError(
-                    f"exited with code {self.proc.returncode}: {tail(self.log_path, 8)}"
+                    f"exited with code {self.proc.returncode}: "
+                    + (f"{reason[-1].strip()} | " if reason else "")
+                    + last
                 )
             try:
                 status, got = http_get(host, port, path)

@@ -382,7 +382,14 @@ def _baseline_lines(data):
 
 def _scenario_markdown(data, chart):
     p, m = data["params"], data["machine"]
-    if p["load"] == "fixed-rate+wrk":
+    if p["load"] == "max+fixed-rate":
+        load = (
+            f"(a) wrk, {p['connections']} connections, keep-alive, on `{p['path']}`, "
+            f"{p['warmup']} s warm-up + {p['duration']} s measured, every server; then (b) "
+            f"open-loop {p['rate']:g} req/s for {p['rate_duration']} s after a "
+            f"{p['warmup']} s wrk warm-up, every server again ({p.get('rate_basis', '')})"
+        )
+    elif p["load"] == "fixed-rate+wrk":
         load = (
             f"(a) open-loop {p['rate']:g} req/s for {p['rate_duration']} s over "
             + ", ".join(f"`{x}`" for x in p["paths"])

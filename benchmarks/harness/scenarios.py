@@ -63,6 +63,12 @@ class Scenario:
     # when ws_deflate); servers keep their WebSocket support on.
     ws_size: int = 0
     ws_deflate: bool = False
+    threads: int = 0  # threads of the one worker (pyserver --threads, gthread, granian, uwsgi)
+    asgi_app: str = ""  # the same project as ASGI, for the pyserver-asgi server
+    # load == "max+fixed-rate": first every server's maximum (wrk), then open-loop latency
+    # at rate_fraction of the slowest peer's maximum.
+    rate_fraction: float = 0.0
+    project_requires: tuple = ()  # pip requirements the project .venv needs for the app
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -162,6 +168,18 @@ def check_django_sync(host, port):
         raise ValueError(f"{SYNC_PATHS[2]}: wrong document")
 
 
+def check_django_db(host, port):
+    """The dashboard view: ten items with their tag count and totals, from PostgreSQL."""
+    doc = _get_json(host, port, DB_PATH)
+    rows = doc.get("items", [])
+    if len(rows) != 10 or rows[0] != {"id": 1, "name": "item 1", "price": 101}:
+        raise ValueError(f"{DB_PATH}: {len(rows)} rows, first {rows[:1]!r}")
+    if doc.get("tags") != 30 or doc.get("totals") != {"items": 50, "value": 6275}:
+        raise ValueError(f"{DB_PATH}: tags {doc.get('tags')!r}, totals {doc.get('totals')!r}")
+
+
+DB_PATH = "/db/dashboard"
+PG_PORT = 8497
 ECHO_PORT = 8499
 WS_ECHO = "benchmarks.apps.ws_echo:app"
 WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "daphne", "hypercorn"]
@@ -428,6 +446,44 @@ SCENARIOS = {
             env={"BENCH_ECHO_PORT": str(ECHO_PORT)},
             sidecar=("-m", "benchmarks.apps.echo_server", str(ECHO_PORT)),
             sidecar_port=ECHO_PORT,
+        ),
+        Scenario(
+            "django-wsgi-db",
+            "Issue 11: the Django project on PostgreSQL (a throwaway cluster: initdb in the "
+            "run's temporary directory, started before and stopped after the scenario, on the "
+            "load generator's CPU), one sync JSON view doing 3 queries and a 20 ms simulated "
+            "upstream wait (time.sleep). One worker process, 8 threads: pyserver --threads 8, "
+            "gunicorn gthread -w 1 --threads 8, uWSGI --processes 1 --threads 8 "
+            "(--http11-socket, keep-alive), granian --interface wsgi --blocking-threads 8; "
+            "pyserver-asgi serves the same project as ASGI (Django runs sync views in one "
+            "thread there: thread_sensitive sync_to_async). Persistent database connections "
+            "(CONN_MAX_AGE), one per thread. (a) Maximum throughput: wrk, 50 connections; "
+            "(b) latency at a fixed rate of 70% of the slowest peer's maximum, open loop. "
+            "Goals in the issue: max >= 1.3x gunicorn gthread, p99 <= 0.7x gthread's.",
+            app="benchmarks.apps.django_bench.wsgi:application",
+            asgi_app="benchmarks.apps.django_bench.asgi:application",
+            interface="wsgi",
+            path=DB_PATH,
+            body=None,
+            servers=["pyserver", "gunicorn-gthread", "uwsgi-threads", "granian", "pyserver-asgi"],
+            load="max+fixed-rate",
+            modules=("django", "psycopg"),
+            paths=(DB_PATH,),
+            rate_fraction=0.7,
+            rate_duration=15,
+            connections=50,
+            threads=8,
+            server_args={"pyserver": ["--threads", "8"]},
+            env={
+                "DJANGO_SETTINGS_MODULE": "benchmarks.apps.django_bench.settings",
+                "DJANGO_BENCH_PG": f"127.0.0.1:{PG_PORT}",
+            },
+            tmp_env={"BENCH_PG_DIR": "pg"},
+            sidecar=("benchmarks/harness/pgcluster.py", "{BENCH_PG_DIR}", str(PG_PORT)),
+            sidecar_port=PG_PORT,
+            setup=("-m", "benchmarks.apps.django_bench.setup_db"),
+            check=check_django_db,
+            project_requires=("psycopg[binary]",),
         ),
         *WEBSOCKET_ECHO,
     ]

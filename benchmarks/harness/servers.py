@@ -87,6 +87,29 @@ def pyserver_wsgi_argv(ctx, sc, port):
     return argv + _workers_flag("-w", sc), {}
 
 
+def pyserver_asgi_argv(ctx, sc, port):
+    argv = [ctx.project_python_rel, "-m", "pyserver", sc.asgi_app or sc.app]
+    argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
+    return argv + _workers_flag("-w", sc), {}
+
+
+def gunicorn_gthread_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "gthread"]
+    argv += ["--threads", str(sc.threads or 1)]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning", sc.app]
+    return argv, {}
+
+
+def uwsgi_threads_argv(ctx, sc, port):
+    # --http11-socket: keep-alive (--http-socket closes after every response).
+    argv = [ctx.peer_bin("uwsgi"), "--http11-socket", f"{HOST}:{port}", "--module", sc.app]
+    argv += ["--processes", str(sc.workers), "--threads", str(sc.threads or 1)]
+    argv += ["--disable-logging", "--need-app"]
+    if sc.workers > 1:
+        argv.append("--master")
+    return argv, {}
+
+
 def bjoern_argv(ctx, sc, port):
     python = ctx.peer_bin("python")
     return [python, "benchmarks/peers/run_bjoern.py", sc.app, HOST, str(port)], {}
@@ -112,6 +135,8 @@ def granian_argv(ctx, sc, port):
     argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
     argv += ["--workers", str(sc.workers)] + ([] if sc.ws_size else ["--no-ws"])
     argv += ["--host", HOST, "--port", str(port)]
+    if sc.threads and sc.interface == "wsgi":
+        argv += ["--blocking-threads", str(sc.threads)]
     argv += ["--log-level", "warning", "--no-access-log", sc.app]
     return argv, {}
 
@@ -230,6 +255,27 @@ _SPECS = [
         "pyserver serving the same project as WSGI",
         pyserver_wsgi_argv,
         dist="pyserver",
+    ),
+    ServerSpec(
+        "pyserver-asgi",
+        "project",
+        "pyserver serving the same project as ASGI",
+        pyserver_asgi_argv,
+        dist="pyserver",
+    ),
+    ServerSpec(
+        "gunicorn-gthread",
+        "peer",
+        "gunicorn gthread worker (-k gthread --threads N)",
+        gunicorn_gthread_argv,
+        dist="gunicorn",
+    ),
+    ServerSpec(
+        "uwsgi-threads",
+        "peer",
+        "uwsgi --http11-socket --threads N (keep-alive)",
+        uwsgi_threads_argv,
+        dist="pyuwsgi",
     ),
     ServerSpec("bjoern", "peer", "bjoern.run(app, host, port)", bjoern_argv, max_workers=1),
     ServerSpec(
