@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from harness import environment, loadgen, memory, procs, report
-from harness.scenarios import SCENARIO_GROUPS, SCENARIOS
+from harness import environment, instructions, loadgen, memory, procs, report
+from harness.scenarios import SCENARIO_GROUPS, SCENARIOS, Target
 from harness.servers import HOST, SERVERS, Context, register_baseline
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -412,13 +412,13 @@ def measure(sc, args, port, server, log_path):
 def target_starter(ctx, sc, args, extra_env):
     """start(target, rnd, tag) for harness/memory.py: a ready server and its run record."""
 
-    def start(target, rnd, tag):
+    def start(target, rnd, tag, prefix=()):
         spec = SERVERS[target.server]
         tsc = dataclasses.replace(sc, app=target.app, interface=target.interface)
         argv, files = spec.argv(ctx, tsc, args.port)
         argv += sc.server_args.get(spec.name, [])
         exe = argv[0]
-        argv = loadgen.pinned(sc.server_cpus, argv)
+        argv = loadgen.pinned(sc.server_cpus, [*prefix, *argv])
         log_path = os.path.join(LOGS_DIR, f"{sc.name}-{target.label}-{tag}-r{rnd}.log")
         rec = {"server": target.label, "round": rnd, "command": argv, "files": files}
         rec["loadavg_before"] = os.getloadavg()[0]
@@ -429,7 +429,10 @@ def target_starter(ctx, sc, args, extra_env):
         server = procs.Server(argv, ROOT, server_env(spec, sc, extra_env), log_path)
         try:
             server.start()
-            server.wait_ready(HOST, args.port, "/", b"Hello World!")
+            server.wait_ready(HOST, args.port, "/", b"Hello World!", sc.ready_timeout)
+            if spec.loads and not procs.tree_maps(server.pid, spec.loads):
+                lib = os.path.relpath(spec.loads, ROOT)
+                raise procs.LaunchError(f"answers, but {lib} is not loaded: another build runs")
         except (procs.LaunchError, OSError) as exc:
             server.stop()
             procs.wait_port_free(args.port)
@@ -448,6 +451,8 @@ def run_memory_scenario(ctx, sc, args, servers, extra_env):
         return targets, []
     if sc.kind == "idle":
         return targets, memory.run_idle(sc, args, targets, start, log)
+    if sc.kind == "instructions":
+        return targets, instructions.run(sc, args, targets, start, log, ctx.tmpdir)
     stream_file = extra_env["BENCH_STREAM_FILE"]
     return targets, memory.run_streams(sc, args, targets, start, log, ctx.tmpdir, stream_file)
 
@@ -461,6 +466,8 @@ def summarize(sc_kind, runs, names):
         return memory.summarize_idle(runs, names)
     if sc_kind == "streams":
         return memory.summarize_streams(runs, names)
+    if sc_kind == "instructions":
+        return instructions.summarize(runs, names)
     return report.summarize(runs, names)
 
 
@@ -725,6 +732,7 @@ def collect_versions(project_python):
     v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
     v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
+    v["valgrind"] = environment.tool_version(["valgrind", "--version"], r"valgrind-(\S+)")
     return v
 
 
@@ -752,6 +760,7 @@ def scenario_versions(sc, names, versions):
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
     loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
+    loads["instructions"] = ["valgrind"]
     wanted += loads.get(sc.load, [sc.load])
     seen = []
     for key in wanted:
@@ -859,6 +868,16 @@ def main(argv=None):
         for sc in SCENARIOS.values():
             if sc.baseline and args.baseline_name in SERVERS:
                 sc.servers.insert(sc.servers.index("pyserver") + 1, args.baseline_name)
+                old = [t for t in sc.targets if t.server == "pyserver"]
+                sc.targets += tuple(
+                    Target(
+                        f"{args.baseline_name}-{t.interface}",
+                        args.baseline_name,
+                        t.app,
+                        t.interface,
+                    )
+                    for t in old
+                )
     peers_python = environment.venv_python(PEERS_VENV)
     modules = {s.module for s in SERVERS.values() if s.module}
     modules |= {m for sc in SCENARIOS.values() for m in sc.modules}

@@ -77,6 +77,8 @@ def memory_chart(data, out_dir):
 
 
 def chart(data, out_dir):
+    if data.get("kind", "load") not in ("load", *MEMORY_PANELS):
+        return None  # instructions: a table is enough
     if data.get("kind", "load") != "load":
         return memory_chart(data, out_dir)
     rows = [s for s in data["summary"] if s["status"] == "ok"]

@@ -18,6 +18,11 @@ APT_PACKAGES = [
     "build-essential",
     "python3-dev",
     "python3-venv",
+    # benchmarks/wsload (websocket-echo) links zlib; instructions counts with callgrind;
+    # django-wsgi-db starts its own cluster from /usr/lib/postgresql/*/bin.
+    "zlib1g-dev",
+    "valgrind",
+    "postgresql",
 ]
 
 # Peer servers and tools installed from PyPI into benchmarks/.venv-peers, never into

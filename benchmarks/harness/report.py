@@ -8,6 +8,7 @@ import statistics
 SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
 SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
 SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
+SCENARIO_ORDER += ["instructions"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -196,6 +197,8 @@ _MiB = 1024.0
 
 
 def _kind(summary):
+    if any(s.get("kind") == "instr" for s in summary):
+        return "instructions"
     if any("phase" in s for s in summary):
         return "idle"
     if any("transfer" in s for s in summary):
@@ -254,8 +257,28 @@ def stream_rows(summary, transfer):
     return rows
 
 
+INSTR_COLUMNS = ["server", "interface", "instructions / request", "pyserver ÷ it", "requests"]
+INSTR_COLUMNS += ["rounds"]
+
+
+def instr_rows(summary):
+    rows = []
+    for s in summary:
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(INSTR_COLUMNS)))
+            continue
+        rows.append(
+            [s["server"], s["interface"], _num(s["instr_per_req"])]
+            + [_num(s.get("vs_reference"), "{:.3f}×"), f"{s['requests']} + {2 * s['requests']}"]
+            + [f"{s['rounds_ok']}/{s['rounds']}"]
+        )
+    return rows
+
+
 def _memory_tables(summary):
-    """[(title, columns, rows)] of an idle or streams summary."""
+    """[(title, columns, rows)] of an idle, streams or instructions summary."""
+    if _kind(summary) == "instructions":
+        return [("Instructions per request (callgrind)", INSTR_COLUMNS, instr_rows(summary))]
     if _kind(summary) == "idle":
         return [(t, IDLE_COLUMNS, idle_rows(summary, p)) for p, t in IDLE_TITLES.items()]
     return [

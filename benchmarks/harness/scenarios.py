@@ -69,6 +69,7 @@ class Scenario:
     # at rate_fraction of the slowest peer's maximum.
     rate_fraction: float = 0.0
     project_requires: tuple = ()  # pip requirements the project .venv needs for the app
+    ready_timeout: float = 30.0  # seconds a server has to answer its first request
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -486,5 +487,28 @@ SCENARIOS = {
             project_requires=("psycopg[binary]",),
         ),
         *WEBSOCKET_ECHO,
+        Scenario(
+            "instructions",
+            "CPU instructions per request of pyserver (and, with --baseline REF, of the build "
+            "of REF: a same-run A/B of two builds), counted by valgrind's callgrind (this "
+            "machine's perf has no hardware instruction counter): the hello-wsgi and "
+            "hello-asgi apps, counting switched on after 200 warm-up requests, then N "
+            "requests and 2N requests one at a time over one keep-alive connection; "
+            "(count of 2N - count of N) / N. Exact and repeatable whatever else the machine "
+            "runs, so one round. *pyserver ÷ it*: this build's count ÷ that one's (below 1: "
+            "this build runs fewer instructions).",
+            app=HELLO_WSGI,
+            interface="wsgi",
+            servers=[],
+            load="instructions",
+            kind="instructions",
+            targets=(
+                Target("pyserver-wsgi", "pyserver", HELLO_WSGI, "wsgi"),
+                Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
+            ),
+            rounds=1,
+            baseline=True,
+            ready_timeout=300.0,
+        ),
     ]
 }
