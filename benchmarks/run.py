@@ -54,6 +54,7 @@ VERSION_DISTS = {
         "bottle",
         "uvicorn-worker",
         "django",
+        "psycopg",
     ],
     "project": ["pyserver-ev", "bottle", "gunicorn", "django", "psycopg"],
 }
@@ -329,9 +330,9 @@ def load(sc, args, port, warmup):
         )
     if sc.load == "wrk":
         duration = args.warmup if warmup else args.duration
-        return loadgen.run_wrk(url, duration, args.connections, cpus=sc.client_cpus)
+        return loadgen.run_wrk(url, duration, connections(sc, args), cpus=sc.client_cpus)
     requests = warmup_requests(args) if warmup else args.requests
-    return loadgen.run_ab(url, requests, args.connections, cpus=sc.client_cpus)
+    return loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
 
 
 def warmup_requests(args):
@@ -733,6 +734,9 @@ def collect_versions(project_python):
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
     v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
     v["valgrind"] = environment.tool_version(["valgrind", "--version"], r"valgrind-(\S+)")
+    postgres = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if postgres:
+        v["postgresql"] = environment.tool_version([postgres[-1], "--version"], r"\) (\S+)")
     return v
 
 
@@ -761,6 +765,9 @@ def scenario_versions(sc, names, versions):
         wanted += ["bottle", "bottle (project .venv)"]
     loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
     loads["instructions"] = ["valgrind"]
+    loads["max+fixed-rate"] = ["wrk"]
+    if "psycopg" in sc.modules:
+        wanted += ["psycopg (project .venv)", "psycopg", "postgresql"]
     wanted += loads.get(sc.load, [sc.load])
     seen = []
     for key in wanted:

@@ -122,7 +122,11 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
         instr_first=first,
         instr_second=second,
         instr_per_req=(second - first) / n_req,
-        load_command=["python", "-c", f"# {n_req} + {2 * n_req} GETs on one connection"],
+        load_command=[
+            "#",
+            f"callgrind_control -i on PID; {n_req} GETs on one keep-alive connection; "
+            f"callgrind_control -d PID; {2 * n_req} GETs; callgrind_control -d PID",
+        ],
     )
     return rec
 

@@ -155,11 +155,8 @@ class Server:
                 # argparse and tracebacks end with the reason; usage text comes before it
                 last = tail(self.log_path, 8)
                 reason = [ln for ln in last.splitlines() if "error" in ln.lower()]
-                raise LaunchError(
-                    f"exited with code {self.proc.returncode}: "
-                    + (f"{reason[-1].strip()} | " if reason else "")
-                    + last
-                )
+                why = reason[-1].strip() if reason else last
+                raise LaunchError(f"exited with code {self.proc.returncode}: {why}")
             try:
                 status, got = http_get(host, port, path)
             except OSError as exc:

@@ -341,6 +341,8 @@ def _loadavg_range(runs):
 
 
 def _cmd(argv):
+    if argv and argv[0] == "#":  # a description, not a command line
+        return " ".join(argv)
     return shlex.join(argv)
 
 

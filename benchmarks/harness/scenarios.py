@@ -199,7 +199,7 @@ def _websocket_echo(size, label, deflate):
         "echo app (benchmarks/apps/ws_echo.py); the load client is benchmarks/wsload/wsload.c "
         "(C, epoll, one thread, pinned to the other CPU): 16 connections, each sends a "
         "message, waits for its echo, checks it byte for byte, sends the next (JSON-like "
-        "text cut at random offsets). *req/s* is messages echoed per second, *req/CPU-s* "
+        "text cut at random offsets). *msg/s* messages echoed per second, *msg/CPU-s* "
         "messages per CPU-second of the server's process tree, *client CPU* the load "
         "client's own CPU share (well under 100%: the server is the bottleneck); latency is "
         "the round trip of one message. Goal recorded in the issue: pyserver >= 3x uvicorn "
