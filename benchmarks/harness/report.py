@@ -382,7 +382,9 @@ def markdown(results, charts):
         "their tables explain their columns.",
         "",
         "Run it: `make bench`, or `.venv/bin/python benchmarks/run.py --help` "
-        "(`--quick` for a 2 s smoke run). Peers live in `benchmarks/.venv-peers`, "
+        "(`--quick` for a 2 s smoke run; `--baseline REF` adds pyserver as built from git "
+        "REF to hello-wsgi, hello-asgi and instructions, a same-run A/B of two builds). "
+        "Peers live in `benchmarks/.venv-peers`, "
         "created on the first run; raw results are in `benchmarks/results/`.",
         "",
     ]

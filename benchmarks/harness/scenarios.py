@@ -201,7 +201,7 @@ def _websocket_echo(size, label, deflate):
         "message, waits for its echo, checks it byte for byte, sends the next (JSON-like "
         "text cut at random offsets). *msg/s* messages echoed per second, *msg/CPU-s* "
         "messages per CPU-second of the server's process tree, *client CPU* the load "
-        "client's own CPU share (well under 100%: the server is the bottleneck); latency is "
+        "client's own CPU share (near 100% would mean the client limits the figure); latency is "
         "the round trip of one message. Goal recorded in the issue: pyserver >= 3x uvicorn "
         "and >= 1.5x granian in messages per CPU-second.",
         app=WS_ECHO,
