@@ -163,7 +163,7 @@ def _git(*argv, cwd=ROOT):
 
 def prepare_baseline(ref, python):
     """Check REF out in a git worktree under benchmarks/.baseline and build its extension in
-    place with PYTHON (once per commit); register pyserver@REF.  {ref, commit, dir, extension}."""
+    place with PYTHON (once per commit); register pyserver@REF.  {ref, commit, dir}."""
     commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", ref)
     tree = os.path.join(BASELINE_DIR, safe)

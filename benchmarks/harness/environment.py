@@ -44,6 +44,8 @@ PEER_PACKAGES = {
     "starlette": ("starlette", "starlette"),
     "bottle": ("bottle", "bottle"),
     "matplotlib": ("matplotlib", "matplotlib"),
+    # websocket-echo: uvicorn --ws wsproto (uvicorn[standard] brings websockets only).
+    "wsproto": ("wsproto", "wsproto"),
     # django-wsgi-db: Django's PostgreSQL backend (psycopg 3, the binary wheel).
     "psycopg": ("psycopg[binary]", "psycopg"),
 }
