@@ -1,6 +1,10 @@
 """Benchmark pyserver against peer servers and nginx; write docs/benchmarks.md.
 
     .venv/bin/python benchmarks/run.py [--scenario hello-wsgi] [--quick] ...
+    .venv/bin/python benchmarks/run.py --scenario hello-wsgi,hello-asgi,instructions \
+        --baseline REF        # same-run A/B: pyserver against pyserver built from git REF
+    .venv/bin/python benchmarks/run.py --scenario websocket-echo    # the four echo variants
+    .venv/bin/python benchmarks/run.py --scenario django-wsgi-db    # starts its own PostgreSQL
 
 Installs what it needs on first use: Debian packages (wrk, ab, nginx, ...) and the
 peer servers in their own virtualenv, benchmarks/.venv-peers.  Standard library only.
