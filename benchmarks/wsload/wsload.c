@@ -57,7 +57,7 @@ struct conn {
     const unsigned char *sent; /* the payload of the message in flight */
     size_t sent_len;
     double sent_at;
-    int deflate, reset_deflate;
+    int deflate, reset_deflate, want_out;
     z_stream def, inf;
     int zinit;
 };
@@ -68,6 +68,7 @@ static struct {
     double duration;
 } opt = {"127.0.0.1", "/", 0, 16, 64, 0, 0, 10.0};
 
+static int ep = -1; /* the epoll instance */
 static unsigned char *corpus;
 static unsigned char *scratch; /* inflate / deflate output */
 static size_t scratch_cap;
@@ -200,13 +201,20 @@ static void put_frame(struct conn *c, int opcode, int rsv1, const unsigned char 
     c->out_len += h + len;
 }
 
+/* Write what c->out holds; what the socket does not take waits for EPOLLOUT. */
 static int flush_out(struct conn *c)
 {
     while (c->out_off < c->out_len) {
         ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EAGAIN)
+            if (errno == EAGAIN) {
+                if (!c->want_out) {
+                    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                    c->want_out = 1;
+                }
                 return 0;
+            }
             fail(c, "send failed");
             return -1;
         }
@@ -214,6 +222,11 @@ static int flush_out(struct conn *c)
         bytes_out += n;
     }
     c->out_off = c->out_len = 0;
+    if (c->want_out) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+        c->want_out = 0;
+    }
     return 0;
 }
 
@@ -472,7 +485,7 @@ int main(int argc, char **argv)
         usage();
     make_corpus();
     struct conn *conns = calloc(opt.conns, sizeof *conns);
-    int ep = epoll_create1(0);
+    ep = epoll_create1(0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(opt.port)};
     if (inet_pton(AF_INET, opt.host, &sa.sin_addr) != 1)
         usage();
