@@ -5,9 +5,9 @@ Each target's server starts under `valgrind --tool=callgrind --instr-atstart=no`
 a warm-up uncounted, then counting is switched on (`callgrind_control -i on`) for N
 requests and dumped, then for 2N more and dumped again: (second - first) / N is the cost
 of one request, whatever fixed cost switching and dumping adds.  Requests go one at a time
-over one keep-alive connection (the client's speed does not change the count).  Exact and
-repeatable to a fraction of a percent whatever else the machine runs: the figure to compare
-two builds with (`--baseline REF`), next to the timed scenarios.
+over one keep-alive connection (the client's speed does not change the count).  The count
+does not depend on the machine's load (two runs of one build were about 1% apart in trials):
+the figure to compare two builds with (`--baseline REF`), next to the timed scenarios.
 """
 
 import glob
