@@ -1,6 +1,10 @@
 """Benchmark pyserver against peer servers and nginx; write docs/benchmarks.md.
 
     .venv/bin/python benchmarks/run.py [--scenario hello-wsgi] [--quick] ...
+    .venv/bin/python benchmarks/run.py --scenario hello-wsgi,hello-asgi,instructions \
+        --baseline REF        # same-run A/B: pyserver against pyserver built from git REF
+    .venv/bin/python benchmarks/run.py --scenario websocket-echo    # the four echo variants
+    .venv/bin/python benchmarks/run.py --scenario django-wsgi-db    # starts its own PostgreSQL
 
 Installs what it needs on first use: Debian packages (wrk, ab, nginx, ...) and the
 peer servers in their own virtualenv, benchmarks/.venv-peers.  Standard library only.
@@ -10,17 +14,20 @@ import argparse
 import atexit
 import dataclasses
 import datetime
+import glob
 import os
+import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from harness import environment, loadgen, memory, procs, report
-from harness.scenarios import SCENARIOS
-from harness.servers import HOST, SERVERS, Context
+from harness import environment, instructions, loadgen, memory, procs, report
+from harness.scenarios import SCENARIO_GROUPS, SCENARIOS, Target
+from harness.servers import HOST, SERVERS, Context, register_baseline
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
@@ -28,6 +35,7 @@ PEERS_VENV = os.path.join(BENCH_DIR, ".venv-peers")
 PROJECT_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 LOGS_DIR = os.path.join(BENCH_DIR, ".logs")
+BASELINE_DIR = os.path.join(BENCH_DIR, ".baseline")
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 IMG_DIR = os.path.join(ROOT, "docs", "img")
 
@@ -50,8 +58,9 @@ VERSION_DISTS = {
         "bottle",
         "uvicorn-worker",
         "django",
+        "psycopg",
     ],
-    "project": ["pyserver", "bottle", "gunicorn", "django"],
+    "project": ["pyserver-ev", "bottle", "gunicorn", "django", "psycopg"],
 }
 
 
@@ -70,7 +79,10 @@ def parse_args(argv=None):
     ap.add_argument(
         "--scenario",
         default="",
-        help="comma-separated scenarios (default: all): " + ", ".join(SCENARIOS),
+        help="comma-separated scenarios (default: all): "
+        + ", ".join(SCENARIOS)
+        + "; groups: "
+        + ", ".join(f"{g} ({', '.join(m)})" for g, m in SCENARIO_GROUPS.items()),
     )
     ap.add_argument(
         "--servers",
@@ -84,6 +96,11 @@ def parse_args(argv=None):
     ap.add_argument("--connections", type=int, default=100, help="concurrent connections")
     ap.add_argument("--requests", type=int, help="requests per ab run (default: 50000)")
     ap.add_argument("--port", type=int, default=8400, help="port the servers listen on")
+    ap.add_argument(
+        "--rate-duration",
+        type=int,
+        help="seconds of each fixed-rate (open-loop latency) run (default: the scenario's, 15)",
+    )
     ap.add_argument(
         "--project-python",
         default=PROJECT_PYTHON,
@@ -110,6 +127,13 @@ def parse_args(argv=None):
         action="store_true",
         help="print only: leave results/, docs/benchmarks.md and charts alone",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run pyserver as built from git REF (pyserver@REF) in the scenarios that "
+        "compare builds (hello-wsgi, hello-asgi, instructions); built once in "
+        "benchmarks/.baseline/REF",
+    )
     ap.add_argument("--list", action="store_true", help="list scenarios and servers, exit")
     ap.add_argument(
         "--report-only",
@@ -123,9 +147,63 @@ def parse_args(argv=None):
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.scenarios = _pick(args.scenario, SCENARIOS, "scenario")
+    wanted = ",".join(
+        ",".join(SCENARIO_GROUPS.get(n.strip(), [n.strip()])) for n in args.scenario.split(",")
+    )
+    args.scenarios = _pick(wanted, SCENARIOS, "scenario")
+    args.baseline_name = f"pyserver@{args.baseline}" if args.baseline else None
+    if args.baseline_name:  # known by name now (--servers); built in main()
+        SERVERS[args.baseline_name] = None
     args.server_filter = _pick(args.servers, SERVERS, "server") if args.servers else None
     return args
+
+
+def _git(*argv, cwd=ROOT):
+    proc = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(argv)}: {proc.stderr.strip()[-300:]}")
+    return proc.stdout.strip()
+
+
+def prepare_baseline(ref, python):
+    """Check REF out in a git worktree under benchmarks/.baseline and build its extension in
+    place with PYTHON (once per commit); register pyserver@REF.  {ref, commit, dir}."""
+    commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", ref)
+    tree = os.path.join(BASELINE_DIR, safe)
+    if not os.path.exists(os.path.join(tree, ".git")):
+        os.makedirs(BASELINE_DIR, exist_ok=True)
+        _git("worktree", "prune")
+        log(f"baseline: git worktree add {os.path.relpath(tree, ROOT)} {commit[:12]}")
+        _git("worktree", "add", "--detach", tree, commit)
+    elif _git("rev-parse", "HEAD", cwd=tree) != commit:
+        _git("checkout", "--detach", "-q", commit, cwd=tree)
+    stamp = os.path.join(tree, ".bench-built")
+    built = open(stamp).read().strip() if os.path.exists(stamp) else ""
+    extensions = glob.glob(os.path.join(tree, "pyserver", "_core*.so"))
+    if built != commit or not extensions:
+        build_log = os.path.join(LOGS_DIR, f"baseline-{safe}-build.log")
+        log(f"baseline: building {ref} ({commit[:12]}), log {os.path.relpath(build_log, ROOT)}")
+        with open(build_log, "w") as out:
+            proc = subprocess.run(
+                [python, "setup.py", "-q", "build_ext", "--inplace", "--force"],
+                cwd=tree,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        if proc.returncode != 0:
+            raise RuntimeError(f"baseline build failed: {procs.tail(build_log, 10)}")
+        with open(stamp, "w") as f:
+            f.write(commit + "\n")
+        extensions = glob.glob(os.path.join(tree, "pyserver", "_core*.so"))
+    site = os.path.join(BASELINE_DIR, f"{safe}.site")
+    os.makedirs(site, exist_ok=True)
+    link = os.path.join(site, "pyserver")
+    if not os.path.islink(link):
+        os.symlink(os.path.join("..", safe, "pyserver"), link)
+    register_baseline(ref, site, extensions[0], commit)
+    log(f"baseline: pyserver@{ref} = {commit[:12]}, {os.path.relpath(extensions[0], ROOT)}")
+    return {"ref": ref, "commit": commit, "dir": os.path.relpath(tree, ROOT)}
 
 
 def _pick(value, known, what):
@@ -151,9 +229,13 @@ def server_env(spec, sc=None, extra=None):
     return env
 
 
-def scenario_setup(ctx, sc):
-    """Run the scenario's one-off setup step (the Django database); its extra environment."""
-    extra = {var: os.path.join(ctx.tmpdir, name) for var, name in sc.tmp_env.items()}
+def scenario_env(ctx, sc):
+    """The scenario's extra environment: its files in the run's temporary directory."""
+    return {var: os.path.join(ctx.tmpdir, name) for var, name in sc.tmp_env.items()}
+
+
+def scenario_setup(ctx, sc, extra):
+    """Run the scenario's one-off setup step (the Django database, after the sidecar)."""
     if sc.setup:
         argv = [ctx.project_python, *sc.setup]
         env = server_env(SERVERS["pyserver"], sc, extra)
@@ -161,7 +243,6 @@ def scenario_setup(ctx, sc):
         if proc.returncode != 0:
             raise RuntimeError(f"setup {' '.join(sc.setup)} failed: {proc.stderr[-500:]}")
         log(f"   setup: {proc.stdout.strip()}")
-    return extra
 
 
 def start_sidecar(ctx, sc, extra_env):
@@ -169,19 +250,20 @@ def start_sidecar(ctx, sc, extra_env):
     its port accepts; None when it has none. Stopped by stop_sidecar (or at exit)."""
     if not sc.sidecar:
         return None
-    argv = loadgen.pinned(sc.client_cpus, [ctx.project_python, *sc.sidecar])
+    args = [a.format(**extra_env) if "{" in a else a for a in sc.sidecar]
+    argv = loadgen.pinned(sc.client_cpus, [ctx.project_python, *args])
     log_path = os.path.join(LOGS_DIR, f"{sc.name}-sidecar.log")
     env = server_env(SERVERS["pyserver"], sc, extra_env)
     with open(log_path, "w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     atexit.register(stop_sidecar, proc)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # initdb on a loaded machine
     while procs.port_is_free(sc.sidecar_port):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_sidecar(proc)
             raise RuntimeError(f"sidecar did not start: {procs.tail(log_path, 8)}")
         time.sleep(0.1)
-    log(f"   sidecar: {' '.join(sc.sidecar)} (pid {proc.pid})")
+    log(f"   sidecar: {' '.join(args)} (pid {proc.pid})")
     return proc
 
 
@@ -193,6 +275,12 @@ def stop_sidecar(proc):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def is_full_run(args):
+    """The method's figures (10 s, 3 s warm-up, 3 rounds or more); shorter runs are marked
+    as smoke runs in the results and the doc."""
+    return not args.quick and all(getattr(args, k) >= FULL[k] for k in FULL if k != "requests")
 
 
 def connections(sc, args):
@@ -221,14 +309,34 @@ def measure_fixed_rate_and_wrk(sc, args, port, server):
     return res, before, after
 
 
+def measure_fixed_rate(sc, args, port, server):
+    """Open-loop latency only, at sc.rate req/s after a wrk warm-up: {fr_*: value}."""
+    url = f"http://{HOST}:{port}{sc.path}"
+    loadgen.run_wrk(url, args.warmup, connections(sc, args), cpus=sc.client_cpus)
+    time.sleep(1)
+    duration = args.rate_duration or sc.rate_duration
+    fr = loadgen.run_fixed_rate(HOST, port, sc.paths, sc.rate, duration, sc.client_cpus)
+    if not server.alive():
+        raise procs.LaunchError("died during the fixed-rate run")
+    out = {"fixed_rate_command": fr.pop("load_command")}
+    out.update({f"fr_{key}": value for key, value in fr.items()})
+    return out
+
+
 def load(sc, args, port, warmup):
     """Run the scenario's load generator once; warm-up runs are shorter."""
     url = f"http://{HOST}:{port}{sc.path}"
+    if sc.load == "wsload":
+        duration = args.warmup if warmup else args.duration
+        conns = connections(sc, args)
+        return loadgen.run_wsload(
+            port, sc.path, conns, sc.ws_size, duration, sc.ws_deflate, sc.client_cpus
+        )
     if sc.load == "wrk":
         duration = args.warmup if warmup else args.duration
-        return loadgen.run_wrk(url, duration, args.connections, cpus=sc.client_cpus)
+        return loadgen.run_wrk(url, duration, connections(sc, args), cpus=sc.client_cpus)
     requests = warmup_requests(args) if warmup else args.requests
-    return loadgen.run_ab(url, requests, args.connections, cpus=sc.client_cpus)
+    return loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
 
 
 def warmup_requests(args):
@@ -242,7 +350,8 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     argv += sc.server_args.get(spec.name, [])
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
-    log_path = os.path.join(LOGS_DIR, f"{sc.name}-{spec.name}-r{rnd}.log")
+    log_name = spec.name.replace("/", "_")
+    log_path = os.path.join(LOGS_DIR, f"{sc.name}-{log_name}-r{rnd}.log")
     rec = {"server": spec.name, "round": rnd, "command": argv, "files": files}
     rec["loadavg_before"] = os.getloadavg()[0]
     if not procs.wait_port_free(port):
@@ -254,11 +363,18 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
             raise procs.LaunchError(f"{exe} not found")
         server.start()
         server.wait_ready(HOST, port, sc.path, sc.body)
+        if spec.loads and not procs.tree_maps(server.pid, spec.loads):
+            raise procs.LaunchError(
+                f"answers, but {os.path.relpath(spec.loads, ROOT)} is not loaded"
+            )
         if sc.check:
             try:
                 sc.check(HOST, port)
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise procs.LaunchError(f"wrong answer: {exc}") from exc
+        if sc.load == "fixed-rate":
+            rec.update(measure_fixed_rate(sc, args, port, server), status="ok")
+            return rec
         if sc.load == "fixed-rate+wrk":
             res, before, after = measure_fixed_rate_and_wrk(sc, args, port, server)
             alive = server.alive()
@@ -279,6 +395,9 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     rec["req_per_cpu_s"] = res["requests"] / rec["cpu_s"] if rec["cpu_s"] > 0 else None
     if not alive:
         rec.update(status="crashed", error=f"exited during the run: {procs.tail(log_path, 8)}")
+    elif sc.ws_deflate and not res["ws"]["deflate"]:
+        answer = res["ws"]["extensions"] or "no Sec-WebSocket-Extensions"
+        rec.update(status="unsupported", error=f"did not accept permessage-deflate ({answer})")
     else:
         rec["status"] = "ok"
     return rec
@@ -298,13 +417,13 @@ def measure(sc, args, port, server, log_path):
 def target_starter(ctx, sc, args, extra_env):
     """start(target, rnd, tag) for harness/memory.py: a ready server and its run record."""
 
-    def start(target, rnd, tag):
+    def start(target, rnd, tag, prefix=()):
         spec = SERVERS[target.server]
         tsc = dataclasses.replace(sc, app=target.app, interface=target.interface)
         argv, files = spec.argv(ctx, tsc, args.port)
         argv += sc.server_args.get(spec.name, [])
         exe = argv[0]
-        argv = loadgen.pinned(sc.server_cpus, argv)
+        argv = loadgen.pinned(sc.server_cpus, [*prefix, *argv])
         log_path = os.path.join(LOGS_DIR, f"{sc.name}-{target.label}-{tag}-r{rnd}.log")
         rec = {"server": target.label, "round": rnd, "command": argv, "files": files}
         rec["loadavg_before"] = os.getloadavg()[0]
@@ -315,7 +434,10 @@ def target_starter(ctx, sc, args, extra_env):
         server = procs.Server(argv, ROOT, server_env(spec, sc, extra_env), log_path)
         try:
             server.start()
-            server.wait_ready(HOST, args.port, "/", b"Hello World!")
+            server.wait_ready(HOST, args.port, "/", b"Hello World!", sc.ready_timeout)
+            if spec.loads and not procs.tree_maps(server.pid, spec.loads):
+                lib = os.path.relpath(spec.loads, ROOT)
+                raise procs.LaunchError(f"answers, but {lib} is not loaded: another build runs")
         except (procs.LaunchError, OSError) as exc:
             server.stop()
             procs.wait_port_free(args.port)
@@ -334,6 +456,8 @@ def run_memory_scenario(ctx, sc, args, servers, extra_env):
         return targets, []
     if sc.kind == "idle":
         return targets, memory.run_idle(sc, args, targets, start, log)
+    if sc.kind == "instructions":
+        return targets, instructions.run(sc, args, targets, start, log, ctx.tmpdir)
     stream_file = extra_env["BENCH_STREAM_FILE"]
     return targets, memory.run_streams(sc, args, targets, start, log, ctx.tmpdir, stream_file)
 
@@ -347,13 +471,26 @@ def summarize(sc_kind, runs, names):
         return memory.summarize_idle(runs, names)
     if sc_kind == "streams":
         return memory.summarize_streams(runs, names)
+    if sc_kind == "instructions":
+        return instructions.summarize(runs, names)
     return report.summarize(runs, names)
+
+
+def _ms(value):
+    return "-" if value is None else f"{value:.1f}"
 
 
 def progress_line(n, total, rec):
     head = f"  [{n:>2}/{total}] round {rec['round']} {rec['server']:<10}"
     if rec["status"] != "ok":
         return f"{head} {rec['status'].upper()}: {rec.get('error', '')[:300]}"
+    if rec.get("rps") is None and "fr_rate" in rec:
+        p50, p95, p99 = (_ms(rec.get(f"fr_{q}_ms")) for q in ("p50", "p95", "p99"))
+        return (
+            f"{head} {rec['fr_rate']:g} req/s open loop: p50 {p50} p95 {p95} p99 {p99} ms, "
+            f"errors {rec['fr_errors']}/{rec['fr_requests']}  "
+            f"(load avg {rec['loadavg_before']:.1f})"
+        )
     p50 = f"{rec['p50_ms']:.2f}" if rec.get("p50_ms") is not None else "-"
     p99 = f"{rec['p99_ms']:.2f}" if rec.get("p99_ms") is not None else "-"
     cpu = f"{rec['req_per_cpu_s']:,.0f}" if rec.get("req_per_cpu_s") else "-"
@@ -362,9 +499,15 @@ def progress_line(n, total, rec):
             f" {rec['fr_rate']:g} req/s: p50 {rec['fr_p50_ms']:.1f} p95 {rec['fr_p95_ms']:.1f}"
             f" p99 {rec['fr_p99_ms']:.1f} ms, errors {rec['fr_errors']};  max:"
         )
+    unit = "req"
+    if rec.get("client_cpu_pct") is not None:
+        unit = "msg"
+        cpu += f" msg/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
+    else:
+        cpu += " req/CPU-s"
     return (
-        f"{head} {rec['rps']:>10,.0f} req/s  p50 {p50} ms  p99 {p99} ms  "
-        f"errors {rec['errors']:,}  {cpu} req/CPU-s  (load avg {rec['loadavg_before']:.1f})"
+        f"{head} {rec['rps']:>10,.0f} {unit}/s  p50 {p50} ms  p99 {p99} ms  "
+        f"errors {rec['errors']:,}  {cpu}  (load avg {rec['loadavg_before']:.1f})"
     )
 
 
@@ -423,8 +566,9 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     versions = collect_versions(ctx.project_python)
     sidecar = None
     try:
-        extra_env = scenario_setup(ctx, sc)
+        extra_env = scenario_env(ctx, sc)
         sidecar = start_sidecar(ctx, sc, extra_env)
+        scenario_setup(ctx, sc, extra_env)
     except (RuntimeError, OSError) as exc:
         log(f"   setup failed: {exc}")
         servers, extra_env = [], {}
@@ -446,32 +590,51 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
                     cmd["loads"].append(load_cmd)
         servers = [t.label for t in targets]
         skipped = {t.label: skipped[t.server] for t in sc.targets if t.server in skipped}
-    for rnd in range(1, (args.rounds if sc.kind == "load" else 0) + 1):
-        for name in servers:
-            n += 1
-            spec = SERVERS[name]
-            if name in launch_failed:
-                rec = {
-                    "server": name,
-                    "round": rnd,
-                    "status": "failed",
-                    "error": "did not start in an earlier round; not retried",
-                }
-            else:
-                rec = run_once(ctx, sc, spec, args, rnd, extra_env)
-                if rec.get("launch_failed"):
-                    launch_failed.add(name)
-            runs.append(rec)
-            cmd = commands.setdefault(name, {"summary": spec.summary})
-            if "command" in rec and "server" not in cmd:
-                cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
-                files = rec.get("files", {}).items()
-                cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
-            if rec.get("load_command"):
-                cmd.setdefault("load", rec["load_command"])
-            if rec.get("fixed_rate_command"):
-                cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
-            log(progress_line(n, total, rec))
+    # max+fixed-rate: every server's maximum first, then latency at a rate taken from it.
+    phases = [sc] if sc.load != "max+fixed-rate" else [dataclasses.replace(sc, load="wrk"), None]
+    total = args.rounds * len(servers) * len(phases) if sc.kind == "load" else 0
+    rate_basis = ""
+    for psc in phases:
+        if psc is None:
+            psc, rate_basis = fixed_rate_phase(sc, args, runs, servers)
+            if psc is None:
+                log(f"   no fixed-rate phase: {rate_basis}")
+                break
+            sc = dataclasses.replace(sc, rate=psc.rate, rate_duration=psc.rate_duration)
+            log(f"   fixed rate: {rate_basis}")
+        phase_runs = []
+        for rnd in range(1, (args.rounds if sc.kind == "load" else 0) + 1):
+            for name in servers:
+                n += 1
+                spec = SERVERS[name]
+                if name in launch_failed:
+                    if psc.load == "fixed-rate":
+                        continue
+                    rec = {
+                        "server": name,
+                        "round": rnd,
+                        "status": "failed",
+                        "error": "did not start in an earlier round; not retried",
+                    }
+                else:
+                    rec = run_once(ctx, psc, spec, args, rnd, extra_env)
+                    if rec.get("launch_failed"):
+                        launch_failed.add(name)
+                phase_runs.append(rec)
+                cmd = commands.setdefault(name, {"summary": spec.summary})
+                if "command" in rec and "server" not in cmd:
+                    cmd["server"] = [_untmp(a, ctx) for a in rec["command"]]
+                    files = rec.get("files", {}).items()
+                    cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
+                if rec.get("load_command"):
+                    cmd.setdefault("load", rec["load_command"])
+                if rec.get("fixed_rate_command"):
+                    cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
+                log(progress_line(n, total, rec))
+        if psc.load == "fixed-rate":
+            merge_fixed_rate(runs, phase_runs)
+        else:
+            runs.extend(phase_runs)
     stop_sidecar(sidecar)
     summary = summarize(sc.kind, runs, servers)
     for name, why in skipped.items():
@@ -489,7 +652,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         "kind": sc.kind,
         "description": sc.description,
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        "mode": "quick" if args.quick else "full",
+        "mode": "full" if is_full_run(args) else "quick",
         "elapsed_s": round(time.monotonic() - started),
         "params": {
             "load": sc.load,
@@ -499,6 +662,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             "connections": connections(sc, args),
             "rate": sc.rate,
             "rate_duration": sc.rate_duration,
+            "rate_basis": rate_basis,
             "paths": list(sc.paths),
             "requests": args.requests,
             "warmup_requests": warmup_requests(args),
@@ -517,6 +681,40 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     }
 
 
+def fixed_rate_phase(sc, args, runs, servers):
+    """(scenario of the latency phase, how its rate was chosen): sc.rate_fraction of the
+    slowest peer's median maximum (of the slowest server's when no peer ran); (None, why)
+    when nothing ran."""
+    medians = {}
+    for name in servers:
+        values = [r["rps"] for r in runs if r["server"] == name and r["status"] == "ok"]
+        if values:
+            medians[name] = statistics.median(values)
+    peers = {n: v for n, v in medians.items() if SERVERS[n].role == "peer"} or medians
+    if not peers:
+        return None, "no server finished the maximum-throughput phase"
+    slowest = min(peers, key=peers.get)
+    rate = round(sc.rate_fraction * peers[slowest], 1)
+    duration = args.rate_duration or sc.rate_duration
+    psc = dataclasses.replace(sc, load="fixed-rate", rate=rate, rate_duration=duration)
+    basis = f"{rate:g} req/s = {sc.rate_fraction:.0%} of {slowest}'s {peers[slowest]:,.0f} req/s"
+    return psc, basis
+
+
+def merge_fixed_rate(runs, fr_runs):
+    """The latency phase's figures into the same server's and round's maximum-phase record."""
+    by_key = {(r["server"], r["round"]): r for r in runs}
+    for fr in fr_runs:
+        rec = by_key.get((fr["server"], fr["round"]))
+        if rec is None or rec["status"] != "ok":
+            continue
+        if fr["status"] == "ok":
+            rec.update({k: v for k, v in fr.items() if k.startswith("fr_")})
+            rec["fixed_rate_command"] = fr["fixed_rate_command"]
+        else:
+            rec["fr_error"] = fr.get("error", fr["status"])
+
+
 def _server_of(sc, rec_or_label):
     """The SERVERS name behind a run record's or a target's label."""
     label = rec_or_label["server"] if isinstance(rec_or_label, dict) else rec_or_label
@@ -532,13 +730,17 @@ def collect_versions(project_python):
     v["python (peers venv)"] = environment.python_version(peers_python)
     v["python (project .venv)"] = environment.python_version(project_python)
     for dist, ver in environment.dist_versions(project_python, VERSION_DISTS["project"]).items():
-        v[f"{dist} (project .venv)"] = ver
+        v[f"{dist.removesuffix('-ev')} (project .venv)"] = ver
     v.update(environment.dist_versions(peers_python, VERSION_DISTS["peers"]))
     v["nginx"] = environment.tool_version(["nginx", "-v"], r"nginx/(\S+)")
     v["libuv1 (Debian)"] = environment.deb_version("libuv1")
     v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
     v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
+    v["valgrind"] = environment.tool_version(["valgrind", "--version"], r"valgrind-(\S+)")
+    postgres = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if postgres:
+        v["postgresql"] = environment.tool_version([postgres[-1], "--version"], r"\) (\S+)")
     return v
 
 
@@ -565,7 +767,12 @@ def scenario_versions(sc, names, versions):
         wanted += ["django (project .venv)", "django"]
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
-    wanted += {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"]}.get(sc.load, [sc.load])
+    loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
+    loads["instructions"] = ["valgrind"]
+    loads["max+fixed-rate"] = ["wrk"]
+    if "psycopg" in sc.modules:
+        wanted += ["psycopg (project .venv)", "psycopg", "postgresql"]
+    wanted += loads.get(sc.load, [sc.load])
     seen = []
     for key in wanted:
         if key not in seen:
@@ -655,14 +862,39 @@ def main(argv=None):
         if still_missing:
             log(f"setup: still missing Debian packages: {', '.join(still_missing)}")
         install_status = environment.ensure_peers_venv(PEERS_VENV, args.reinstall_peers)
+        requires = {r for name in args.scenarios for r in SCENARIOS[name].project_requires}
+        environment.ensure_project_packages(os.path.abspath(args.project_python), sorted(requires))
     os.makedirs(LOGS_DIR, exist_ok=True)
     raise_nofile(65536)
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = prepare_baseline(args.baseline, os.path.abspath(args.project_python))
+        except (RuntimeError, OSError) as exc:
+            log(f"baseline: {exc}")
+            SERVERS.pop(args.baseline_name)
+        # Both sides of the A/B prove which extension they run.
+        current = glob.glob(os.path.join(ROOT, "pyserver", "_core*.so"))
+        SERVERS["pyserver"].loads = current[0] if current else ""
+        for sc in SCENARIOS.values():
+            if sc.baseline and args.baseline_name in SERVERS:
+                sc.servers.insert(sc.servers.index("pyserver") + 1, args.baseline_name)
+                old = [t for t in sc.targets if t.server == "pyserver"]
+                sc.targets += tuple(
+                    Target(
+                        f"{args.baseline_name}-{t.interface}",
+                        args.baseline_name,
+                        t.app,
+                        t.interface,
+                    )
+                    for t in old
+                )
     peers_python = environment.venv_python(PEERS_VENV)
     modules = {s.module for s in SERVERS.values() if s.module}
     modules |= {m for sc in SCENARIOS.values() for m in sc.modules}
     peer_modules = environment.importable(peers_python, sorted(modules))
     project_python = os.path.abspath(args.project_python)
-    pyserver_version = environment.dist_versions(project_python, ["pyserver"])["pyserver"]
+    pyserver_version = environment.dist_versions(project_python, ["pyserver-ev"])["pyserver-ev"]
     machine = environment.machine_info()
     log(
         f"machine: {machine['cpu']}, {machine['cores']} cores; "
@@ -679,7 +911,11 @@ def main(argv=None):
             sc = SCENARIOS[name]
             if args.server_filter and not set(sc.servers) & set(args.server_filter):
                 continue
-            all_results.append(run_scenario(ctx, sc, args, peer_modules, install_status))
+            data = run_scenario(ctx, sc, args, peer_modules, install_status)
+            if baseline and args.baseline_name in sc.servers:
+                data["baseline"] = baseline
+                data["versions"][args.baseline_name] = baseline["commit"]
+            all_results.append(data)
     if all_results and not args.no_write:
         write_outputs(all_results)
     return 0

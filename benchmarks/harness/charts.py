@@ -77,6 +77,8 @@ def memory_chart(data, out_dir):
 
 
 def chart(data, out_dir):
+    if data.get("kind", "load") not in ("load", *MEMORY_PANELS):
+        return None  # instructions: a table is enough
     if data.get("kind", "load") != "load":
         return memory_chart(data, out_dir)
     rows = [s for s in data["summary"] if s["status"] == "ok"]
@@ -86,7 +88,8 @@ def chart(data, out_dir):
     names = [s["server"] for s in rows]
     colors = [COLORS.get(roles.get(n, "peer"), COLORS["peer"]) for n in names]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.6))
-    panels = [("rps", "requests / s"), ("req_per_cpu_s", "requests / CPU-second")]
+    what = "messages" if data["params"].get("load") == "wsload" else "requests"
+    panels = [("rps", f"{what} / s"), ("req_per_cpu_s", f"{what} / CPU-second")]
     for ax, (key, label) in zip(axes, panels, strict=True):
         values = [s.get(key) or 0 for s in rows]
         bars = ax.barh(names, values, color=colors)

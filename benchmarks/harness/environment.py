@@ -18,6 +18,11 @@ APT_PACKAGES = [
     "build-essential",
     "python3-dev",
     "python3-venv",
+    # benchmarks/wsload (websocket-echo) links zlib; instructions counts with callgrind;
+    # django-wsgi-db starts its own cluster from /usr/lib/postgresql/*/bin.
+    "zlib1g-dev",
+    "valgrind",
+    "postgresql",
 ]
 
 # Peer servers and tools installed from PyPI into benchmarks/.venv-peers, never into
@@ -39,6 +44,10 @@ PEER_PACKAGES = {
     "starlette": ("starlette", "starlette"),
     "bottle": ("bottle", "bottle"),
     "matplotlib": ("matplotlib", "matplotlib"),
+    # websocket-echo: uvicorn --ws wsproto (uvicorn[standard] brings websockets only).
+    "wsproto": ("wsproto", "wsproto"),
+    # django-wsgi-db: Django's PostgreSQL backend (psycopg 3, the binary wheel).
+    "psycopg": ("psycopg[binary]", "psycopg"),
 }
 # meinheld pins greenlet<0.5, which no longer compiles on CPython >= 3.11; its own C
 # code builds and runs against a current greenlet, so install that first, then meinheld
@@ -113,6 +122,23 @@ def ensure_peers_venv(venv, reinstall=False):
     with open(stamp_path, "w") as f:
         json.dump({"wanted": wanted, "status": status}, f, indent=1)
     return status
+
+
+def ensure_project_packages(python, requirements):
+    """pip-install REQUIREMENTS (an app's, e.g. psycopg) into the project's venv when their
+    import is missing: benchmark apps only, never the project's declared dependencies."""
+    missing = [r for r in requirements if not importable(python, [_import_name(r)])]
+    if not missing:
+        return
+    log(f"setup: pip install {' '.join(missing)} into {os.path.dirname(os.path.dirname(python))}")
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    verdict = _pip_one(pip, missing, os.path.join(os.path.dirname(python), "..", "bench-pip.log"))
+    if verdict != "ok":
+        log(f"setup: {' '.join(missing)} did not install: {verdict}")
+
+
+def _import_name(requirement):
+    return re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0].replace("-", "_")
 
 
 def _pip_one(pip, args, log_path):

@@ -143,6 +143,65 @@ def _run(argv, timeout):
     return proc.stdout
 
 
+HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+WSLOAD_SRC = os.path.join(os.path.dirname(HARNESS_DIR), "wsload", "wsload.c")
+WSLOAD = os.path.join(os.path.dirname(HARNESS_DIR), ".build", "wsload")
+
+
+def build_wsload():
+    """Compile benchmarks/wsload/wsload.c (cc -O2, zlib) when missing or older than its
+    source; the binary's path.  Raises LoadError when it does not compile."""
+    if os.path.exists(WSLOAD) and os.path.getmtime(WSLOAD) >= os.path.getmtime(WSLOAD_SRC):
+        return WSLOAD
+    os.makedirs(os.path.dirname(WSLOAD), exist_ok=True)
+    argv = ["cc", "-O2", "-Wall", "-Wextra", "-o", WSLOAD, WSLOAD_SRC, "-lz"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LoadError(f"{' '.join(argv)}: {proc.stderr[-400:]}")
+    return WSLOAD
+
+
+def wsload_command(port, path, connections, size, duration, deflate, cpus=None, host=None):
+    argv = [WSLOAD, "-h", host or "127.0.0.1", "-p", str(port), "-u", path]
+    argv += ["-c", str(connections), "-s", str(size), "-d", f"{duration:g}"]
+    return pinned(cpus, argv + (["-z"] if deflate else []))
+
+
+def run_wsload(port, path, connections, size, duration, deflate, cpus=None):
+    """Echo load over WebSockets (wsload.c): messages/s as rps, round-trip latency, the
+    client's own CPU share, whether permessage-deflate was negotiated."""
+    build_wsload()
+    argv = wsload_command(port, path, connections, size, duration, deflate, cpus)
+    try:
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=duration + 60
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LoadError(f"wsload did not finish in {duration + 60} s") from exc
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise LoadError(
+            f"unreadable wsload output: {(proc.stdout + proc.stderr)[-300:]!r}"
+        ) from exc
+    if out["upgraded"] == 0:
+        raise LoadError(f"no connection upgraded: {out['first_error']}")
+    res = {
+        "rps": out["msg_per_s"],
+        "requests": out["messages"],
+        "elapsed_s": out["duration_s"],
+        "p50_ms": out["p50_ms"],
+        "p99_ms": out["p99_ms"],
+        "max_ms": out["max_ms"],
+        "errors": out["errors"],
+        "client_cpu_pct": out["client_cpu_pct"],
+        "ws": out,
+    }
+    rel = os.path.relpath(WSLOAD, os.path.dirname(os.path.dirname(HARNESS_DIR)))
+    res["load_command"] = [rel if a == WSLOAD else a for a in argv]
+    return res
+
+
 FIXEDRATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixedrate.py")
 
 

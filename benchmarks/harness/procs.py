@@ -63,6 +63,19 @@ def cpu_delta(before, after):
     return sum(t - before.get(p, 0.0) for p, t in after.items())
 
 
+def tree_maps(pid, path):
+    """True if PATH (resolved) is mapped in a process of PID's tree (/proc/P/maps)."""
+    want = os.path.realpath(path)
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/maps") as f:
+                if any(line.rstrip().endswith(want) for line in f):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def port_is_free(port, host="127.0.0.1"):
     """True if a server could bind HOST:PORT now (nothing listens there)."""
     with socket.socket() as s:
@@ -139,9 +152,11 @@ class Server:
         last = "no answer"
         while time.monotonic() < deadline:
             if not self.alive():
-                raise LaunchError(
-                    f"exited with code {self.proc.returncode}: {tail(self.log_path, 8)}"
-                )
+                # argparse and tracebacks end with the reason; usage text comes before it
+                last = tail(self.log_path, 8)
+                reason = [ln for ln in last.splitlines() if "error" in ln.lower()]
+                why = reason[-1].strip() if reason else last
+                raise LaunchError(f"exited with code {self.proc.returncode}: {why}")
             try:
                 status, got = http_get(host, port, path)
             except OSError as exc:

@@ -6,6 +6,9 @@ import shlex
 import statistics
 
 SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
+SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
+SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
+SCENARIO_ORDER += ["instructions"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -34,6 +37,8 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
         for key in ("rps", "p50_ms", "p99_ms", "max_ms", "req_per_cpu_s", "cpu_s"):
             row[key] = _median([r.get(key) for r in good.values()])
         row["errors"] = sum(r.get("errors", 0) for r in good.values())
+        if any(r.get("client_cpu_pct") is not None for r in good.values()):
+            row["client_cpu_pct"] = _median([r.get("client_cpu_pct") for r in good.values()])
         if any(r.get("fr_p50_ms") is not None for r in good.values()):
             for key in FIXED_RATE_KEYS + ("fr_rate",):
                 row[key] = _median([r.get(key) for r in good.values()])
@@ -86,6 +91,34 @@ COLUMNS += ["pyserver ÷ it", "pyserver ÷ it (CPU)", "of nginx", "rounds"]
 
 def _num(v, fmt="{:,.0f}"):
     return "–" if v is None else fmt.format(v)
+
+
+WS_COLUMNS = ["server", "msg/s", "p50 ms", "p99 ms", "max ms", "errors", "msg/CPU-s"]
+WS_COLUMNS += ["client CPU", "pyserver ÷ it", "pyserver ÷ it (CPU)", "rounds"]
+
+
+def _ws(summary):
+    return any(s.get("client_cpu_pct") is not None for s in summary)
+
+
+def ws_table_rows(summary, reference="pyserver"):
+    """Rows of the WebSocket echo scenarios: messages, and the load client's CPU share."""
+    rows = []
+    for s in summary:
+        rounds = f"{s['rounds_ok']}/{s['rounds']}"
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(WS_COLUMNS)))
+            continue
+        ref = s["server"] == reference
+        rows.append(
+            [s["server"], _num(s["rps"]), _num(s["p50_ms"], "{:.2f}"), _num(s["p99_ms"], "{:.2f}")]
+            + [_num(s["max_ms"], "{:.1f}"), _num(s["errors"]), _num(s["req_per_cpu_s"])]
+            + [_num(s["client_cpu_pct"], "{:.0f}%")]
+            + ["1" if ref else _num(s["vs_reference"], "{:.2f}×")]
+            + ["1" if ref else _num(s["vs_reference_cpu"], "{:.2f}×")]
+            + [rounds]
+        )
+    return rows
 
 
 def table_rows(summary, reference="pyserver"):
@@ -164,6 +197,8 @@ _MiB = 1024.0
 
 
 def _kind(summary):
+    if any(s.get("kind") == "instr" for s in summary):
+        return "instructions"
     if any("phase" in s for s in summary):
         return "idle"
     if any("transfer" in s for s in summary):
@@ -222,8 +257,28 @@ def stream_rows(summary, transfer):
     return rows
 
 
+INSTR_COLUMNS = ["server", "interface", "instructions / request", "pyserver ÷ it", "requests"]
+INSTR_COLUMNS += ["rounds"]
+
+
+def instr_rows(summary):
+    rows = []
+    for s in summary:
+        if s["status"] != "ok":
+            rows.append(_failed_row(s, len(INSTR_COLUMNS)))
+            continue
+        rows.append(
+            [s["server"], s["interface"], _num(s["instr_per_req"])]
+            + [_num(s.get("vs_reference"), "{:.3f}×"), f"{s['requests']} + {2 * s['requests']}"]
+            + [f"{s['rounds_ok']}/{s['rounds']}"]
+        )
+    return rows
+
+
 def _memory_tables(summary):
-    """[(title, columns, rows)] of an idle or streams summary."""
+    """[(title, columns, rows)] of an idle, streams or instructions summary."""
+    if _kind(summary) == "instructions":
+        return [("Instructions per request (callgrind)", INSTR_COLUMNS, instr_rows(summary))]
     if _kind(summary) == "idle":
         return [(t, IDLE_COLUMNS, idle_rows(summary, p)) for p, t in IDLE_TITLES.items()]
     return [
@@ -238,6 +293,8 @@ def text_table(summary):
         return "\n\n".join(f"{t}\n{_text(c, r)}" for t, c, r in _memory_tables(summary))
     if _fixed_rate(summary):
         return _text(FR_COLUMNS, fr_table_rows(summary))
+    if _ws(summary):
+        return _text(WS_COLUMNS, ws_table_rows(summary))
     return _text(COLUMNS, table_rows(summary))
 
 
@@ -263,11 +320,12 @@ def _md(columns, body):
 
 
 def markdown_table(summary):
-    columns, body = (
-        (FR_COLUMNS, fr_table_rows(summary))
-        if _fixed_rate(summary)
-        else (COLUMNS, table_rows(summary))
-    )
+    if _fixed_rate(summary):
+        columns, body = FR_COLUMNS, fr_table_rows(summary)
+    elif _ws(summary):
+        columns, body = WS_COLUMNS, ws_table_rows(summary)
+    else:
+        columns, body = COLUMNS, table_rows(summary)
     lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
     for r in body:
         name = f"**{r[0]}**" if r[0] == "pyserver" else r[0]
@@ -283,6 +341,8 @@ def _loadavg_range(runs):
 
 
 def _cmd(argv):
+    if argv and argv[0] == "#":  # a description, not a command line
+        return " ".join(argv)
     return shlex.join(argv)
 
 
@@ -322,7 +382,9 @@ def markdown(results, charts):
         "their tables explain their columns.",
         "",
         "Run it: `make bench`, or `.venv/bin/python benchmarks/run.py --help` "
-        "(`--quick` for a 2 s smoke run). Peers live in `benchmarks/.venv-peers`, "
+        "(`--quick` for a 2 s smoke run; `--baseline REF` adds pyserver as built from git "
+        "REF to hello-wsgi, hello-asgi and instructions, a same-run A/B of two builds). "
+        "Peers live in `benchmarks/.venv-peers`, "
         "created on the first run; raw results are in `benchmarks/results/`.",
         "",
     ]
@@ -334,14 +396,37 @@ def markdown(results, charts):
     return "\n".join(out).rstrip() + "\n"
 
 
+def _baseline_lines(data):
+    b = data.get("baseline")
+    if not b:
+        return []
+    return [
+        f"- Same-run A/B: `pyserver@{b['ref']}` is pyserver built from commit "
+        f"`{b['commit'][:12]}` (a git worktree in `{b['dir']}`, extension built in place with "
+        "the same Python); its *pyserver ÷ it* is new build ÷ old build."
+    ]
+
+
 def _scenario_markdown(data, chart):
     p, m = data["params"], data["machine"]
-    if p["load"] == "fixed-rate+wrk":
+    if p["load"] == "max+fixed-rate":
+        load = (
+            f"(a) wrk, {p['connections']} connections, keep-alive, on `{p['path']}`, "
+            f"{p['warmup']} s warm-up + {p['duration']} s measured, every server; then (b) "
+            f"open-loop {p['rate']:g} req/s for {p['rate_duration']} s after a "
+            f"{p['warmup']} s wrk warm-up, every server again ({p.get('rate_basis', '')})"
+        )
+    elif p["load"] == "fixed-rate+wrk":
         load = (
             f"(a) open-loop {p['rate']:g} req/s for {p['rate_duration']} s over "
             + ", ".join(f"`{x}`" for x in p["paths"])
             + f", then (b) wrk, {p['connections']} connections, keep-alive, on `{p['path']}`, "
             f"{p['duration']} s measured (a {p['warmup']} s wrk warm-up precedes (a))"
+        )
+    elif p["load"] == "wsload":
+        load = (
+            f"wsload, {p['connections']} WebSocket connections, one message in flight on "
+            f"each, {p['warmup']} s warm-up + {p['duration']} s measured"
         )
     elif p["load"] == "wrk":
         load = (
@@ -364,6 +449,7 @@ def _scenario_markdown(data, chart):
         f"- Load average (1 min) before the runs: {_loadavg_range(data['runs'])}.",
         f"- Pinning: server `{data['server_cpus'] or 'not pinned'}`, load generator "
         f"`{data['client_cpus'] or 'not pinned'}` (taskset CPU lists).",
+        *_baseline_lines(data),
         "",
         markdown_table(data["summary"]),
         "",

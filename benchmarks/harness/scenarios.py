@@ -58,6 +58,18 @@ class Scenario:
     wsgi_app: str = ""  # the same project as WSGI, for the pyserver-wsgi server
     sidecar: tuple = ()  # argv after the project python: a helper process for the scenario
     sidecar_port: int = 0  # ... which is ready once this port accepts
+    baseline: bool = False  # --baseline REF adds pyserver@REF right after pyserver
+    # load == "wsload": WebSocket echo of ws_size-byte messages (permessage-deflate offered
+    # when ws_deflate); servers keep their WebSocket support on.
+    ws_size: int = 0
+    ws_deflate: bool = False
+    threads: int = 0  # threads of the one worker (pyserver --threads, gthread, granian, uwsgi)
+    asgi_app: str = ""  # the same project as ASGI, for the pyserver-asgi server
+    # load == "max+fixed-rate": first every server's maximum (wrk), then open-loop latency
+    # at rate_fraction of the slowest peer's maximum.
+    rate_fraction: float = 0.0
+    project_requires: tuple = ()  # pip requirements the project .venv needs for the app
+    ready_timeout: float = 30.0  # seconds a server has to answer its first request
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -157,7 +169,57 @@ def check_django_sync(host, port):
         raise ValueError(f"{SYNC_PATHS[2]}: wrong document")
 
 
+def check_django_db(host, port):
+    """The dashboard view: ten items with their tag count and totals, from PostgreSQL."""
+    doc = _get_json(host, port, DB_PATH)
+    rows = doc.get("items", [])
+    if len(rows) != 10 or rows[0] != {"id": 1, "name": "item 1", "price": 101}:
+        raise ValueError(f"{DB_PATH}: {len(rows)} rows, first {rows[:1]!r}")
+    if doc.get("tags") != 30 or doc.get("totals") != {"items": 50, "value": 6275}:
+        raise ValueError(f"{DB_PATH}: tags {doc.get('tags')!r}, totals {doc.get('totals')!r}")
+
+
+DB_PATH = "/db/dashboard"
+PG_PORT = 8497
 ECHO_PORT = 8499
+WS_ECHO = "benchmarks.apps.ws_echo:app"
+WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "daphne", "hypercorn"]
+
+
+def _websocket_echo(size, label, deflate):
+    with_deflate = (
+        "permessage-deflate offered (context takeover, the client compresses at zlib level 1; "
+        "a server that does not accept it is shown as UNSUPPORTED)"
+        if deflate
+        else "no extension offered"
+    )
+    return Scenario(
+        f"websocket-echo-{label}" + ("-deflate" if deflate else ""),
+        f"Issue 10: WebSocket echo, {size:,}-byte text messages, {with_deflate}. An ASGI "
+        "echo app (benchmarks/apps/ws_echo.py); the load client is benchmarks/wsload/wsload.c "
+        "(C, epoll, one thread, pinned to the other CPU): 16 connections, each sends a "
+        "message, waits for its echo, checks it byte for byte, sends the next (JSON-like "
+        "text cut at random offsets). *msg/s* messages echoed per second, *msg/CPU-s* "
+        "messages per CPU-second of the server's process tree, *client CPU* the load "
+        "client's own CPU share (near 100% would mean the client limits the figure); latency is "
+        "the round trip of one message. Goal recorded in the issue: pyserver >= 3x uvicorn "
+        "and >= 1.5x granian in messages per CPU-second.",
+        app=WS_ECHO,
+        interface="asgi",
+        servers=list(WS_SERVERS),
+        load="wsload",
+        connections=16,
+        ws_size=size,
+        ws_deflate=deflate,
+    )
+
+
+WEBSOCKET_ECHO = [
+    _websocket_echo(size, label, deflate)
+    for deflate in (False, True)
+    for size, label in ((64, "64"), (16384, "16k"))
+]
+SCENARIO_GROUPS = {"websocket-echo": [sc.name for sc in WEBSOCKET_ECHO]}
 
 SCENARIOS = {
     s.name: s
@@ -169,6 +231,7 @@ SCENARIOS = {
             app="benchmarks.apps.hello_wsgi:app",
             interface="wsgi",
             check=check_hello,
+            baseline=True,
             servers=[
                 "pyserver",
                 "fastpysgi",
@@ -188,6 +251,7 @@ SCENARIOS = {
             app="benchmarks.apps.hello_asgi:app",
             interface="asgi",
             check=check_hello,
+            baseline=True,
             servers=[
                 "pyserver",
                 "fastpysgi",
@@ -383,6 +447,71 @@ SCENARIOS = {
             env={"BENCH_ECHO_PORT": str(ECHO_PORT)},
             sidecar=("-m", "benchmarks.apps.echo_server", str(ECHO_PORT)),
             sidecar_port=ECHO_PORT,
+        ),
+        Scenario(
+            "django-wsgi-db",
+            "Issue 11: the Django project on PostgreSQL (a throwaway cluster: initdb in the "
+            "run's temporary directory, started before and stopped after the scenario, on the "
+            "load generator's CPU), one sync JSON view doing 3 queries and a 20 ms simulated "
+            "upstream wait (time.sleep). One worker process, 8 threads: pyserver --threads 8, "
+            "gunicorn gthread -w 1 --threads 8, uWSGI --processes 1 --threads 8 "
+            "(--http11-socket, keep-alive), granian --interface wsgi --blocking-threads 8; "
+            "pyserver-asgi serves the same project as ASGI (Django runs sync views in one "
+            "thread there: thread_sensitive sync_to_async). Persistent database connections "
+            "(CONN_MAX_AGE), one per thread. (a) Maximum throughput: wrk, 50 connections; "
+            "(b) latency at a fixed rate of 70% of the slowest peer's maximum, open loop. "
+            "Goals in the issue: max >= 1.3x gunicorn gthread, p99 <= 0.7x gthread's.",
+            app="benchmarks.apps.django_bench.wsgi:application",
+            asgi_app="benchmarks.apps.django_bench.asgi:application",
+            interface="wsgi",
+            path=DB_PATH,
+            body=None,
+            servers=["pyserver", "gunicorn-gthread", "uwsgi-threads", "granian", "pyserver-asgi"],
+            load="max+fixed-rate",
+            modules=("django", "psycopg"),
+            paths=(DB_PATH,),
+            rate_fraction=0.7,
+            rate_duration=15,
+            connections=50,
+            threads=8,
+            server_args={"pyserver": ["--threads", "8"]},
+            env={
+                "DJANGO_SETTINGS_MODULE": "benchmarks.apps.django_bench.settings",
+                "DJANGO_BENCH_PG": f"127.0.0.1:{PG_PORT}",
+            },
+            tmp_env={"BENCH_PG_DIR": "pg"},
+            sidecar=("benchmarks/harness/pgcluster.py", "{BENCH_PG_DIR}", str(PG_PORT)),
+            sidecar_port=PG_PORT,
+            setup=("-m", "benchmarks.apps.django_bench.setup_db"),
+            check=check_django_db,
+            project_requires=("psycopg[binary]",),
+        ),
+        *WEBSOCKET_ECHO,
+        Scenario(
+            "instructions",
+            "CPU instructions per request of pyserver (and, with --baseline REF, of the build "
+            "of REF: a same-run A/B of two builds), counted by valgrind's callgrind (this "
+            "machine's perf has no hardware instruction counter): the hello-wsgi and "
+            "hello-asgi apps, counting switched on after 200 warm-up requests, then N "
+            "requests and 2N requests one at a time over one keep-alive connection; "
+            "(count of 2N - count of N) / N, PYTHONHASHSEED=0. It does not depend on what "
+            "else the machine runs; two runs of one build differed by about 1% in trials "
+            "(12,688 and 12,835 for hello-wsgi), so a smaller difference between builds means "
+            "nothing. *pyserver ÷ it*: this build's count ÷ that one's (below 1: this build "
+            "runs fewer instructions).",
+            app=HELLO_WSGI,
+            interface="wsgi",
+            servers=[],
+            load="instructions",
+            kind="instructions",
+            targets=(
+                Target("pyserver-wsgi", "pyserver", HELLO_WSGI, "wsgi"),
+                Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
+            ),
+            rounds=1,
+            baseline=True,
+            ready_timeout=300.0,
+            env={"PYTHONHASHSEED": "0"},
         ),
     ]
 }

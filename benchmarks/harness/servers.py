@@ -44,6 +44,9 @@ class ServerSpec:
     venv: str = ""
     module: str = ""  # import name that must be present in the peers venv
     dist: str = ""  # distribution whose version is reported
+    # A file that must be mapped in one of the server's processes once it answers (the
+    # baseline build's extension: proof that the old build is the one running).
+    loads: str = ""
 
     def __post_init__(self):
         if self.binary:
@@ -84,6 +87,29 @@ def pyserver_wsgi_argv(ctx, sc, port):
     return argv + _workers_flag("-w", sc), {}
 
 
+def pyserver_asgi_argv(ctx, sc, port):
+    argv = [ctx.project_python_rel, "-m", "pyserver", sc.asgi_app or sc.app]
+    argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
+    return argv + _workers_flag("-w", sc), {}
+
+
+def gunicorn_gthread_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "gthread"]
+    argv += ["--threads", str(sc.threads or 1)]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning", sc.app]
+    return argv, {}
+
+
+def uwsgi_threads_argv(ctx, sc, port):
+    # --http11-socket: keep-alive (--http-socket closes after every response).
+    argv = [ctx.peer_bin("uwsgi"), "--http11-socket", f"{HOST}:{port}", "--module", sc.app]
+    argv += ["--processes", str(sc.workers), "--threads", str(sc.threads or 1)]
+    argv += ["--disable-logging", "--need-app"]
+    if sc.workers > 1:
+        argv.append("--master")
+    return argv, {}
+
+
 def bjoern_argv(ctx, sc, port):
     python = ctx.peer_bin("python")
     return [python, "benchmarks/peers/run_bjoern.py", sc.app, HOST, str(port)], {}
@@ -107,7 +133,10 @@ def socketify_argv(ctx, sc, port):
 
 def granian_argv(ctx, sc, port):
     argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
-    argv += ["--workers", str(sc.workers), "--no-ws", "--host", HOST, "--port", str(port)]
+    argv += ["--workers", str(sc.workers)] + ([] if sc.ws_size else ["--no-ws"])
+    argv += ["--host", HOST, "--port", str(port)]
+    if sc.threads and sc.interface == "wsgi":
+        argv += ["--blocking-threads", str(sc.threads)]
     argv += ["--log-level", "warning", "--no-access-log", sc.app]
     return argv, {}
 
@@ -131,6 +160,16 @@ def uvicorn_argv(ctx, sc, port):
     argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
     argv += ["--log-level", "warning"]
     return argv + _workers_flag("--workers", sc), {}
+
+
+def uvicorn_ws_argv(impl):
+    """uvicorn with the WebSocket implementation IMPL (websockets, wsproto)."""
+
+    def argv(ctx, sc, port):
+        cmd, files = uvicorn_argv(ctx, sc, port)
+        return cmd + ["--ws", impl], files
+
+    return argv
 
 
 def hypercorn_argv(ctx, sc, port):
@@ -217,6 +256,27 @@ _SPECS = [
         pyserver_wsgi_argv,
         dist="pyserver",
     ),
+    ServerSpec(
+        "pyserver-asgi",
+        "project",
+        "pyserver serving the same project as ASGI",
+        pyserver_asgi_argv,
+        dist="pyserver",
+    ),
+    ServerSpec(
+        "gunicorn-gthread",
+        "peer",
+        "gunicorn gthread worker (-k gthread --threads N)",
+        gunicorn_gthread_argv,
+        dist="gunicorn",
+    ),
+    ServerSpec(
+        "uwsgi-threads",
+        "peer",
+        "uwsgi --http11-socket --threads N (keep-alive)",
+        uwsgi_threads_argv,
+        dist="pyuwsgi",
+    ),
     ServerSpec("bjoern", "peer", "bjoern.run(app, host, port)", bjoern_argv, max_workers=1),
     ServerSpec(
         "fastpysgi",
@@ -236,6 +296,21 @@ _SPECS = [
     ServerSpec("gunicorn", "peer", "gunicorn sync worker (no keep-alive)", gunicorn_argv),
     ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
     ServerSpec("uvicorn", "peer", "uvicorn --loop uvloop --http httptools", uvicorn_argv),
+    ServerSpec(
+        "uvicorn-websockets",
+        "peer",
+        "uvicorn --loop uvloop --http httptools --ws websockets",
+        uvicorn_ws_argv("websockets"),
+        dist="uvicorn",
+    ),
+    ServerSpec(
+        "uvicorn-wsproto",
+        "peer",
+        "uvicorn --loop uvloop --http httptools --ws wsproto",
+        uvicorn_ws_argv("wsproto"),
+        dist="uvicorn",
+        module="wsproto",
+    ),
     ServerSpec("hypercorn", "peer", "hypercorn (asyncio)", hypercorn_argv),
     ServerSpec(
         "uvicorn-worker",
@@ -249,3 +324,27 @@ _SPECS = [
     ServerSpec("nginx", "ceiling", 'nginx return 200 "Hello World!"', nginx_argv, binary="nginx"),
 ]
 SERVERS = {spec.name: spec for spec in _SPECS}
+
+
+def register_baseline(ref, site_dir, extension, commit):
+    """Add `pyserver@REF`: pyserver as built from REF, started like `pyserver` with SITE_DIR
+    (a directory holding only a `pyserver` link to the baseline package) first on the path.
+    `python -P` keeps the working directory (this checkout) off sys.path, so the baseline
+    package wins; the name of the server."""
+    name = f"pyserver@{ref}"
+
+    def argv(ctx, sc, port):
+        site = os.path.relpath(site_dir, ctx.root)
+        cmd = ["env", f"PYTHONPATH={site}:.", ctx.project_python_rel, "-P", "-m", "pyserver"]
+        cmd += [sc.app, "--host", HOST, "--port", str(port), "--no-access-log"]
+        return cmd + _workers_flag("-w", sc), {}
+
+    SERVERS[name] = ServerSpec(
+        name,
+        "project",
+        f"pyserver built from {ref} (commit {commit[:12]}), same Python and flags",
+        argv,
+        dist="pyserver",
+        loads=extension,
+    )
+    return name

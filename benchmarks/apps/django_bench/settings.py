@@ -1,4 +1,6 @@
-"""Settings of the benchmark Django project: production-like (DEBUG off), SQLite."""
+"""Settings of the benchmark Django project: production-like (DEBUG off), SQLite, or
+PostgreSQL when DJANGO_BENCH_PG=HOST:PORT (the django-wsgi-db scenario's throwaway cluster,
+user `bench`, database `postgres`, one persistent connection per thread)."""
 
 import os
 
@@ -14,6 +16,16 @@ MIDDLEWARE = [
 ]
 ROOT_URLCONF = "benchmarks.apps.django_bench.urls"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DB_PATH}}
+if os.environ.get("DJANGO_BENCH_PG"):
+    _host, _port = os.environ["DJANGO_BENCH_PG"].rsplit(":", 1)
+    DATABASES["default"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "bench",
+        "HOST": _host,
+        "PORT": _port,
+        "CONN_MAX_AGE": 600,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"

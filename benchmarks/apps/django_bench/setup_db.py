@@ -30,7 +30,9 @@ def main():
         for item in Item.objects.all()
         for k in range(TAGS_PER_ROW)
     )
-    print(f"{Item.objects.count()} rows in {django.conf.settings.DATABASES['default']['NAME']}")
+    db = django.conf.settings.DATABASES["default"]
+    where = f"PostgreSQL {db['HOST']}:{db['PORT']}" if "HOST" in db else db["NAME"]
+    print(f"{Item.objects.count()} rows in {where}")
 
 
 if __name__ == "__main__":

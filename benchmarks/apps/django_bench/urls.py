@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import sync_views, views
+from . import db_views, sync_views, views
 
 urlpatterns = [
     path("api/items", views.items),
@@ -9,4 +9,5 @@ urlpatterns = [
     path("sync/api/items", sync_views.items),
     path("sync/.well-known/nodeinfo", sync_views.nodeinfo),
     path("sync/api/instance", sync_views.instance),
+    path("db/dashboard", db_views.dashboard),
 ]
