@@ -1,6 +1,6 @@
 """Memory of idle WebSockets: resident memory per open, silent WebSocket.
 
-Each server runs one worker serving benchmarks/apps/ws_hold.py, pinned to CPU 0; a
+Each server runs one worker serving benchmarks/apps/ws_echo.py, pinned to CPU 0; a
 client process (harness/idleclient.py --mode ws, pinned to CPU 1) opens the
 connections, completes each handshake (101) and holds them. RSS is VmRSS summed over
 the server's process tree before and while they are held. Pings are pushed past the
@@ -36,7 +36,7 @@ PEERS = os.path.join(ROOT, "benchmarks", ".venv-peers", "bin")
 IDLECLIENT = os.path.join(ROOT, "benchmarks", "harness", "idleclient.py")
 RESULT = os.path.join(ROOT, "benchmarks", "results", "ws-idle", "ws-idle.json")
 HOST = "127.0.0.1"
-APP = "benchmarks.apps.ws_hold:app"
+APP = "benchmarks.apps.ws_echo:app"
 PING = "600"
 
 

@@ -4,8 +4,9 @@
 
 --mode idle: each connection sends one `GET /` and reads the whole answer, then stays
 open, silent.  --mode ws: each connection asks for a WebSocket (GET --path with
-Upgrade: websocket), reads the 101 answer, then stays open, silent.  --mode head: each connection sends a request line and header fields
-adding up to --head-bytes, without the blank line that would end the head, then stays
+Upgrade: websocket), reads the 101 answer, then stays open, silent.  --mode head: each
+connection sends a request line and header fields adding up to --head-bytes, without
+the blank line that would end the head, then stays
 open.  At most --window connections are in progress (connecting, sending or reading)
 at a time.  When every connection is settled (or --deadline passed) the client prints
 one JSON line (phase "ready": how many are open, how the server answered), then waits
