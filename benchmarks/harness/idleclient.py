@@ -1,13 +1,13 @@
 """Open many connections to a server and hold them, for the `idle` benchmark.
 
-    python idleclient.py --port 8400 --connections 10000 [--mode idle|head]
+    python idleclient.py --port 8400 --connections 10000 [--mode idle|head|ws]
 
 --mode idle: each connection sends one `GET /` and reads the whole answer, then stays
 open, silent.  --mode ws: each connection asks for a WebSocket (GET --path with
 Upgrade: websocket), reads the 101 answer, then stays open, silent.  --mode head: each
 connection sends a request line and header fields adding up to --head-bytes, without
-the blank line that would end the head, then stays
-open.  At most --window connections are in progress (connecting, sending or reading)
+the blank line that would end the head, then stays open.  At most --window
+connections are in progress (connecting, sending or reading)
 at a time.  When every connection is settled (or --deadline passed) the client prints
 one JSON line (phase "ready": how many are open, how the server answered), then waits
 for a line on stdin, closes every connection with a reset (no TIME_WAIT left behind,
