@@ -222,7 +222,7 @@ static void server_start(void)
     }
     ev_async_init(&server.stop, on_stop);
     ev_async_start(server.w.loop, &server.stop);
-    ev_timer_init(&server.watchdog, on_watchdog, 8.0, 0.0);
+    ev_timer_init(&server.watchdog, on_watchdog, 20.0, 0.0);
     ev_timer_start(server.w.loop, &server.watchdog);
 }
 
@@ -781,7 +781,7 @@ static void *client_main(void *arg)
 int main(void)
 {
     pthread_t client;
-    alarm(30); /* last resort: the watchdog below should end a stuck run */
+    alarm(60); /* last resort: the watchdog below should end a stuck run */
     server_start();
     if (pthread_create(&client, NULL, client_main, NULL) != 0) {
         fprintf(stderr, "test_conn: cannot start the client thread\n");
