@@ -17,7 +17,7 @@ enum {
     OP_DASH,        /* l: always "-" */
     OP_USER,        /* u: the Basic auth user */
     OP_TIME,        /* t: [02/Dec/2026:01:07:29 +0000] */
-    OP_TIME_ISO,    /* JSON time: 2026-12-02T01:07:29+0000 */
+    OP_TIME_ISO,    /* JSON time: 2026-12-02T01:07:29+00:00 */
     OP_REQUEST,     /* r: METHOD TARGET HTTP/x.y */
     OP_METHOD,      /* m */
     OP_PATH,        /* U: the target's path, percent-decoded */
@@ -422,6 +422,13 @@ static ps_slice_t cached_time(ps_alog_t *p, double now, int iso)
         localtime_r(&sec, &tm);
         p->t_clf_len = strftime(p->t_clf, sizeof(p->t_clf), "[%d/%b/%Y:%H:%M:%S %z]", &tm);
         p->t_iso_len = strftime(p->t_iso, sizeof(p->t_iso), "%Y-%m-%dT%H:%M:%S%z", &tm);
+        if (p->t_iso_len >= 5 && p->t_iso_len + 1 < sizeof(p->t_iso)) {
+            /* RFC 3339's offset: +hh:mm */
+            char *mm = p->t_iso + p->t_iso_len - 2;
+            memmove(mm + 1, mm, 3);
+            *mm = ':';
+            p->t_iso_len++;
+        }
         p->t_sec = sec;
     }
     return iso ? (ps_slice_t){p->t_iso, p->t_iso_len} : (ps_slice_t){p->t_clf, p->t_clf_len};

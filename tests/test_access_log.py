@@ -245,7 +245,7 @@ def test_json_lines_parse_with_every_byte_escaped(interface, option):
         first, second = json_lines(srv, 2)
     assert all(line.isascii() for line in raw)
     assert list(first) == JSON_FIELDS
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", first["time"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", first["time"])
     assert 0.05 <= first.pop("duration") < 10
     assert first == {
         **first,
@@ -372,6 +372,16 @@ def test_a_bad_format_is_a_cli_error(fmt, message):
     result = run_cli("apps.basic:app", "--access-logformat", fmt)
     assert result.returncode == 2, result
     assert f"pyserver: error: access log format: {message}" in result.stderr
+
+
+def test_the_environment_sets_the_format():
+    result = run_cli("apps.basic:app", env={"PYSERVER_ACCESS_LOG_FORMAT": "%(nope)s"})
+    assert result.returncode == 2 and "unknown atom %(nope)s" in result.stderr, result
+    with run_server(ALOG_APPS["asgi"], env={"PYSERVER_ACCESS_LOG_JSON": "1"}) as srv:
+        with srv.connect() as conn:
+            assert conn.request("GET", "/x?q").status == 404
+        (line,) = json_lines(srv, 1)
+    assert line["path"] == "/x" and line["query"] == "q" and line["status"] == 404
 
 
 def test_json_and_another_format_is_a_cli_error():

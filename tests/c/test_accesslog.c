@@ -153,7 +153,7 @@ static void test_json(void)
 {
     ps_alog_entry_t e = entry();
     check_line("json", &e,
-               "{\"time\": \"2001-09-09T01:46:40+0000\", \"client\": \"127.0.0.1:5000\", "
+               "{\"time\": \"2001-09-09T01:46:40+00:00\", \"client\": \"127.0.0.1:5000\", "
                "\"remote_addr\": \"127.0.0.1\", \"remote_port\": 5000, \"user\": \"bob\", "
                "\"request\": \"GET /a%20b/c?x=1&y=%41 HTTP/1.1\", \"method\": \"GET\", "
                "\"path\": \"/a b/c\", \"query\": \"x=1&y=%41\", \"protocol\": \"HTTP/1.1\", "
@@ -165,7 +165,7 @@ static void test_json(void)
     e.host = (ps_slice_t){NULL, 0};
     e.port = -1;
     check_line("json", &e,
-               "{\"time\": \"2001-09-09T01:46:40+0000\", \"client\": null, "
+               "{\"time\": \"2001-09-09T01:46:40+00:00\", \"client\": null, "
                "\"remote_addr\": null, \"remote_port\": null, \"user\": null, "
                "\"request\": null, \"method\": null, \"path\": null, \"query\": null, "
                "\"protocol\": null, \"status\": 200, \"bytes\": 13, \"duration\": 2.123456, "
