@@ -577,15 +577,44 @@ const char *ps_alog_field_name(const ps_alog_t *p, size_t i)
 
 static const char hex[] = "0123456789abcdef";
 
+/* ps_buf_append without the call when there is room: a line is many small pieces. */
+static inline int put(ps_buf_t *out, const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (ps_likely(out->cap - out->len >= n)) {
+        memcpy(out->data + out->len, s, n);
+        out->len += n;
+        return 0;
+    }
+    return ps_buf_append(out, s, n);
+}
+
+/* 1 for the bytes a text line writes as \xNN. */
+static const uint8_t escaped[256] = {
+    [0 ... 0x1f] = 1,
+    ['"'] = 1,
+    ['\\'] = 1,
+    [0x7f ... 0xff] = 1,
+};
+
 /* Text: bytes outside printable ASCII, '"' and '\\' as \xNN. */
 static int append_text(ps_buf_t *out, ps_slice_t s)
 {
-    if (ps_buf_reserve(out, s.len * 4) < 0)
+    const unsigned char *b = (const unsigned char *)s.base;
+    size_t plain = 0;
+    while (plain < s.len && !escaped[b[plain]])
+        plain++;
+    if (plain == s.len) /* the usual case: nothing to escape */
+        return put(out, s.base, s.len);
+    if (ps_buf_reserve(out, plain + (s.len - plain) * 4) < 0)
         return -ENOMEM;
     char *d = out->data + out->len;
-    for (size_t i = 0; i < s.len; i++) {
-        unsigned char ch = (unsigned char)s.base[i];
-        if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\') {
+    memcpy(d, b, plain);
+    d += plain;
+    for (size_t i = plain; i < s.len; i++) {
+        unsigned char ch = b[i];
+        if (escaped[ch]) {
             *d++ = '\\';
             *d++ = 'x';
             *d++ = hex[ch >> 4];
@@ -629,7 +658,7 @@ static int append_number(ps_buf_t *out, const ps_alog_value_t *v)
                                    : snprintf(num, sizeof(num), "%llu.%06llu",
                                               (unsigned long long)(v->num / 1000000000u),
                                               (unsigned long long)(v->num % 1000000000u / 1000u));
-    return ps_buf_append(out, num, (size_t)n);
+    return put(out, num, (size_t)n);
 }
 
 static int format_text(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
@@ -639,11 +668,11 @@ static int format_text(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
         const step_t *st = &p->steps[i];
         int rc;
         if (st->op == OP_LIT) {
-            rc = ps_buf_append(out, p->strs.data + st->off, st->len);
+            rc = put(out, p->strs.data + st->off, st->len);
         } else if ((rc = step_value(p, st, e, &v)) < 0) {
             return rc;
         } else if (v.kind == PS_ALOG_NULL) {
-            rc = ps_buf_append(out, "-", 1);
+            rc = put(out, "-", 1);
         } else if (v.kind == PS_ALOG_STR) {
             rc = append_text(out, v.str);
         } else {
@@ -660,19 +689,19 @@ static int format_json(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
     ps_alog_value_t v;
     for (size_t i = 0; i < p->nsteps; i++) {
         int rc = step_value(p, &p->steps[i], e, &v);
-        if (rc < 0 || ps_buf_append(out, i ? ", \"" : "{\"", i ? 3 : 2) < 0 ||
-            ps_buf_append(out, v.name, strlen(v.name)) < 0 || ps_buf_append(out, "\": ", 3) < 0)
+        if (rc < 0 || put(out, i ? ", \"" : "{\"", i ? 3 : 2) < 0 ||
+            put(out, v.name, strlen(v.name)) < 0 || put(out, "\": ", 3) < 0)
             return -ENOMEM;
         if (v.kind == PS_ALOG_NULL)
-            rc = ps_buf_append(out, "null", 4);
+            rc = put(out, "null", 4);
         else if (v.kind != PS_ALOG_STR)
             rc = append_number(out, &v);
-        else if ((rc = ps_buf_append(out, "\"", 1)) == 0 && (rc = append_json(out, v.str)) == 0)
-            rc = ps_buf_append(out, "\"", 1);
+        else if ((rc = put(out, "\"", 1)) == 0 && (rc = append_json(out, v.str)) == 0)
+            rc = put(out, "\"", 1);
         if (rc < 0)
             return rc;
     }
-    return ps_buf_append(out, "}", 1);
+    return put(out, "}", 1);
 }
 
 int ps_alog_format(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
