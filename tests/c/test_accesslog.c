@@ -1,6 +1,7 @@
 /* Unit tests of csrc/accesslog.c: compiling gunicorn's atoms and formatting
  * text and JSON lines, without Python. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,20 @@ static void test_missing_values(void)
     check_line("%(h)s %(client)s %(u)s \"%(r)s\" %(m)s %(U)s %(q)s %(H)s %(B)s %(b)s %(a)s "
                "%({content-type}o)s %({remote_port}e)s %(L)s %(D)s",
                &e, "- - - \"-\" - - - - 0 - - - - 0.000000 0");
+}
+
+static void test_numbers(void)
+{
+    ps_alog_entry_t e = entry();
+    e.body_bytes = UINT64_MAX;
+    e.duration_ns = 1000050999; /* 1 s 50 us: the microseconds are zero-padded */
+    e.status = 999;
+    e.port = 65535;
+    check_line("%(B)s %(L)s %(D)s %(M)s %(T)s %(s)s %(client)s", &e,
+               "18446744073709551615 1.000050 1000050 1000 1 999 127.0.0.1:65535");
+    e.body_bytes = 10;
+    e.duration_ns = 0;
+    check_line("%(b)s %(L)s %(D)s", &e, "10 0.000000 0");
 }
 
 static void test_clients(void)
@@ -243,6 +258,7 @@ int main(void)
     tzset();
     test_every_atom();
     test_missing_values();
+    test_numbers();
     test_clients();
     test_basic_auth();
     test_absolute_form_path();
