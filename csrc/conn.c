@@ -758,6 +758,7 @@ static void reset_for_next(ps_conn_t *c)
     c->continue_sent = c->head_started = c->body_wanted = 0;
     c->head_deadline = 0;
     c->x.status = 0;
+    c->x.body_sent = 0;
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);

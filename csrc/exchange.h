@@ -91,6 +91,8 @@ struct ps_exchange {
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
     unsigned secure : 1;  /* carried over TLS: the scheme is https */
     int status;           /* the response status once started, else 0 */
+    uint64_t body_sent;   /* response body bytes given to the calls below (reset per request) */
+    uint64_t log_start;   /* the interface layer's: when it took the request (access log) */
     void *app_data;       /* the interface layer's per-request state */
     void *conn_data;      /* the interface layer's per-connection state */
 };
@@ -119,26 +121,34 @@ static inline int ps_exchange_body_want(ps_exchange_t *x)
 static inline int ps_exchange_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h,
                                     size_t n, const char *body, size_t len)
 {
-    return x->ops->start(x, status, h, n, body, len);
+    int rc = x->ops->start(x, status, h, n, body, len);
+    x->body_sent += rc >= 0 ? len : 0;
+    return rc;
 }
 
 /* Sends body bytes (framed as the head decided). Same returns. */
 static inline int ps_exchange_write(ps_exchange_t *x, const char *data, size_t len)
 {
-    return x->ops->write(x, data, len);
+    int rc = x->ops->write(x, data, len);
+    x->body_sent += rc >= 0 ? len : 0;
+    return rc;
 }
 
 /* Like ps_exchange_write but waits until the bytes are in the kernel. */
 static inline int ps_exchange_write_blocking(ps_exchange_t *x, const char *data, size_t len)
 {
-    return x->ops->write_blocking(x, data, len);
+    int rc = x->ops->write_blocking(x, data, len);
+    x->body_sent += rc >= 0 ? len : 0;
+    return rc;
 }
 
 /* Sends count bytes of file fd from offset. The fd must stay open until
  * on_writable is called or PS_WRITE_DONE returned. Same returns. */
 static inline int ps_exchange_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
 {
-    return x->ops->sendfile(x, fd, offset, count);
+    int rc = x->ops->sendfile(x, fd, offset, count);
+    x->body_sent += rc >= 0 ? count : 0;
+    return rc;
 }
 
 /* Sends a 1xx head (103 Early Hints) before the response. Same returns;

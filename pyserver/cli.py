@@ -393,6 +393,22 @@ def build_parser():
     )
     add(
         logs,
+        "--access-logformat",
+        dest="access_log_format",
+        metavar="FORMAT",
+        help='the access line with gunicorn\'s atoms (%%(h)s %%(t)s "%%(r)s" %%(s)s '
+        "%%(b)s %%(D)s %%({header}i)s ...), or json (default: "
+        "'%%(client)s - %%(u)s %%(t)s \"%%(r)s\" %%(s)s %%(B)s %%(L)s')",
+    )
+    add(
+        logs,
+        "--access-log-json",
+        action="store_true",
+        default=None,
+        help="write the access log as one JSON object per request (--access-logformat json)",
+    )
+    add(
+        logs,
         "--access-logfile",
         metavar="FILE",
         help="write the access log to FILE ('-': stdout, the default); USR1 reopens it",

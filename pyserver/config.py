@@ -19,6 +19,8 @@ hold final values:
                               temporary file (in $TMPDIR) while they arrive
     limit_connections         int
     access_log                bool (False also when the access logger is disabled)
+    access_log_format         str, the access line with gunicorn's atoms, or "json"
+                              (checked here; compiled once by the core)
     server_header             bool
     date_header               bool
     ws                        "auto" (upgrades get a websocket scope) or "none" (an http one)
@@ -215,6 +217,30 @@ def format_host_port(host, port):
     return f"{host}:{port}"
 
 
+# The default access line: today's client, request and status, with gunicorn's user and
+# time, the body bytes and the duration in seconds.
+DEFAULT_ACCESS_LOG_FORMAT = '%(client)s - %(u)s %(t)s "%(r)s" %(s)s %(B)s %(L)s'
+
+
+def resolve_access_log_format(fmt, json_lines=False):
+    """The access log format --access-logformat/--access-log-json ask for, checked by the core's
+    compiler (ValueError naming an unknown atom)."""
+    if json_lines:
+        if fmt not in (None, "json"):
+            raise ValueError("--access-log-json and --access-logformat: give only one")
+        fmt = "json"
+    if fmt is None:
+        return DEFAULT_ACCESS_LOG_FORMAT
+    if not isinstance(fmt, str):
+        raise ValueError(f"access_log_format must be str, got {fmt!r}")
+    try:
+        from pyserver import _core
+    except ImportError:  # reported when serving starts
+        return fmt
+    _core.check_access_log_format(fmt)
+    return fmt
+
+
 def _app_name(app):
     module = getattr(app, "__module__", None) or "?"
     name = getattr(app, "__qualname__", None) or type(app).__qualname__
@@ -266,6 +292,8 @@ class Config:
         log_level="info",
         log_config=None,
         access_log=True,
+        access_log_format=None,
+        access_log_json=False,
         workers=None,
         timeout=None,
         max_requests=0,
@@ -352,6 +380,7 @@ class Config:
         self.log_level = log_level
         self.log_config = log_config
         self.access_log = bool(access_log)
+        self.access_log_format = resolve_access_log_format(access_log_format, access_log_json)
         if workers is None:
             workers = os.environ.get("WEB_CONCURRENCY", 1)
         self.workers = check_int("workers", workers)
@@ -486,6 +515,7 @@ class Config:
                 self.access_log,
                 access_logfile=self.access_logfile,
                 error_logfile=self.error_logfile,
+                access_json=self.access_log_format == "json",
             )
         except logconfig.LogConfigError as exc:
             raise StartupError(f"error: {exc}", 1) from exc

@@ -159,10 +159,7 @@ def load_python(path, actions):
             else:
                 _set(settings, actions, "access_logfile", value, where)
         elif name == "access_log_format":
-            settings.warnings.append(
-                f"{where}: access log formats are not supported yet; the default access "
-                "line is written"
-            )
+            _set(settings, actions, "access_log_format", value, where)
         elif name == "proxy_protocol":
             if value:
                 raise ConfigFileError(f"{where}: the PROXY protocol is not supported yet")

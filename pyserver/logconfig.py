@@ -116,14 +116,23 @@ def _file_handler(path, stream_name, formatter):
 
 
 def configure_logging(
-    log_level="info", log_config=None, access_log=True, access_logfile=None, error_logfile=None
+    log_level="info",
+    log_config=None,
+    access_log=True,
+    access_logfile=None,
+    error_logfile=None,
+    access_json=False,
 ):
     """Set up pyserver's loggers; return (error_logger, access_logger).
 
     The defaults go first, then the user's file, then --log-level, so a file
     can restyle the output while --log-level still decides what is shown.
+    JSON access lines (access_json) are written bare by default: one object a line.
     """
-    logging.config.dictConfig(copy.deepcopy(LOGGING_CONFIG))
+    defaults = copy.deepcopy(LOGGING_CONFIG)
+    if access_json:
+        defaults["formatters"]["access"] = {"format": "%(message)s"}
+    logging.config.dictConfig(defaults)
     for path, name, stream in (
         (error_logfile, ERROR_LOGGER, "stderr"),
         (access_logfile, ACCESS_LOGGER, "stdout"),

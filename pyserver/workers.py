@@ -156,7 +156,7 @@ class PyserverWorker(_GunicornWorker):
             ),
             limit_connections=connections,
             limit_concurrency=connections,
-            access_log=False,  # gunicorn's access log is written by _AccessHooks below
+            access_log=False,  # set below when the core writes gunicorn's access lines
             workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
@@ -169,6 +169,7 @@ class PyserverWorker(_GunicornWorker):
         config.workers = gcfg.workers  # for wsgi.multiprocess
         config.error_logger = self.log.error_log
         config.access_logger = self.log.access_log
+        self._core_access_log = self._use_core_access_log(config)
         config.loaded_app = app
         # Read by _core.serve: the heartbeat and the self-retiring after max_requests.
         config.on_tick = self._tick
@@ -185,7 +186,7 @@ class PyserverWorker(_GunicornWorker):
     def _wrap(self, app, interface):
         """Adds gunicorn's per-request work only when it is asked for: the access log
         (accesslog or a logging config) and non-default pre_request/post_request hooks."""
-        access = _access_log_enabled(self.log, self.cfg)
+        access = _access_log_enabled(self.log, self.cfg) and not self._core_access_log
         pre = not _is_default_hook(self.cfg, "pre_request")
         post = not _is_default_hook(self.cfg, "post_request")
         if not (access or pre or post):
@@ -194,6 +195,25 @@ class PyserverWorker(_GunicornWorker):
         if interface == "asgi":
             return _ASGIHooks(app, hooks)
         return _WSGIHooks(app, hooks)
+
+    def _use_core_access_log(self, config):
+        """Has the core write gunicorn's access lines (access_log_format, formatted in C) when
+        gunicorn's own Logger writes them; a custom logger_class, or a format with an atom the
+        core does not know, keeps gunicorn's Logger.access() on the Python path."""
+        from gunicorn import glogging
+
+        if not _access_log_enabled(self.log, self.cfg) or type(self.log) is not glogging.Logger:
+            return False
+        fmt = self.cfg.access_log_format
+        try:
+            from pyserver.config import resolve_access_log_format
+
+            config.access_log_format = resolve_access_log_format(fmt)
+        except ValueError as exc:
+            self.log.warning("%s: gunicorn's Logger writes the access log instead", exc)
+            return False
+        config.access_log = True
+        return True
 
     def _tick(self, retire: bool) -> bool:
         """Called by the core's loop every tick_interval seconds. Returns True to stop

@@ -119,7 +119,7 @@ struct ps_asgi {
     PyObject *tasks; /* set: the request tasks whose application has not ended */
     PyObject *state; /* lifespan state, copied into each scope */
     PyObject *error_logger;
-    PyObject *access_info;
+    ps_access_log_t *access_log; /* NULL when off (borrowed from the settings) */
     ps_rejects_t rejects;
     PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
     PyObject *s[S_COUNT];
@@ -472,8 +472,8 @@ static void complete(CycleObject *cycle)
     ps_exchange_t *x = cycle->x;
     ps_asgi_t *ctx = cycle->ctx;
     cycle->complete = 1;
-    if (ctx->access_info)
-        ps_log_access(ctx->access_info, x, cycle->fwd_client, x->status);
+    if (ctx->access_log)
+        ps_log_access(ctx->access_log, x, cycle->fwd_client, x->status, cycle->headers);
     wake_receiver(cycle);
     Py_INCREF(cycle);
     detach(cycle);
@@ -822,8 +822,8 @@ static PyObject *send_trailers(CycleObject *self, PyObject *msg)
     ps_exchange_t *x = self->x;
     Py_INCREF(self);
     self->complete = 1;
-    if (ctx->access_info)
-        ps_log_access(ctx->access_info, x, self->fwd_client, x->status);
+    if (ctx->access_log)
+        ps_log_access(ctx->access_log, x, self->fwd_client, x->status, self->headers);
     detach(self);
     int rc = ps_exchange_end_with_trailers(x, hs, (size_t)n);
     if (hs != stack)
@@ -1264,8 +1264,8 @@ Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room
 void ps_asgi_cycle_log(PyObject *cycle, int status)
 {
     CycleObject *self = (CycleObject *)cycle;
-    if (self->ctx->access_info && self->x)
-        ps_log_access(self->ctx->access_info, self->x, self->fwd_client, status);
+    if (self->ctx->access_log && self->x)
+        ps_log_access(self->ctx->access_log, self->x, self->fwd_client, status, self->headers);
 }
 
 void ps_asgi_cycle_refuse(PyObject *cycle, int status)
@@ -1345,6 +1345,8 @@ error:
 static void on_request(ps_exchange_t *x)
 {
     ps_asgi_t *ctx = x->handler_data;
+    if (ctx->access_log)
+        x->log_start = ps_alog_clock();
     ps_proxy_result_t fwd;
     if (ps_py_forwarded(x, &fwd) < 0)
         return;
@@ -1566,7 +1568,6 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_CLEAR(ctx->tasks); /* NULL first: tasks freed with the set must not touch it */
     Py_XDECREF(ctx->state);
     Py_XDECREF(ctx->error_logger);
-    Py_XDECREF(ctx->access_info);
     ps_rejects_clear(&ctx->rejects);
     Py_XDECREF(ctx->disconnected);
     for (int i = 0; i < S_COUNT; i++)
@@ -1586,8 +1587,8 @@ void ps_asgi_free(ps_asgi_t *ctx)
 static int read_logging(ps_asgi_t *ctx, const ps_py_settings_t *s)
 {
     ctx->error_logger = Py_NewRef(s->error_logger);
-    ctx->access_info = Py_XNewRef(s->access_info);
-    return ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger);
+    ctx->access_log = s->access_log;
+    return ps_rejects_init(&ctx->rejects, ctx->access_log, ctx->error_logger);
 }
 
 ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app,

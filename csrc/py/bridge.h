@@ -10,6 +10,7 @@
 #include "../common.h"
 #include "../worker.h"
 #include "../net.h"
+#include "../accesslog.h"
 
 typedef struct {
     PyTypeObject *request_type;
@@ -35,6 +36,10 @@ static inline int ps_py_set_new(PyObject *d, PyObject *key, PyObject *value)
     return rc;
 }
 
+/* The access log of one serve() call (log.c): the compiled format and the
+ * logger's info method. */
+typedef struct ps_access_log ps_access_log_t;
+
 /* ---- settings.c: every Config attribute C reads, read once ---- */
 
 /* What serve() and run_master() take from a Config. */
@@ -49,7 +54,7 @@ typedef struct {
     PyObject *root_path;        /* str, "" for None */
     PyObject *url_scheme;
     PyObject *error_logger;
-    PyObject *access_info; /* access_logger.info, NULL when access_log is false */
+    ps_access_log_t *access_log; /* NULL when access_log is false (owned) */
     /* Supervision by a foreign process manager (the gunicorn worker). */
     PyObject *on_tick;        /* callable, or NULL */
     PyObject *on_stop_signal; /* callable, or NULL */
@@ -232,13 +237,21 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
 
-/* The access line of a request, the same for WSGI and ASGI:
- *   CLIENT - "METHOD TARGET HTTP/x.y" STATUS
- * CLIENT is "address:port" ("[::1]:port" for IPv6), "-" over a unix
- * socket, or the client a trusted proxy forwarded (fwd_client.base set)
- * with port 0. Bytes outside printable ASCII, '"' and backslash are escaped
- * as \xNN. Never raises; a pending exception stays pending. */
-void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_client, int status);
+/* Compiles fmt (config.access_log_format: gunicorn's atoms, or "json")
+ * for logger's info method. Returns 0 with *out set (ps_access_log_free
+ * it), or -1 with an exception (ValueError naming a bad atom). */
+int ps_access_log_new(PyObject *logger, PyObject *fmt, ps_access_log_t **out);
+void ps_access_log_free(ps_access_log_t *log);
+/* _core.check_access_log_format(fmt): ValueError when fmt does not compile. */
+PyObject *ps_access_log_check(PyObject *module, PyObject *fmt);
+
+/* Logs x's request, the same line for WSGI and ASGI (csrc/accesslog.h has
+ * the atoms): the client is the peer, or the one a trusted proxy forwarded
+ * (fwd_client.base set, port 0); resp_headers the application's response
+ * headers (borrowed; NULL: none) for %({name}o)s; the duration runs from
+ * x->log_start. Never raises; a pending exception stays pending. */
+void ps_log_access(ps_access_log_t *log, ps_exchange_t *x, ps_slice_t fwd_client, int status,
+                   PyObject *resp_headers);
 
 /* Rejected requests (ps_exchange_reject): one access line each, like any
  * other request, and a reason line on the error logger at INFO, at most
@@ -247,19 +260,18 @@ void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_clien
 #define PS_REJECT_LINES_PER_SECOND 10
 
 typedef struct {
-    PyObject *access_info; /* access_logger.info, NULL: no access lines (owned) */
-    PyObject *error_info;  /* error_logger.info, NULL when it drops INFO (owned) */
-    struct ev_loop *loop;  /* the summary timer's, once it was started */
-    ev_timer summary;      /* fires at the end of a second with lines dropped */
-    ev_tstamp window_end;  /* the end of the current one-second window */
-    uint32_t lines;        /* reason lines logged in the window */
-    uint32_t suppressed;   /* reason lines dropped in it */
+    ps_access_log_t *access_log; /* NULL: no access lines (borrowed) */
+    PyObject *error_info;        /* error_logger.info, NULL when it drops INFO (owned) */
+    struct ev_loop *loop;        /* the summary timer's, once it was started */
+    ev_timer summary;            /* fires at the end of a second with lines dropped */
+    ev_tstamp window_end;        /* the end of the current one-second window */
+    uint32_t lines;              /* reason lines logged in the window */
+    uint32_t suppressed;         /* reason lines dropped in it */
 } ps_rejects_t;
 
-/* access_info: the layer's access_logger.info, NULL when the access log is
- * off (borrowed). Reads error_logger's level once. Returns 0 or -1 with an
- * exception. */
-int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger);
+/* access_log: the layer's, NULL when the access log is off (borrowed).
+ * Reads error_logger's level once. Returns 0 or -1 with an exception. */
+int ps_rejects_init(ps_rejects_t *r, ps_access_log_t *access_log, PyObject *error_logger);
 /* Logs a rejection of x's request; nothing at all when both logs are off.
  * The access line is left out while the layer has the request (app_data
  * set): the layer writes that one. Never raises. */

@@ -1,8 +1,11 @@
 /* Error logging from C into Python's logging (pyserver.error), and the
  * access log: one line format for every request, WSGI or ASGI, answered or
- * rejected. */
+ * rejected (the line itself is made by csrc/accesslog.c). */
 #include <stdarg.h>
 #include <stdio.h>
+
+#include <errno.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -71,13 +74,224 @@ void ps_log_error(PyObject *logger, const char *fmt, ...)
     PyErr_Restore(type, value, tb);
 }
 
+/* ---- the access log ---- */
+
+struct ps_access_log {
+    PyObject *info;    /* access_logger.info */
+    ps_alog_t *prog;   /* the compiled format */
+    ps_buf_t line;     /* reused for every line */
+    PyObject *kwnames; /* ("extra",): JSON lines hand their fields to the formatter */
+    PyObject **names;  /* the JSON fields' names, interned */
+    size_t nnames;
+    int pid;
+};
+
+/* Compiles fmt (str) or raises ValueError naming the bad atom. Returns the
+ * program (ps_alog_free it) or NULL with an exception. */
+static ps_alog_t *compile_format(PyObject *fmt)
+{
+    char err[PS_ALOG_ERROR_MAX];
+    ps_alog_t *prog = NULL;
+    Py_ssize_t n;
+    const char *s = PyUnicode_Check(fmt) ? PyUnicode_AsUTF8AndSize(fmt, &n) : NULL;
+    if (s == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "access_log_format must be str");
+        return NULL;
+    }
+    int rc = ps_alog_compile(s, (size_t)n, &prog, err);
+    if (rc == -ENOMEM)
+        PyErr_NoMemory();
+    else if (rc < 0)
+        PyErr_Format(PyExc_ValueError, "access log format: %s", err);
+    return rc < 0 ? NULL : prog;
+}
+
+PyObject *ps_access_log_check(PyObject *module, PyObject *fmt)
+{
+    PS_UNUSED(module);
+    ps_alog_t *prog = compile_format(fmt);
+    if (prog == NULL)
+        return NULL;
+    ps_alog_free(prog);
+    Py_RETURN_NONE;
+}
+
+int ps_access_log_new(PyObject *logger, PyObject *fmt, ps_access_log_t **out)
+{
+    ps_access_log_t *log = PyMem_Calloc(1, sizeof(*log));
+    *out = NULL;
+    if (log == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    log->pid = (int)getpid(); /* settings are read in the serving process */
+    if ((log->prog = compile_format(fmt)) == NULL ||
+        (log->info = PyObject_GetAttrString(logger, "info")) == NULL)
+        goto error;
+    if (ps_alog_is_json(log->prog)) {
+        log->nnames = ps_alog_nfields(log->prog);
+        log->names = PyMem_Calloc(log->nnames, sizeof(PyObject *));
+        if (log->names == NULL || (log->kwnames = Py_BuildValue("(s)", "extra")) == NULL)
+            goto error;
+        for (size_t i = 0; i < log->nnames; i++) {
+            const char *name = ps_alog_field_name(log->prog, i);
+            if ((log->names[i] = PyUnicode_InternFromString(name)) == NULL)
+                goto error;
+        }
+    }
+    *out = log;
+    return 0;
+error:
+    if (log->names == NULL && !PyErr_Occurred())
+        PyErr_NoMemory();
+    ps_access_log_free(log);
+    return -1;
+}
+
+void ps_access_log_free(ps_access_log_t *log)
+{
+    if (log == NULL)
+        return;
+    for (size_t i = 0; log->names && i < log->nnames; i++)
+        Py_XDECREF(log->names[i]);
+    PyMem_Free(log->names);
+    Py_XDECREF(log->kwnames);
+    Py_XDECREF(log->info);
+    ps_alog_free(log->prog);
+    ps_buf_free(&log->line);
+    PyMem_Free(log);
+}
+
+/* A str of code points below 256 or bytes, as bytes (borrowed). */
+static int header_bytes(PyObject *o, ps_slice_t *out)
+{
+    if (PyBytes_Check(o)) {
+        *out = (ps_slice_t){PyBytes_AS_STRING(o), (size_t)PyBytes_GET_SIZE(o)};
+        return 1;
+    }
+    if (PyUnicode_Check(o) && PyUnicode_KIND(o) == PyUnicode_1BYTE_KIND) {
+        *out = (ps_slice_t){(const char *)PyUnicode_1BYTE_DATA(o), (size_t)PyUnicode_GET_LENGTH(o)};
+        return 1;
+    }
+    return 0;
+}
+
+#define RESP_HEADERS_MAX 64
+
+/* The response headers the application gave (a WSGI list of (str, str), an
+ * ASGI iterable of [bytes, bytes]) as slices into h, without copying; the
+ * ones that are neither are left out. Returns the count. */
+static size_t view_response_headers(PyObject *headers, ps_header_t *h)
+{
+    size_t n = 0;
+    if (headers == NULL || !(PyList_Check(headers) || PyTuple_Check(headers)))
+        return 0;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+    for (Py_ssize_t i = 0; i < count && n < RESP_HEADERS_MAX; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(headers, i);
+        if (!(PyList_Check(item) || PyTuple_Check(item)) || PySequence_Fast_GET_SIZE(item) != 2)
+            continue;
+        if (header_bytes(PySequence_Fast_GET_ITEM(item, 0), &h[n].name) &&
+            header_bytes(PySequence_Fast_GET_ITEM(item, 1), &h[n].value))
+            n++;
+    }
+    return n;
+}
+
+/* The extras of a JSON line: its fields by name. New reference or NULL. */
+static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
+{
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d != NULL && i < log->nnames; i++) {
+        ps_alog_value_t v;
+        PyObject *value;
+        if (ps_alog_field(log->prog, e, i, &v) < 0)
+            value = PyErr_NoMemory();
+        else if (v.kind == PS_ALOG_NULL)
+            value = Py_NewRef(Py_None);
+        else if (v.kind == PS_ALOG_STR)
+            value = PyUnicode_DecodeLatin1(v.str.base, (Py_ssize_t)v.str.len, NULL);
+        else if (v.kind == PS_ALOG_INT)
+            value = PyLong_FromUnsignedLongLong(v.num);
+        else
+            value = PyFloat_FromDouble((double)v.num / 1e9);
+        if (ps_py_set_new(d, log->names[i], value) < 0)
+            Py_CLEAR(d);
+    }
+    return d;
+}
+
+/* Formats and logs one line; failures are dropped (never raises). */
+static void write_line(ps_access_log_t *log, const ps_alog_entry_t *e)
+{
+    PyObject *text = NULL, *extras = NULL, *res = NULL;
+    if (ps_alog_format(log->prog, e, &log->line) < 0)
+        goto done;
+    text = PyUnicode_DecodeLatin1(log->line.data, (Py_ssize_t)log->line.len, NULL);
+    if (text == NULL)
+        goto done;
+    if (log->kwnames == NULL) {
+        res = PyObject_CallOneArg(log->info, text);
+    } else if ((extras = json_extras(log, e)) != NULL) {
+        PyObject *args[2] = {text, extras};
+        res = PyObject_Vectorcall(log->info, args, 1, log->kwnames);
+    }
+done:
+    if (res == NULL)
+        PyErr_Clear();
+    Py_XDECREF(res);
+    Py_XDECREF(extras);
+    Py_XDECREF(text);
+    ps_buf_shrink(&log->line, 16384);
+}
+
+/* Logs x's request. resp_headers: the application's (borrowed), or NULL.
+ * A pending exception stays pending. */
+static void log_request(ps_access_log_t *log, ps_exchange_t *x, ps_slice_t fwd, int status,
+                        PyObject *resp_headers, int rejected)
+{
+    char host[INET6_ADDRSTRLEN];
+    ps_header_t resp[RESP_HEADERS_MAX];
+    ps_alog_entry_t e = {.port = -1, .status = status, .pid = log->pid};
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (!ps_exchange_request_line(x, &e.method, &e.target, &e.version))
+        e.method.base = NULL;
+    if (x->req != NULL && x->req->head_complete) {
+        e.headers = x->req->headers;
+        e.nheaders = x->req->nheaders;
+    }
+    if (fwd.base != NULL) {
+        e.host = (ps_slice_t){fwd.base, PS_MIN(fwd.len, 256)};
+        e.port = 0;
+    } else if (!x->is_unix && ps_net_format_address(x->peer, host, &e.port) == 0) {
+        e.host = (ps_slice_t){host, strlen(host)};
+    }
+    if (ps_alog_wants_response_headers(log->prog)) {
+        e.resp_headers = resp;
+        e.nresp_headers = view_response_headers(resp_headers, resp);
+    }
+    e.body_bytes = rejected ? 0 : x->body_sent;
+    e.duration_ns = rejected || x->log_start == 0 ? 0 : ps_alog_clock() - x->log_start;
+    e.now = ev_now(ps_worker_loop(x->worker));
+    write_line(log, &e);
+    PyErr_Restore(type, value, tb);
+}
+
+void ps_log_access(ps_access_log_t *log, ps_exchange_t *x, ps_slice_t fwd_client, int status,
+                   PyObject *resp_headers)
+{
+    log_request(log, x, fwd_client, status, resp_headers, 0);
+}
+
 /* ---- rejected requests ---- */
 
-int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logger)
+int ps_rejects_init(ps_rejects_t *r, ps_access_log_t *access_log, PyObject *error_logger)
 {
     memset(r, 0, sizeof(*r));
     ev_init(&r->summary, NULL);
-    r->access_info = Py_XNewRef(access_info);
+    r->access_log = access_log;
     PyObject *on = PyObject_CallMethod(error_logger, "isEnabledFor", "i", 20);
     if (on == NULL)
         return -1;
@@ -92,7 +306,6 @@ int ps_rejects_init(ps_rejects_t *r, PyObject *access_info, PyObject *error_logg
 
 void ps_rejects_clear(ps_rejects_t *r)
 {
-    Py_CLEAR(r->access_info);
     Py_CLEAR(r->error_info);
 }
 
@@ -134,25 +347,18 @@ static void format_request_line(ps_exchange_t *x, char *out, size_t cap)
     append_escaped(out, len, cap, v.base, v.len);
 }
 
-/* The client as the access log shows it: "address:port", an IPv6 address
- * in brackets ("[::1]:8000"), "-" over a unix socket; a forwarded client
- * (fwd.base set) with port 0. */
-static void format_client(const ps_exchange_t *x, ps_slice_t fwd, char *out, size_t cap)
+/* The client as the reason line shows it: "address:port", an IPv6 address
+ * in brackets ("[::1]:8000"), "-" over a unix socket. */
+static void format_client(const ps_exchange_t *x, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN];
     int port = 0;
-    if (fwd.base != NULL) {
-        int v6 = memchr(fwd.base, ':', fwd.len) != NULL;
-        size_t len = append_escaped(out, 0, cap, "[", v6);
-        len = append_escaped(out, len, cap, fwd.base, PS_MIN(fwd.len, 256));
-        snprintf(out + len, cap - len, "%s:0", v6 ? "]" : "");
-    } else if (x->is_unix || ps_net_format_address(x->peer, host, &port) < 0) {
+    if (x->is_unix || ps_net_format_address(x->peer, host, &port) < 0)
         snprintf(out, cap, "-");
-    } else if (x->peer->ss_family == AF_INET6) {
+    else if (x->peer->ss_family == AF_INET6)
         snprintf(out, cap, "[%s]:%d", host, port);
-    } else {
+    else
         snprintf(out, cap, "%s:%d", host, port);
-    }
 }
 
 /* Calls a logger method with one str; failures are dropped (never raises). */
@@ -212,37 +418,23 @@ static int reason_line_allowed(ps_rejects_t *r, ps_exchange_t *x)
 
 void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *reason)
 {
-    int access = r->access_info != NULL && x->app_data == NULL;
+    int access = r->access_log != NULL && x->app_data == NULL;
     /* Counted first: past the rate limit nothing is formatted for it. */
     int why = r->error_info != NULL && reason_line_allowed(r, x);
-    if (!access && !why)
+    if (access)
+        log_request(r->access_log, x, (ps_slice_t){NULL, 0}, status, NULL, 1);
+    if (!why)
         return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
     char line[4096 + 128], peer[PEER_MAX];
     format_request_line(x, line, sizeof(line));
-    format_client(x, (ps_slice_t){NULL, 0}, peer, sizeof(peer));
-    if (access)
-        emit(r->access_info, "%s - \"%s\" %d", peer, line, status);
-    if (why) {
-        if (line[0] == '-' && line[1] == '\0')
-            emit(r->error_info, "Rejected %d from %s: %s", status, peer,
-                 reason ? reason : "refused");
-        else
-            emit(r->error_info, "Rejected %d \"%s\" from %s: %s", status, line, peer,
-                 reason ? reason : "refused");
-    }
-    PyErr_Restore(type, value, tb);
-}
-
-void ps_log_access(PyObject *access_info, ps_exchange_t *x, ps_slice_t fwd_client, int status)
-{
-    char line[4096 + 128], client[PEER_MAX];
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb); /* a pending exception stays pending */
-    format_request_line(x, line, sizeof(line));
-    format_client(x, fwd_client, client, sizeof(client));
-    emit(access_info, "%s - \"%s\" %d", client, line, status);
+    format_client(x, peer, sizeof(peer));
+    if (line[0] == '-' && line[1] == '\0')
+        emit(r->error_info, "Rejected %d from %s: %s", status, peer, reason ? reason : "refused");
+    else
+        emit(r->error_info, "Rejected %d \"%s\" from %s: %s", status, line, peer,
+             reason ? reason : "refused");
     PyErr_Restore(type, value, tb);
 }
 

@@ -426,6 +426,9 @@ static PyMethodDef module_methods[] = {
     {"check_forwarded_allow_ips", check_forwarded_allow_ips, METH_O,
      "check_forwarded_allow_ips(value)\n--\n\nRaise ValueError if the trust list is "
      "invalid."},
+    {"check_access_log_format", ps_access_log_check, METH_O,
+     "check_access_log_format(fmt)\n--\n\nRaise ValueError if fmt (gunicorn's atoms, or "
+     "\"json\") does not compile."},
     {"run_master", (PyCFunction)(void (*)(void))run_master, METH_FASTCALL,
      "run_master(config, spawn_worker, poll_reload=None)\n--\n\nFork and supervise the "
      "workers until stopped; "

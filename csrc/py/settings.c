@@ -347,11 +347,11 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
     if (!access_log) /* Config turns it off too when the access logger drops INFO */
         return 0;
     PyObject *access_logger = get_obj(config, "access_logger");
-    if (access_logger == NULL)
-        return -1;
-    s->access_info = get_obj(access_logger, "info");
-    Py_DECREF(access_logger);
-    return s->access_info ? 0 : -1;
+    PyObject *fmt = access_logger ? get_obj(config, "access_log_format") : NULL;
+    int rc = fmt ? ps_access_log_new(access_logger, fmt, &s->access_log) : -1;
+    Py_XDECREF(access_logger);
+    Py_XDECREF(fmt);
+    return rc;
 }
 
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
@@ -402,7 +402,8 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->root_path);
     Py_CLEAR(s->url_scheme);
     Py_CLEAR(s->error_logger);
-    Py_CLEAR(s->access_info);
+    ps_access_log_free(s->access_log);
+    s->access_log = NULL;
     Py_CLEAR(s->on_tick);
     Py_CLEAR(s->on_stop_signal);
 }

@@ -50,7 +50,7 @@ struct ps_wsgi {
     PyObject *app;
     PyObject *base_environ;
     PyObject *error_logger;
-    PyObject *access_info; /* access_logger.info, or NULL when off */
+    ps_access_log_t *access_log; /* NULL when off (borrowed from the settings) */
     ps_rejects_t rejects;
     uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
@@ -304,8 +304,8 @@ static void request_done(RequestObject *req)
             Py_XDECREF(res);
         }
     }
-    if (ctx->access_info && x->status)
-        ps_log_access(ctx->access_info, x, req->fwd_client, x->status);
+    if (ctx->access_log && x->status)
+        ps_log_access(ctx->access_log, x, req->fwd_client, x->status, req->headers);
     ((InputObject *)req->input)->x = NULL;
     req->x = NULL;
     x->app_data = NULL;
@@ -539,6 +539,8 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 static void on_request(ps_exchange_t *x)
 {
     ps_wsgi_t *ctx = x->handler_data;
+    if (ctx->access_log)
+        x->log_start = ps_alog_clock();
     ps_proxy_result_t fwd;
     if (ps_py_forwarded(x, &fwd) < 0)
         return;
@@ -1244,8 +1246,8 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_setting
     if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
         !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
-    ctx->access_info = Py_XNewRef(s->access_info);
-    if (ps_rejects_init(&ctx->rejects, ctx->access_info, ctx->error_logger) < 0)
+    ctx->access_log = s->access_log;
+    if (ps_rejects_init(&ctx->rejects, ctx->access_log, ctx->error_logger) < 0)
         goto error;
     ctx->limit_concurrency = s->limit_concurrency;
     root_path = strip_root_path(ctx, s->root_path);
@@ -1275,7 +1277,6 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     Py_XDECREF(ctx->app);
     Py_XDECREF(ctx->base_environ);
     Py_XDECREF(ctx->error_logger);
-    Py_XDECREF(ctx->access_info);
     ps_rejects_clear(&ctx->rejects);
     for (int i = 0; i < K_COUNT; i++)
         Py_XDECREF(ctx->keys[i]);
