@@ -90,6 +90,7 @@ struct ps_exchange {
     socklen_t peer_len;
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
     unsigned secure : 1;  /* carried over TLS: the scheme is https */
+    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c) */
     int status;           /* the response status once started, else 0 */
     void *app_data;       /* the interface layer's per-request state */
     void *conn_data;      /* the interface layer's per-connection state */
