@@ -50,6 +50,7 @@ struct h2x {
     h2x_t *next;              /* in the dead or the spare list */
     unsigned dispatched : 1;  /* on_request was called */
     unsigned body_wanted : 1; /* on_body is owed */
+    unsigned reset : 1;       /* we reset the stream: the client is gone for the layer */
 };
 
 struct ps_h2conn {
@@ -673,7 +674,7 @@ static ps_h2conn_t *h2conn_new(ps_conn_t *c)
 /* The stream when it can still carry the response, else NULL. */
 static ps_h2_stream_t *usable(h2x_t *e)
 {
-    if (e->st == NULL || e->st->closed || e->hc->broken)
+    if (e->st == NULL || e->st->closed || e->reset || e->hc->broken)
         return NULL;
     return e->st;
 }
@@ -769,6 +770,8 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
     ps_h2conn_t *hc = e->hc;
     ps_conn_t *c = hc->c;
     int rc = x_write(x, data, len);
+    if (rc == PS_WRITE_DONE && usable(e) && ps_h2_write_blocked(e->st))
+        rc = PS_WRITE_PENDING; /* earlier bytes still wait (a call with no data) */
     double wd = c->w->cfg.timeout_request_header;
     double last = ev_time();
     while (rc == PS_WRITE_PENDING) {
@@ -777,19 +780,20 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
             return -EPIPE;
         if (!ps_h2_write_blocked(st))
             return PS_WRITE_DONE;
-        size_t before = ps_buf_size(&hc->out);
+        size_t before = ps_h2_queued(st);
         int w = write_out(hc);
         if (w < 0) {
             hc->broken = 1;
             later(hc);
             return -EPIPE;
         }
-        if (ps_buf_size(&hc->out) != before || w == 0)
-            last = ev_time();
+        if (ps_h2_queued(st) < before)
+            last = ev_time(); /* progress: the deadline counts from here */
         if (!ps_h2_write_blocked(st))
             return PS_WRITE_DONE;
         double left = wd > 0 ? last + wd - ev_time() : 1.0;
         if (left <= 0) {
+            e->reset = 1;
             ps_h2_abort(st, NGHTTP2_CANCEL);
             kick(hc);
             return -ETIMEDOUT;
@@ -811,10 +815,8 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
                 later(hc);
                 return -EPIPE;
             }
-            if (n > 0) {
-                hc->last_read = ev_time();
-                last = ev_time(); /* the client is there: a WINDOW_UPDATE may have come */
-            }
+            if (n > 0)
+                hc->last_read = ev_time(); /* a WINDOW_UPDATE may have come */
         }
     }
     return rc;
@@ -877,6 +879,7 @@ static void x_abort(ps_exchange_t *x)
     h2x_t *e = h2x_of(x);
     if (e->st == NULL || e->st->closed)
         return;
+    e->reset = 1;
     ps_h2_abort(e->st, NGHTTP2_INTERNAL_ERROR);
     kick(e->hc);
 }

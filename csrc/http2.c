@@ -1095,6 +1095,11 @@ int ps_h2_write_blocked(const ps_h2_stream_t *st)
     return st->above_high;
 }
 
+size_t ps_h2_queued(const ps_h2_stream_t *st)
+{
+    return ps_buf_size(&st->out);
+}
+
 int ps_h2_sendfile_busy(const ps_h2_stream_t *st)
 {
     return st->file_left != 0;

@@ -205,6 +205,8 @@ int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n);
 /* 1 while the stream holds more queued bytes than ps_h2_write allows
  * (its on_writable is owed). */
 int ps_h2_write_blocked(const ps_h2_stream_t *st);
+/* Response body bytes queued on the stream, not framed yet. */
+size_t ps_h2_queued(const ps_h2_stream_t *st);
 /* Sends count bytes of fd from off, read in frame-sized pieces as the
  * client's window allows, after any bytes queued before. The fd stays the
  * caller's and must stay open until on_writable or on_close. One file at

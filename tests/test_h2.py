@@ -500,6 +500,25 @@ def test_zero_window_client_is_closed_at_the_write_deadline():
             assert time.monotonic() - started < 10.0
 
 
+def test_wsgi_write_to_a_shut_window_gives_up_at_the_write_deadline(events_file):
+    """write() on a stream whose window the client never opens: the stream is reset at the
+    write deadline and the worker serves the next client."""
+    with run_server(WSGI, "--timeout-request-header", "1") as srv:
+        settings = {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0}
+        with H2(srv.port, settings=settings) as stuck:
+            sid = stuck.request("/write?size=100000&n=5")
+            stuck.wait(lambda: stuck.responses[sid]["status"] == 200, "the head")
+            started = time.monotonic()
+            with H2(srv.port) as other:
+                after = other.request("/other")
+                assert other.response(after)["body"] == b"HTTP/2 /other"
+            waited = time.monotonic() - started
+            assert 0.5 < waited < 8.0, waited
+            stuck.wait(lambda: stuck.responses[sid]["reset"] is not None, "the reset")
+            assert stuck.responses[sid]["reset"] == h2.errors.ErrorCodes.CANCEL
+        assert "Exception in WSGI application" not in srv.log()
+
+
 # ---- lifecycle -----------------------------------------------------------------------
 
 
