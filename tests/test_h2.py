@@ -253,6 +253,45 @@ def test_upgrade_with_bad_settings_gets_400(wsgi_srv):
         assert s.recv(4096).startswith(b"HTTP/1.1 400")
 
 
+def test_upgrade_request_with_a_body_stays_http1(wsgi_srv):
+    with socket.create_connection((HOST, wsgi_srv.port), timeout=10) as s:
+        s.sendall(
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+            b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+            b"Content-Length: 5\r\n\r\nhello"
+        )
+        data = b""
+        while b'"scheme"' not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200"), data
+        assert b'"protocol": "HTTP/1.1"' in data and b'"length": 5' in data
+
+
+def test_httpx_prior_knowledge_multiplexed(asgi_srv):
+    """httpx speaks h2c by prior knowledge only (http1=False; with HTTP/1.1 allowed it
+    uses HTTP/1.1 for http:// URLs): twenty concurrent requests share one connection."""
+    import asyncio
+
+    import httpx
+
+    async def main():
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=20) as c:
+            rs = await asyncio.gather(*(c.get(f"{asgi_srv.url}/n{i}") for i in range(20)))
+            posted = await c.post(f"{asgi_srv.url}/echo", content=b"x" * 100_000)
+            return rs, posted
+
+    rs, posted = asyncio.run(main())
+    assert [r.text for r in rs] == [f"2 /n{i}" for i in range(20)]
+    assert {r.http_version for r in rs} == {"HTTP/2"}
+    assert posted.json()["length"] == 100_000
+    lines = [line for line in asgi_srv.log().splitlines() if '"GET /n' in line]
+    assert len(lines) == 20
+    assert len({line.split(" - ")[0].split()[-1] for line in lines}) == 1, lines
+
+
 # ---- concurrency ---------------------------------------------------------------------
 
 
