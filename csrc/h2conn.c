@@ -51,6 +51,7 @@ struct h2x {
     unsigned dispatched : 1;  /* on_request was called */
     unsigned body_wanted : 1; /* on_body is owed */
     unsigned reset : 1;       /* we reset the stream: the client is gone for the layer */
+    unsigned borrowed : 1;    /* x.conn_data is the connection's (c->x.conn_data) */
 };
 
 struct ps_h2conn {
@@ -186,6 +187,8 @@ static void free_dead(ps_h2conn_t *hc)
     while (hc->dead) {
         h2x_t *e = hc->dead;
         hc->dead = e->next;
+        if (e->borrowed)
+            e->x.conn_data = NULL; /* the connection's exchange frees it */
         handler->dispose(&e->x);
         if (hc->nspare >= KEEP_SPARE) {
             free_h2x(e);
@@ -515,14 +518,25 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
         .secure = c->x.secure,
         .http2 = 1,
     };
+    /* The layer's per-connection state (the addresses) is built by the
+     * first stream and shared by the next ones. */
+    if (c->x.conn_data) {
+        e->x.conn_data = c->x.conn_data;
+        e->borrowed = 1;
+    }
     return e;
 }
 
 static void run_request(h2x_t *e)
 {
+    ps_conn_t *c = e->hc->c;
     e->dispatched = 1;
-    e->hc->c->requests++;
-    e->hc->c->w->handler->on_request(&e->x);
+    c->requests++;
+    c->w->handler->on_request(&e->x);
+    if (!e->borrowed && e->x.conn_data && c->x.conn_data == NULL) {
+        c->x.conn_data = e->x.conn_data; /* owned by the connection's exchange from now on */
+        e->borrowed = 1;
+    }
 }
 
 /* A synchronous stream's body as it arrives: out of the session's buffer

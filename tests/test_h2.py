@@ -222,6 +222,12 @@ def test_raw_prior_knowledge_settings_and_headers(wsgi_srv):
         assert got["protocol"] == "HTTP/2"
         assert got["length"] == 5 and got["host"] == "h2.test"
         assert "date" in r["headers"] and r["headers"]["server"] == "pyserver"
+        # every stream of the connection sees the same addresses (built once, shared)
+        port = str(c.sock.getsockname()[1])
+        for _ in range(3):
+            again = json.loads(c.response(c.request("/echo", "POST", body=b"x"))["body"])
+            assert again["remote"] == ["127.0.0.1", port]
+        assert got["remote"] == ["127.0.0.1", port]
         remote = c.conn.remote_settings
         assert remote[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] == 100
         assert remote[h2.settings.SettingCodes.ENABLE_PUSH] == 0

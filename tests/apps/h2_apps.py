@@ -52,6 +52,8 @@ def wsgi(environ, start_response):
                 "sha256": hashlib.sha256(body).hexdigest(),
                 "host": environ.get("HTTP_HOST"),
                 "scheme": environ["wsgi.url_scheme"],
+                "remote": [environ["REMOTE_ADDR"], environ["REMOTE_PORT"]],
+                "server": [environ["SERVER_NAME"], environ["SERVER_PORT"]],
             }
         ).encode()
         start_response("200 OK", [("Content-Type", "application/json")])
