@@ -47,11 +47,12 @@ struct h2x {
     int spool_fd;       /* the body's spool file (spool.h), or -1 */
     uint64_t spool_len; /* bytes written to it */
     uint64_t spool_read;
-    h2x_t *next;              /* in the dead or the spare list */
-    unsigned dispatched : 1;  /* on_request was called */
-    unsigned body_wanted : 1; /* on_body is owed */
-    unsigned reset : 1;       /* we reset the stream: the client is gone for the layer */
-    unsigned borrowed : 1;    /* x.conn_data is the connection's (c->x.conn_data) */
+    h2x_t *next;                  /* in the dead or the spare list */
+    h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
+    unsigned dispatched : 1;      /* on_request was called */
+    unsigned body_wanted : 1;     /* on_body is owed */
+    unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
+    unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
 };
 
 struct ps_h2conn {
@@ -60,6 +61,7 @@ struct ps_h2conn {
     ps_buf_t out;       /* frames the kernel did not take yet */
     ps_header_t *hdrs;  /* a response's fields plus date and server */
     size_t hdrs_cap;
+    h2x_t *live;  /* streams whose head was dispatched, until they close */
     h2x_t *dead;  /* streams over: disposed at the next safe point */
     h2x_t *spare; /* released exchanges, reused */
     size_t nspare;
@@ -67,6 +69,7 @@ struct ps_h2conn {
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
     ev_tstamp going_away_at; /* the graceful stop's GOAWAY notice went out */
     ev_tstamp linger_until;
+    ev_tstamp body_checked;   /* streams awaiting body bytes were last checked then */
     unsigned in_progress : 1; /* progress() is on the stack */
     unsigned broken : 1;      /* a write failed: the connection closes from the loop */
     unsigned fatal : 1;       /* the session gave up: write its GOAWAY and close */
@@ -75,6 +78,7 @@ struct ps_h2conn {
 };
 
 static const ps_exchange_ops_t h2_exchange_ops;
+static ps_h2_stream_t *usable(h2x_t *e);
 static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents);
 static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -233,9 +237,11 @@ static void rearm(ps_h2conn_t *hc)
     ps_conn_t *c = hc->c;
     struct ev_loop *loop = c->w->loop;
     const ps_config_t *cfg = &c->w->cfg;
-    ev_tstamp at = 0, d[4] = {0, 0, 0, 0};
+    ev_tstamp at = 0, d[5] = {0, 0, 0, 0, 0};
     if (ps_h2_open_streams(hc->s) == 0 && cfg->timeout_keep_alive > 0)
         d[0] = hc->last_read + cfg->timeout_keep_alive;
+    else if (hc->live && cfg->timeout_request_body > 0)
+        d[4] = PS_MAX(hc->last_read, hc->body_checked) + cfg->timeout_request_body;
     double stalled = ps_h2_stalled_since(hc->s);
     if (cfg->timeout_request_header > 0) {
         if (hc->write_since > 0)
@@ -445,6 +451,30 @@ static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
     progress(c->h2);
 }
 
+/* Nothing arrived for --timeout-request-body: every stream still waiting
+ * for request body bytes fails like a stalled HTTP/1 body (the layer
+ * hears a disconnect; the client gets 408, or a reset once a response
+ * started). Streams whose body is complete are left alone. */
+static void body_deadline(ps_h2conn_t *hc)
+{
+    const ps_handler_t *handler = hc->c->w->handler;
+    int async = hc->c->w->async;
+    for (h2x_t *e = hc->live, *next; e; e = next) {
+        next = e->next_live;
+        ps_h2_stream_t *st = usable(e);
+        if (st == NULL || st->req.message_complete)
+            continue;
+        if (async && !e->body_wanted)
+            continue; /* the application is not waiting for it */
+        if (!async && e->dispatched)
+            continue;
+        e->body_wanted = 0;
+        if (e->x.app_data)
+            handler->on_disconnect(&e->x);
+        ps_exchange_reject(&e->x, 408, "request body deadline");
+    }
+}
+
 static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
@@ -464,6 +494,11 @@ static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
                    (stalled > 0 && now - stalled >= wd))) {
         ps_conn_close(c); /* a client that stopped reading, or never opens its window */
         return;
+    }
+    if (hc->live && cfg->timeout_request_body > 0 &&
+        now - PS_MAX(hc->last_read, hc->body_checked) >= cfg->timeout_request_body) {
+        hc->body_checked = now;
+        body_deadline(hc);
     }
     if (hc->going_away_at > 0 && !hc->final_sent && now - hc->going_away_at >= FINAL_GOAWAY_AFTER) {
         hc->final_sent = 1;
@@ -580,6 +615,10 @@ static void cb_head(ps_h2_stream_t *st, void *ud)
         return;
     }
     st->data = e;
+    e->next_live = hc->live;
+    if (hc->live)
+        hc->live->prev_live = e;
+    hc->live = e;
     uint64_t max = w->cfg.limits.max_body;
     if (max && st->req.content_length >= 0 && (uint64_t)st->req.content_length > max) {
         ps_exchange_reject(&e->x, 413, "request body too large");
@@ -636,6 +675,13 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
      * holds the request: ASGI's http.disconnect, WSGI's close(). */
     if (e->x.app_data)
         hc->c->w->handler->on_disconnect(&e->x);
+    if (e->prev_live)
+        e->prev_live->next_live = e->next_live;
+    else if (hc->live == e)
+        hc->live = e->next_live;
+    if (e->next_live)
+        e->next_live->prev_live = e->prev_live;
+    e->prev_live = e->next_live = NULL;
     e->st = NULL;
     e->x.req = &no_request;
     e->x.body = &e->body;

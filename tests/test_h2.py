@@ -385,6 +385,23 @@ def test_wsgi_upload_over_limit_is_413(wsgi_srv):
         assert c.response(sid)["body"] == b"HTTP/2 /after"
 
 
+@pytest.mark.parametrize("app", [WSGI, ASGI])
+def test_stalled_body_gets_408_and_the_connection_goes_on(app, tmp_path):
+    events = tmp_path / "events"
+    with run_server(app, "--timeout-request-body", "1", env={"H2_EVENTS": str(events)}) as srv:
+        with H2(srv.port) as c:
+            stalled = c.request("/echo", "POST", body=b"part", end=False)
+            started = time.monotonic()
+            r = c.response(stalled)
+            assert r["status"] == 408
+            assert 0.5 < time.monotonic() - started < 8.0
+            after = c.request("/after")
+            assert c.response(after)["status"] == 200
+        if app == ASGI:
+            assert wait_for(lambda: "disconnect echo" in read_events(events))
+        assert "request body deadline" in srv.log()
+
+
 def test_asgi_slow_reader_window(asgi_srv):
     """A large upload to an app that reads slowly completes: the window reopens as it reads."""
     body = os.urandom(1_500_000)
