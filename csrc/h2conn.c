@@ -1,8 +1,8 @@
 /* A connection in HTTP/2 mode (see h2conn.h). The connection's watchers
  * are taken over: rio feeds the session, wio writes its frames (and runs
  * stream events an exchange call queued from outside the loop's
- * callbacks), the timer runs the idle, write and zero-window deadlines,
- * the final GOAWAY of a graceful stop and the last linger. */
+ * callbacks), the timer runs the idle, write, zero-window and request-body
+ * deadlines, the final GOAWAY of a graceful stop and the last linger. */
 #define _GNU_SOURCE
 #include "h2conn.h"
 
