@@ -16,6 +16,7 @@
 #include "worker.h"
 #include "spool.h"
 #include "wsconn.h"
+#include "h2conn.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
  * application. */
@@ -40,19 +41,21 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void process(ps_conn_t *c);
 static void after_handler(ps_conn_t *c);
 static int parse(ps_conn_t *c);
+static void answer_error(ps_conn_t *c, int status, const char *reason);
 
 /* The states each state may move to (bit per enum ps_conn_state), checked
  * under PS_DEBUG_ASSERTS. */
 #define S(x) (1u << (x))
 static const uint8_t next_states[] = {
-    [PS_CONN_IDLE] =
-        S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
-    [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
+    [PS_CONN_IDLE] = S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) |
+                     S(PS_CONN_H2) | S(PS_CONN_CLOSED),
+    [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_H2) | S(PS_CONN_CLOSED),
     [PS_CONN_APP] =
         S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_WS) | S(PS_CONN_CLOSED),
     [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
     [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
     [PS_CONN_WS] = S(PS_CONN_CLOSED), /* wsconn.c lingers on its own */
+    [PS_CONN_H2] = S(PS_CONN_CLOSED), /* and so does h2conn.c */
     [PS_CONN_CLOSED] = 0,
 };
 #undef S
@@ -148,6 +151,8 @@ void ps_conn_free(ps_conn_t *c)
 {
     if (c->ws)
         ps_wsconn_free(c->ws);
+    if (c->h2)
+        ps_h2conn_free(c->h2);
     drop_spool(c);
     ps_http1_free(&c->parser);
     ps_buf_free(&c->rbuf);
@@ -183,6 +188,8 @@ void ps_conn_close(ps_conn_t *c)
     drop_spool(c);
     set_state(c, PS_CONN_CLOSED);
     c->failed = 1;
+    if (c->h2)
+        ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
     ps_worker_conn_closed(c->w, c);
     if (tell_app)
         c->w->handler->on_disconnect(&c->x);
@@ -206,8 +213,18 @@ void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc)
     c->ws = wc;
 }
 
+void ps_conn_set_h2(ps_conn_t *c, struct ps_h2conn *hc)
+{
+    set_state(c, PS_CONN_H2);
+    c->h2 = hc;
+}
+
 void ps_conn_stop_idle(ps_conn_t *c)
 {
+    if (c->state == PS_CONN_H2) {
+        ps_h2conn_going_away(c->h2); /* GOAWAY; closes once its streams are done */
+        return;
+    }
     if (c->state == PS_CONN_WS) {
         ps_wsconn_going_away(c->ws); /* closes once the peer answers */
         return;
@@ -741,6 +758,24 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
         ps_conn_close(c);
         return;
     }
+    /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
+    if (w->cfg.h2c && c->requests == 0 && !c->head_started && c->state == PS_CONN_IDLE) {
+        int p = ps_h2_is_preface(ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf));
+        if (p == -EAGAIN)
+            return; /* a prefix of it: wait for the rest */
+        if (p == 1) {
+            ps_buf_t in = c->rbuf;
+            c->rbuf = (ps_buf_t){0};
+            if (ps_h2conn_start(c, ps_buf_head(&in), ps_buf_size(&in)) < 0)
+                ps_conn_close(c);
+            ps_buf_free(&in);
+            return;
+        }
+        if (w->cfg.h2_only) {
+            answer_error(c, 505, "HTTP/1 is off (--http 2)");
+            return;
+        }
+    }
     process(c);
     /* What the parser took is in its arena now: an incomplete head is held
      * once, not also in a read buffer left at its largest read. */
@@ -819,6 +854,15 @@ static void after_handler(ps_conn_t *c)
 static void dispatch(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
+    if (r->upgrade && c->w->cfg.h2c_upgrade) { /* Upgrade: h2c */
+        int rc = ps_h2conn_upgrade(c, r);
+        if (rc == 0)
+            return;
+        if (rc < 0) {
+            answer_error(c, 400, "invalid HTTP2-Settings");
+            return;
+        }
+    }
     set_state(c, PS_CONN_APP);
     c->keep_alive = r->keep_alive && !c->w->stopping;
     c->requests++;

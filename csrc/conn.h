@@ -29,6 +29,7 @@ enum ps_conn_state {
     PS_CONN_FLUSH,  /* response complete, output still queued */
     PS_CONN_LINGER, /* answered and shut down, draining input before close */
     PS_CONN_WS,     /* upgraded to WebSocket: wsconn.c drives it */
+    PS_CONN_H2,     /* HTTP/2: h2conn.c drives it */
     PS_CONN_CLOSED,
 };
 
@@ -68,6 +69,7 @@ struct ps_conn {
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
     uint64_t requests;
     struct ps_wsconn *ws; /* WebSocket mode (wsconn.h), freed with the connection */
+    struct ps_h2conn *h2; /* HTTP/2 mode (h2conn.h), freed with the connection */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     const struct sockaddr_storage *local; /* the listener's, when specific */
@@ -100,6 +102,10 @@ int ps_conn_owns(const ps_exchange_t *x);
 /* wsconn.c, accepting an upgrade: the connection is in WebSocket mode from
  * now on (PS_CONN_WS) and frees wc with itself. */
 void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc);
+
+/* h2conn.c, switching to HTTP/2: the connection is in HTTP/2 mode from now
+ * on (PS_CONN_H2) and frees hc with itself. */
+void ps_conn_set_h2(ps_conn_t *c, struct ps_h2conn *hc);
 
 static inline ps_conn_t *ps_conn_of(ps_exchange_t *x)
 {

@@ -90,6 +90,7 @@ struct ps_exchange {
     socklen_t peer_len;
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
     unsigned secure : 1;  /* carried over TLS: the scheme is https */
+    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c) */
     int status;           /* the response status once started, else 0 */
     uint64_t body_sent;   /* response body bytes given to the calls below (reset per request) */
     uint64_t log_start;   /* the interface layer's: when it took the request (access log) */

@@ -117,6 +117,7 @@ static ps_h2_stream_t *stream_new(ps_h2_session_t *s, int32_t id)
     st->id = id;
     st->file_fd = -1;
     st->req.content_length = -1;
+    st->resp_left = -1;
     st->next_live = s->live;
     if (s->live)
         s->live->prev_live = st;
@@ -805,6 +806,11 @@ int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now)
     return 0;
 }
 
+int ps_h2_has_events(const ps_h2_session_t *s)
+{
+    return s->ev_head != NULL;
+}
+
 int ps_h2_want_write(const ps_h2_session_t *s)
 {
     return nghttp2_session_want_write(s->ng);
@@ -994,12 +1000,31 @@ int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n
     ssize_t k = build_nv(s, status, h, n);
     if (k < 0)
         return (int)k;
+    int64_t left = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!PS_SLICE_IEQ(h[i].name, "content-length"))
+            continue;
+        left = 0;
+        for (size_t j = 0; j < h[i].value.len; j++) {
+            char c = h[i].value.base[j];
+            if (c < '0' || c > '9' || left > (INT64_MAX - 9) / 10)
+                return -EINVAL;
+            left = left * 10 + (c - '0');
+        }
+        if (h[i].value.len == 0)
+            return -EINVAL;
+    }
+    int no_body = st->req.is_head || status == 204 || status == 304;
+    if (no_body)
+        end = 1;
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_body};
     int rv = nghttp2_submit_response(s->ng, st->id, s->nv, (size_t)k, end ? NULL : &prd);
     if (rv != 0)
         return rv == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
     st->response_started = 1;
     st->body_ended = end ? 1 : 0;
+    st->no_body = no_body ? 1 : 0;
+    st->resp_left = left;
     return 0;
 }
 
@@ -1012,12 +1037,25 @@ static int body_check(const ps_h2_stream_t *st)
     return 0;
 }
 
+/* Bounds a piece of body by the content-length the head announced. */
+static uint64_t announced(ps_h2_stream_t *st, uint64_t n)
+{
+    if (st->resp_left < 0)
+        return n;
+    n = PS_MIN(n, (uint64_t)st->resp_left);
+    st->resp_left -= (int64_t)n;
+    return n;
+}
+
 int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n)
 {
+    if (st->no_body && stream_usable(st))
+        return 0;
     int rc = body_check(st);
     if (rc)
         return rc;
-    if (st->req.is_head || n == 0)
+    n = (size_t)announced(st, n);
+    if (n == 0)
         return 0;
     if (ps_buf_append(&st->out, p, n) != 0)
         return -ENOMEM;
@@ -1031,12 +1069,17 @@ int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n)
 
 int ps_h2_sendfile(ps_h2_stream_t *st, int fd, off_t off, uint64_t count)
 {
+    if (st->no_body && stream_usable(st)) {
+        queue_event(st->session, st, PS_H2_EV_WRITABLE);
+        return 0;
+    }
     int rc = body_check(st);
     if (rc)
         return rc;
     if (st->file_left)
         return -EINVAL;
-    if (st->req.is_head || count == 0) {
+    count = announced(st, count);
+    if (count == 0) {
         queue_event(st->session, st, PS_H2_EV_WRITABLE);
         return 0;
     }
@@ -1047,18 +1090,39 @@ int ps_h2_sendfile(ps_h2_stream_t *st, int fd, off_t off, uint64_t count)
     return 0;
 }
 
+int ps_h2_write_blocked(const ps_h2_stream_t *st)
+{
+    return st->above_high;
+}
+
+size_t ps_h2_queued(const ps_h2_stream_t *st)
+{
+    return ps_buf_size(&st->out);
+}
+
 int ps_h2_sendfile_busy(const ps_h2_stream_t *st)
 {
     return st->file_left != 0;
 }
 
+/* A body that ends short of its content-length can only be reset. */
+static int short_body(ps_h2_stream_t *st)
+{
+    if (st->resp_left <= 0)
+        return 0;
+    ps_h2_abort(st, NGHTTP2_INTERNAL_ERROR);
+    return -EIO;
+}
+
 int ps_h2_trailers(ps_h2_stream_t *st, const ps_header_t *h, size_t n)
 {
     ps_h2_session_t *s = st->session;
+    if (st->no_body && stream_usable(st))
+        return 0;
     int rc = body_check(st);
     if (rc)
         return rc;
-    if (n == 0)
+    if (n == 0 || short_body(st))
         return ps_h2_end(st);
     ssize_t k = build_nv(s, 0, h, n);
     if (k < 0)
@@ -1089,9 +1153,13 @@ int ps_h2_trailers(ps_h2_stream_t *st, const ps_header_t *h, size_t n)
 
 int ps_h2_end(ps_h2_stream_t *st)
 {
+    if (st->no_body && stream_usable(st))
+        return 0;
     int rc = body_check(st);
     if (rc)
         return rc;
+    if (short_body(st))
+        return -EIO;
     st->body_ended = 1;
     resume(st);
     return 0;

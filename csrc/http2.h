@@ -124,7 +124,9 @@ struct ps_h2_stream {
     unsigned closed : 1;                   /* nghttp2 closed the stream */
     unsigned above_high : 1;               /* ps_h2_write said 1; on_writable is owed */
     unsigned in_queue : 1;
+    unsigned no_body : 1; /* HEAD, 204 or 304: body bytes are dropped */
     int close_why;
+    int64_t resp_left; /* body bytes the response's content-length still allows, or -1 */
 };
 
 /* Creates a server session for one connection and queues our SETTINGS
@@ -149,6 +151,8 @@ void ps_h2_dispatch(ps_h2_session_t *s);
  * limits->max_output bytes. Returns 0, -ENOMEM, or -EPROTO (fatal: close).
  * May queue on_writable/on_close events: dispatch afterwards. */
 int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now);
+/* 1 when stream events wait for ps_h2_dispatch. */
+int ps_h2_has_events(const ps_h2_session_t *s);
 /* 1 when the session has frames to send (call ps_h2_flush). */
 int ps_h2_want_write(const ps_h2_session_t *s);
 /* 1 when the connection may close: after a GOAWAY (ours or the client's,
@@ -189,11 +193,20 @@ extern const ps_slice_t ps_h2_upgrade_response;
 
 /* An informational response (100-199 except 101), e.g. 103 Early Hints. */
 int ps_h2_info(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n);
-/* The final response head. With end set, the response has no body. */
+/* The final response head. With end set, the response has no body. A
+ * response to HEAD and a 204 or 304 never has one: its head ends the stream
+ * and the body calls below accept and drop what they are given. A
+ * content-length field bounds the body: bytes past it are dropped, and a
+ * body that ends short of it resets the stream (ps_h2_end returns -EIO). */
 int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n, int end);
 /* Queues body bytes (copied). Returns 1 when the stream now holds more
  * than limits->stream_output_high: wait for on_writable before more. */
 int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n);
+/* 1 while the stream holds more queued bytes than ps_h2_write allows
+ * (its on_writable is owed). */
+int ps_h2_write_blocked(const ps_h2_stream_t *st);
+/* Response body bytes queued on the stream, not framed yet. */
+size_t ps_h2_queued(const ps_h2_stream_t *st);
 /* Sends count bytes of fd from off, read in frame-sized pieces as the
  * client's window allows, after any bytes queued before. The fd stays the
  * caller's and must stay open until on_writable or on_close. One file at
@@ -203,7 +216,8 @@ int ps_h2_sendfile(ps_h2_stream_t *st, int fd, off_t off, uint64_t count);
 int ps_h2_sendfile_busy(const ps_h2_stream_t *st);
 /* Ends the body after what is queued, with trailer fields. */
 int ps_h2_trailers(ps_h2_stream_t *st, const ps_header_t *h, size_t n);
-/* Ends the body after what is queued. */
+/* Ends the body after what is queued (-EIO: shorter than its
+ * content-length, the stream is reset instead). */
 int ps_h2_end(ps_h2_stream_t *st);
 /* Resets the stream (RST_STREAM with code, e.g. NGHTTP2_INTERNAL_ERROR);
  * on_close(PS_H2_CLOSE_ABORTED) follows. */

@@ -10,6 +10,7 @@
 
 #include "exchange.h"
 #include "http1.h"
+#include "http2.h"
 #include "listener.h"
 #include "master.h"
 
@@ -37,6 +38,11 @@ typedef struct {
     uint32_t ws_max_queue;   /* messages received, not yet read by the app */
     double ws_ping_interval; /* 0: no pings */
     double ws_ping_timeout;  /* a ping unanswered this long closes with 1011 (0: never) */
+    /* HTTP/2 (h2conn.c) */
+    unsigned h2c : 1;         /* cleartext HTTP/2 by prior knowledge (the client preface) */
+    unsigned h2c_upgrade : 1; /* HTTP/1.1 `Upgrade: h2c` */
+    unsigned h2_only : 1;     /* --http 2: an HTTP/1 request gets 505 */
+    ps_h2_limits_t h2;
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the

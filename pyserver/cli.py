@@ -307,6 +307,46 @@ def build_parser():
         help="send a Date header (default: on)",
     )
 
+    http2 = parser.add_argument_group("HTTP/2")
+    add(
+        http2,
+        "--http",
+        type=_choice(config.HTTP_MODES),
+        help="auto: HTTP/1.1, and cleartext HTTP/2 by prior knowledge or Upgrade: h2c; "
+        "1: HTTP/1.1 only; 2: HTTP/2 by prior knowledge only (default: auto)",
+    )
+    add(
+        http2,
+        "--http2-max-concurrent-streams",
+        metavar="N",
+        type=_int("http2_max_concurrent_streams"),
+        help=f"streams one client may have open (default: {D['http2_max_concurrent_streams']})",
+    )
+    add(
+        http2,
+        "--http2-max-headers-size",
+        metavar="BYTES",
+        type=_int("http2_max_headers_size"),
+        help="decoded request header list, names + values + 32 per field; 431 beyond "
+        f"(default: {D['http2_max_headers_size']})",
+    )
+    add(
+        http2,
+        "--http2-initial-stream-window-size",
+        metavar="BYTES",
+        type=_int("http2_initial_stream_window_size"),
+        help="request body bytes a stream may have unread "
+        f"(default: {D['http2_initial_stream_window_size']})",
+    )
+    add(
+        http2,
+        "--http2-initial-connection-window-size",
+        metavar="BYTES",
+        type=_int("http2_initial_connection_window_size"),
+        help="request body bytes a connection may have unread "
+        f"(default: {D['http2_initial_connection_window_size']})",
+    )
+
     websocket = parser.add_argument_group("WebSockets (ASGI)")
     add(
         websocket,

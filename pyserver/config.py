@@ -29,6 +29,12 @@ hold final values:
     ws_ping_interval          float seconds between server pings, 0 for none
     ws_ping_timeout           float seconds a ping may wait for its pong (close 1011), 0: forever
     ws_per_message_deflate    bool: accept permessage-deflate offers
+    http                      "auto" (HTTP/1.1, and HTTP/2 by prior knowledge or Upgrade: h2c),
+                              "1" (HTTP/1.1 only) or "2" (HTTP/2 by prior knowledge only)
+    http2_max_concurrent_streams  int streams a client may have open at once
+    http2_max_headers_size    int bytes of a decoded request header list (431 beyond)
+    http2_initial_stream_window_size  int request body bytes buffered per stream
+    http2_initial_connection_window_size  int request body bytes buffered per connection
     url_scheme                "http"
     proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
@@ -81,6 +87,7 @@ from pyserver import importer, logconfig
 INTERFACES = ("auto", "wsgi", "asgi")
 LIFESPAN_MODES = ("auto", "on", "off")
 WS_MODES = ("auto", "none")
+HTTP_MODES = ("auto", "1", "2")
 
 # Inclusive bounds (None = unbounded) shared by Config and the CLI.
 INT_BOUNDS = {
@@ -102,6 +109,10 @@ INT_BOUNDS = {
     "max_rss": (0, None),
     "ws_max_size": (1, 1 << 40),
     "ws_max_queue": (1, 1 << 20),
+    "http2_max_concurrent_streams": (1, 1 << 20),
+    "http2_max_headers_size": (1024, 1 << 24),
+    "http2_initial_stream_window_size": (1024, (1 << 31) - 1),
+    "http2_initial_connection_window_size": (65535, (1 << 31) - 1),
 }
 FLOAT_BOUNDS = {
     "timeout_keep_alive": (0.0, None),
@@ -287,6 +298,11 @@ class Config:
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         ws_per_message_deflate=True,
+        http="auto",
+        http2_max_concurrent_streams=100,
+        http2_max_headers_size=65536,
+        http2_initial_stream_window_size=256 * 1024,
+        http2_initial_connection_window_size=1024 * 1024,
         proxy_headers=True,
         forwarded_allow_ips=None,
         log_level="info",
@@ -361,6 +377,20 @@ class Config:
         self.ws_ping_interval = check_float("ws_ping_interval", ws_ping_interval or 0.0)
         self.ws_ping_timeout = check_float("ws_ping_timeout", ws_ping_timeout or 0.0)
         self.ws_per_message_deflate = bool(ws_per_message_deflate)
+        http = str(http).lower()
+        if http not in HTTP_MODES:
+            raise ValueError(f"http must be one of {', '.join(HTTP_MODES)}, got {http!r}")
+        self.http = http
+        self.http2_max_concurrent_streams = check_int(
+            "http2_max_concurrent_streams", http2_max_concurrent_streams
+        )
+        self.http2_max_headers_size = check_int("http2_max_headers_size", http2_max_headers_size)
+        self.http2_initial_stream_window_size = check_int(
+            "http2_initial_stream_window_size", http2_initial_stream_window_size
+        )
+        self.http2_initial_connection_window_size = check_int(
+            "http2_initial_connection_window_size", http2_initial_connection_window_size
+        )
         self.proxy_headers = bool(proxy_headers)
         source = "forwarded_allow_ips"
         if forwarded_allow_ips is None:

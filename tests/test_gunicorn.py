@@ -214,6 +214,19 @@ def test_django_asgi_two_workers():
         assert g.get("/sync/").status_code == 200
 
 
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_http2_prior_knowledge_with_the_defaults():
+    with gunicorn("apps.basic:app") as g:
+        r = subprocess.run(
+            ["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version}"]
+            + [g.url + "/"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.stdout == "2", r.stderr
+
+
 def test_flask_app():
     with gunicorn("apps.flask_app:app") as g:
         assert g.get("/").text == "hello from flask"

@@ -123,7 +123,7 @@ struct ps_asgi {
     ps_rejects_t rejects;
     PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
     PyObject *s[S_COUNT];
-    PyObject *versions[2]; /* "1.0", "1.1" */
+    PyObject *versions[3]; /* "1.0", "1.1", "2" */
     PyObject *root_path;
     PyObject *root_path_bytes;
     PyObject *asgi_template;
@@ -410,7 +410,8 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
     int te = 0;
     if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
         ps_py_set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
-        PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[r->http_minor & 1]) < 0 ||
+        PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[x->http2 ? 2 : r->http_minor & 1]) <
+            0 ||
         ps_py_set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
         PyDict_SetItem(scope, s[S_SCHEME], scheme) < 0 || add_paths(ctx, scope, path) < 0 ||
         ps_py_set_new(scope, s[S_QUERY_STRING],
@@ -424,7 +425,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         ps_py_set_new(scope, s[S_EXTENSIONS], PyDict_Copy(ctx->extensions_template)) < 0 ||
         (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0))
         goto error;
-    cycle->te_trailers = te;
+    cycle->te_trailers = te || x->http2; /* HTTP/2 carries trailers whatever TE says */
     if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0)
         goto error;
     Py_XDECREF(forwarded);
@@ -1574,6 +1575,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
         Py_XDECREF(ctx->s[i]);
     Py_XDECREF(ctx->versions[0]);
     Py_XDECREF(ctx->versions[1]);
+    Py_XDECREF(ctx->versions[2]);
     Py_XDECREF(ctx->root_path);
     Py_XDECREF(ctx->root_path_bytes);
     Py_XDECREF(ctx->asgi_template);
@@ -1606,14 +1608,16 @@ ps_asgi_t *ps_asgi_new(ps_module_state_t *st, PyObject *module, PyObject *app,
             goto error;
     ctx->versions[0] = PyUnicode_InternFromString("1.0");
     ctx->versions[1] = PyUnicode_InternFromString("1.1");
+    ctx->versions[2] = PyUnicode_InternFromString("2");
     ctx->empty_bytes = PyBytes_FromStringAndSize("", 0);
     ctx->disconnected = PyObject_GetAttrString(module, "ClientDisconnected");
     ctx->asgi_template = Py_BuildValue("{s:s,s:s}", "version", "3.0", "spec_version", "2.4");
     ctx->extensions_template = Py_BuildValue("{s:{},s:{},s:{}}", "http.response.pathsend",
                                              "http.response.trailers", "http.response.early_hint");
     ctx->tasks = PySet_New(NULL);
-    if (!ctx->versions[0] || !ctx->versions[1] || !ctx->empty_bytes || !ctx->disconnected ||
-        !ctx->asgi_template || !ctx->extensions_template || !ctx->tasks || read_logging(ctx, s) < 0)
+    if (!ctx->versions[0] || !ctx->versions[1] || !ctx->versions[2] || !ctx->empty_bytes ||
+        !ctx->disconnected || !ctx->asgi_template || !ctx->extensions_template || !ctx->tasks ||
+        read_logging(ctx, s) < 0)
         goto error;
     ctx->root_path = Py_NewRef(s->root_path);
     if ((ctx->root_path_bytes = PyUnicode_AsUTF8String(ctx->root_path)) == NULL)

@@ -240,6 +240,36 @@ static int load_ws(PyObject *config, ps_config_t *cfg)
     return 0;
 }
 
+/* The HTTP/2 settings (--http, --http2-*); the flood bounds keep their
+ * defaults (ps_h2_limits_default). */
+static int load_h2(PyObject *config, ps_config_t *cfg)
+{
+    uint64_t streams, headers, stream_window, conn_window;
+    PyObject *mode = get_obj(config, "http");
+    if (mode == NULL)
+        return -1;
+    int only1 = PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "1") == 0;
+    int only2 = PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "2") == 0;
+    Py_DECREF(mode);
+    if (get_count(config, "http2_max_concurrent_streams", 1 << 20, &streams) < 0 ||
+        get_count(config, "http2_max_headers_size", 1 << 24, &headers) < 0 ||
+        get_count(config, "http2_initial_stream_window_size", INT32_MAX, &stream_window) < 0 ||
+        get_count(config, "http2_initial_connection_window_size", INT32_MAX, &conn_window) < 0)
+        return -1;
+    ps_h2_limits_default(&cfg->h2);
+    cfg->h2c = !only1;
+    cfg->h2c_upgrade = !only1 && !only2;
+    cfg->h2_only = only2;
+    cfg->h2.max_concurrent_streams = (uint32_t)PS_MAX(streams, 1);
+    cfg->h2.max_header_list_size = (uint32_t)PS_MAX(headers, 1024);
+    cfg->h2.max_header_block = cfg->h2.max_header_list_size + 16384;
+    cfg->h2.max_header_fields = cfg->limits.max_fields;
+    cfg->h2.stream_window = (uint32_t)PS_MAX(stream_window, 1024);
+    cfg->h2.connection_window = (uint32_t)PS_MAX(conn_window, 65535);
+    cfg->h2.max_body = cfg->limits.max_body;
+    return 0;
+}
+
 /* The core's part (ps_config_t), but for the proxy. */
 static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_timeout)
 {
@@ -274,6 +304,8 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
     cfg->graceful_timeout = graceful_timeout;
     cfg->server_header = server_header != 0;
     cfg->date_header = date_header != 0;
+    if (load_h2(config, cfg) < 0)
+        return -1;
     return load_ws(config, cfg);
 }
 

@@ -54,7 +54,7 @@ struct ps_wsgi {
     ps_rejects_t rejects;
     uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
-    PyObject *protocols[2];
+    PyObject *protocols[3]; /* "HTTP/1.0", "HTTP/1.1", "HTTP/2" */
     PyObject *empty;
     PyObject *close_name; /* "close", interned: the type's method cache hits */
     PyObject *comma;
@@ -255,7 +255,8 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *
     PyObject **k = ctx->keys;
     if (set_item(env, k[K_REQUEST_METHOD], method_str(ctx, r)) < 0 ||
         add_target(ctx, env, r->target) < 0 ||
-        PyDict_SetItem(env, k[K_SERVER_PROTOCOL], ctx->protocols[r->http_minor & 1]) < 0 ||
+        PyDict_SetItem(env, k[K_SERVER_PROTOCOL],
+                       ctx->protocols[x->http2 ? 2 : r->http_minor & 1]) < 0 ||
         (ps_likely(r->target_host.base == NULL) ? add_server(env, k, a)
                                                 : add_target_server(env, k, r)) < 0 ||
         PyDict_SetItem(env, k[K_REMOTE_ADDR], a->client) < 0 ||
@@ -1237,14 +1238,16 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_setting
             goto error;
     ctx->protocols[0] = PyUnicode_InternFromString("HTTP/1.0");
     ctx->protocols[1] = PyUnicode_InternFromString("HTTP/1.1");
+    ctx->protocols[2] = PyUnicode_InternFromString("HTTP/2");
     ctx->empty = PyUnicode_FromString("");
     ctx->close_name = PyUnicode_InternFromString("close");
     ctx->zero = PyUnicode_InternFromString("0");
     ctx->schemes[PS_SCHEME_HTTP] = PyUnicode_InternFromString("http");
     ctx->schemes[PS_SCHEME_HTTPS] = PyUnicode_InternFromString("https");
     ctx->error_logger = Py_NewRef(s->error_logger);
-    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->empty || !ctx->close_name || !ctx->zero ||
-        !ctx->schemes[PS_SCHEME_HTTP] || !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
+    if (!ctx->protocols[0] || !ctx->protocols[1] || !ctx->protocols[2] || !ctx->empty ||
+        !ctx->close_name || !ctx->zero || !ctx->schemes[PS_SCHEME_HTTP] ||
+        !ctx->schemes[PS_SCHEME_HTTPS] || !ctx->error_logger)
         goto error;
     ctx->access_log = s->access_log;
     if (ps_rejects_init(&ctx->rejects, ctx->access_log, ctx->error_logger) < 0)
@@ -1283,6 +1286,7 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
     ps_py_cache_clear(&ctx->cache);
     Py_XDECREF(ctx->protocols[0]);
     Py_XDECREF(ctx->protocols[1]);
+    Py_XDECREF(ctx->protocols[2]);
     Py_XDECREF(ctx->empty);
     Py_XDECREF(ctx->close_name);
     Py_XDECREF(ctx->zero);

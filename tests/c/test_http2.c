@@ -682,6 +682,55 @@ static void test_streaming_and_trailers(void)
     ps_h2_session_free(s);
 }
 
+/* HEAD, 204 and 304 never carry a body; a content-length bounds the body
+ * and a body that ends short of it resets the stream. */
+static void test_no_body_and_content_length(void)
+{
+    reset_records();
+    ps_h2_session_t *s = server_new();
+    nghttp2_session *c = client_new(NULL, 0);
+    int32_t head = client_request(c, "HEAD", "/h", NULL, 0, NULL, 0);
+    int32_t none = client_request(c, "GET", "/204", NULL, 0, NULL, 0);
+    int32_t longer = client_request(c, "GET", "/long", NULL, 0, NULL, 0);
+    int32_t shorter = client_request(c, "GET", "/short", NULL, 0, NULL, 0);
+    pump(s, c);
+    ps_header_t cl5 = {PS_SLICE_LIT("Content-Length"), PS_SLICE_LIT("5")};
+    ps_header_t cl9 = {PS_SLICE_LIT("content-length"), PS_SLICE_LIT("9")};
+    ps_header_t bad = {PS_SLICE_LIT("content-length"), PS_SLICE_LIT("5x")};
+    ps_h2_stream_t *st = rec_of(head)->st;
+    CHECK_EQ(ps_h2_respond(st, 200, &cl5, 1, 0), 0);
+    CHECK_EQ(ps_h2_write(st, "hello", 5), 0); /* accepted and dropped */
+    CHECK_EQ(ps_h2_end(st), 0);
+    st = rec_of(none)->st;
+    CHECK_EQ(ps_h2_respond(st, 204, NULL, 0, 0), 0);
+    CHECK_EQ(ps_h2_write(st, "body", 4), 0);
+    CHECK_EQ(ps_h2_trailers(st, &cl5, 1), 0);
+    st = rec_of(longer)->st;
+    CHECK_EQ(ps_h2_respond(st, 200, &bad, 1, 0), -EINVAL);
+    CHECK_EQ(ps_h2_respond(st, 200, &cl5, 1, 0), 0);
+    CHECK_EQ(ps_h2_write(st, "hel", 3), 0);
+    CHECK_EQ(ps_h2_write(st, "lo, world", 9), 0); /* "lo" fits, the rest is dropped */
+    CHECK_EQ(ps_h2_end(st), 0);
+    st = rec_of(shorter)->st;
+    CHECK_EQ(ps_h2_respond(st, 200, &cl9, 1, 0), 0);
+    CHECK_EQ(ps_h2_write(st, "four", 4), 0);
+    CHECK_EQ(ps_h2_end(st), -EIO);
+    pump(s, c);
+    CHECK_EQ(crec[head].status, 200);
+    CHECK_EQ(ps_buf_size(&crec[head].body), 0);
+    CHECK(crec[head].closed && crec[head].rst == 0);
+    CHECK_EQ(crec[none].status, 204);
+    CHECK_EQ(ps_buf_size(&crec[none].body), 0);
+    CHECK(crec[none].closed && crec[none].rst == 0);
+    CHECK_MEM_EQ(ps_buf_head(&crec[longer].body), ps_buf_size(&crec[longer].body), "hello");
+    CHECK(crec[longer].closed && crec[longer].rst == 0);
+    CHECK(crec[shorter].closed);
+    CHECK_EQ(crec[shorter].rst, NGHTTP2_INTERNAL_ERROR);
+    CHECK_EQ(rec_of(shorter)->close_why, PS_H2_CLOSE_ABORTED);
+    nghttp2_session_del(c);
+    ps_h2_session_free(s);
+}
+
 /* ps_h2_write reports the high-water mark; on_writable follows the drain.
  * A file goes out in pieces through pread. */
 static void test_backpressure_and_sendfile(void)
@@ -1294,6 +1343,7 @@ int main(void)
     test_post_flow_control();
     test_concurrent_streams();
     test_streaming_and_trailers();
+    test_no_body_and_content_length();
     test_backpressure_and_sendfile();
     test_resets();
     test_connection_window_not_leaked();

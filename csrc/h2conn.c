@@ -1,0 +1,1018 @@
+/* A connection in HTTP/2 mode (see h2conn.h). The connection's watchers
+ * are taken over: rio feeds the session, wio writes its frames (and runs
+ * stream events an exchange call queued from outside the loop's
+ * callbacks), the timer runs the idle, write, zero-window and request-body
+ * deadlines, the final GOAWAY of a graceful stop and the last linger. */
+#define _GNU_SOURCE
+#include "h2conn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "common.h"
+#include "conn.h"
+#include "date.h"
+#include "http2.h"
+#include "spool.h"
+#include "worker.h"
+
+/* A spooled body is read back in pieces of this size. */
+#define SPOOL_READ (64 * 1024)
+/* The frame buffer shrinks back to this once written. */
+#define OUT_KEEP (16 * 1024)
+/* A synchronous stream's body buffer is kept up to this between streams. */
+#define BODY_KEEP (16 * 1024)
+/* Exchanges kept for the next streams. */
+#define KEEP_SPARE 16
+#define LINGER_SECONDS 2.0
+/* A graceful stop's final GOAWAY follows the PING's ACK, or this long. */
+#define FINAL_GOAWAY_AFTER 1.0
+
+typedef struct h2x h2x_t;
+
+/* One stream's exchange. */
+struct h2x {
+    ps_exchange_t x;
+    ps_h2conn_t *hc;
+    ps_h2_stream_t *st; /* NULL once the stream is over */
+    ps_buf_t body;      /* synchronous layers: the buffered body; else empty */
+    int spool_fd;       /* the body's spool file (spool.h), or -1 */
+    uint64_t spool_len; /* bytes written to it */
+    uint64_t spool_read;
+    h2x_t *next;                  /* in the dead or the spare list */
+    h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
+    unsigned dispatched : 1;      /* on_request was called */
+    unsigned body_wanted : 1;     /* on_body is owed */
+    unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
+    unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
+};
+
+struct ps_h2conn {
+    ps_conn_t *c;
+    ps_h2_session_t *s; /* NULL once the connection closed */
+    ps_buf_t out;       /* frames the kernel did not take yet */
+    ps_header_t *hdrs;  /* a response's fields plus date and server */
+    size_t hdrs_cap;
+    h2x_t *live;  /* streams whose head was dispatched, until they close */
+    h2x_t *dead;  /* streams over: disposed at the next safe point */
+    h2x_t *spare; /* released exchanges, reused */
+    size_t nspare;
+    ev_tstamp last_read;     /* the idle deadline counts from here */
+    ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
+    ev_tstamp going_away_at; /* the graceful stop's GOAWAY notice went out */
+    ev_tstamp linger_until;
+    ev_tstamp body_checked;   /* streams awaiting body bytes were last checked then */
+    unsigned in_progress : 1; /* progress() is on the stack */
+    unsigned broken : 1;      /* a write failed: the connection closes from the loop */
+    unsigned fatal : 1;       /* the session gave up: write its GOAWAY and close */
+    unsigned lingering : 1;
+    unsigned final_sent : 1;
+};
+
+static const ps_exchange_ops_t h2_exchange_ops;
+static ps_h2_stream_t *usable(h2x_t *e);
+static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents);
+static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+/* The request an exchange points to once its stream is gone. */
+static ps_request_t no_request = {.content_length = -1};
+
+static inline h2x_t *h2x_of(ps_exchange_t *x)
+{
+    return (h2x_t *)((char *)x - offsetof(h2x_t, x));
+}
+
+/* ---- socket I/O: the one read and the one writev of HTTP/2 mode ----------- */
+
+/* Reads once. Returns bytes read, 0 at EOF, -errno (-EAGAIN: nothing yet). */
+static ssize_t h2_read(ps_h2conn_t *hc, char *dst, size_t cap)
+{
+    for (;;) {
+        ssize_t n = read(hc->c->fd, dst, cap);
+        if (n >= 0)
+            return n;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Writes once. Returns bytes written or -errno (-EAGAIN: the socket is full). */
+static ssize_t h2_writev(ps_h2conn_t *hc, const struct iovec *iov, int n)
+{
+    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
+    for (;;) {
+        ssize_t r = sendmsg(hc->c->fd, &msg, MSG_NOSIGNAL);
+        if (r >= 0)
+            return r;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+/* Pulls frames from the session and writes them until the socket is full
+ * or nothing is left. Returns 0 (all out), 1 (the socket is full: wio is
+ * watching) or -errno (never closes). */
+static int write_out(ps_h2conn_t *hc)
+{
+    ps_conn_t *c = hc->c;
+    struct ev_loop *loop = c->w->loop;
+    if (hc->broken || hc->s == NULL)
+        return -EPIPE;
+    for (;;) {
+        if (ps_buf_size(&hc->out) == 0) {
+            ps_buf_reset(&hc->out);
+            int rc = ps_h2_flush(hc->s, &hc->out, ev_now(loop));
+            if (rc < 0)
+                return rc;
+            if (ps_buf_size(&hc->out) == 0)
+                break;
+        }
+        struct iovec v = {ps_buf_head(&hc->out), ps_buf_size(&hc->out)};
+        ssize_t r = h2_writev(hc, &v, 1);
+        if (r == -EAGAIN) {
+            if (hc->write_since == 0)
+                hc->write_since = ev_now(loop);
+            ev_io_start(loop, &c->wio);
+            return 1;
+        }
+        if (r < 0)
+            return (int)r;
+        ps_buf_consume(&hc->out, (size_t)r);
+        hc->write_since = 0;
+    }
+    ev_io_stop(loop, &c->wio);
+    hc->write_since = 0;
+    ps_buf_shrink(&hc->out, OUT_KEEP);
+    return 0;
+}
+
+/* Has the loop run progress() soon, from outside this file's callbacks. */
+static void later(ps_h2conn_t *hc)
+{
+    ev_feed_event(hc->c->w->loop, &hc->c->wio, EV_WRITE);
+}
+
+/* After an exchange call: writes what it queued when called from outside
+ * the loop's callbacks (an asyncio task); stream events it caused run
+ * from the loop, never under the caller. */
+static void kick(ps_h2conn_t *hc)
+{
+    if (hc->in_progress || hc->c->state != PS_CONN_H2 || hc->s == NULL)
+        return;
+    if (write_out(hc) < 0)
+        hc->broken = 1;
+    if (hc->broken || ps_h2_has_events(hc->s) || ps_h2_may_close(hc->s))
+        later(hc);
+}
+
+/* ---- the connection -------------------------------------------------------- */
+
+static void free_h2x(h2x_t *e)
+{
+    ps_buf_free(&e->body);
+    free(e);
+}
+
+/* Disposes of the exchanges of finished streams (a safe point: no handler
+ * callback is on the stack). */
+static void free_dead(ps_h2conn_t *hc)
+{
+    const ps_handler_t *handler = hc->c->w->handler;
+    while (hc->dead) {
+        h2x_t *e = hc->dead;
+        hc->dead = e->next;
+        if (e->borrowed)
+            e->x.conn_data = NULL; /* the connection's exchange frees it */
+        handler->dispose(&e->x);
+        if (hc->nspare >= KEEP_SPARE) {
+            free_h2x(e);
+            continue;
+        }
+        ps_buf_reset(&e->body);
+        ps_buf_shrink(&e->body, BODY_KEEP);
+        e->next = hc->spare;
+        hc->spare = e;
+        hc->nspare++;
+    }
+}
+
+static void drop_spool(h2x_t *e)
+{
+    if (e->spool_fd >= 0) {
+        close(e->spool_fd);
+        e->spool_fd = -1;
+    }
+    e->spool_len = e->spool_read = 0;
+}
+
+static void start_linger(ps_h2conn_t *hc)
+{
+    ps_conn_t *c = hc->c;
+    struct ev_loop *loop = c->w->loop;
+    shutdown(c->fd, SHUT_WR);
+    hc->lingering = 1;
+    hc->linger_until = ev_now(loop) + LINGER_SECONDS;
+    ev_io_stop(loop, &c->wio);
+    ev_io_start(loop, &c->rio);
+    ev_timer_stop(loop, &c->timer);
+    ev_timer_set(&c->timer, LINGER_SECONDS, 0);
+    ev_timer_start(loop, &c->timer);
+}
+
+/* Sets the timer to the nearest deadline: idle (no stream open), the
+ * socket full or the client's window shut for the write deadline, the
+ * final GOAWAY. */
+static void rearm(ps_h2conn_t *hc)
+{
+    ps_conn_t *c = hc->c;
+    struct ev_loop *loop = c->w->loop;
+    const ps_config_t *cfg = &c->w->cfg;
+    ev_tstamp at = 0, d[5] = {0, 0, 0, 0, 0};
+    if (ps_h2_open_streams(hc->s) == 0 && cfg->timeout_keep_alive > 0)
+        d[0] = hc->last_read + cfg->timeout_keep_alive;
+    else if (hc->live && cfg->timeout_request_body > 0)
+        d[4] = PS_MAX(hc->last_read, hc->body_checked) + cfg->timeout_request_body;
+    double stalled = ps_h2_stalled_since(hc->s);
+    if (cfg->timeout_request_header > 0) {
+        if (hc->write_since > 0)
+            d[1] = hc->write_since + cfg->timeout_request_header;
+        if (stalled > 0)
+            d[2] = stalled + cfg->timeout_request_header;
+    }
+    if (hc->going_away_at > 0 && !hc->final_sent)
+        d[3] = hc->going_away_at + FINAL_GOAWAY_AFTER;
+    for (size_t i = 0; i < PS_ARRAY_LEN(d); i++)
+        if (d[i] > 0 && (at == 0 || d[i] < at))
+            at = d[i];
+    ev_timer_stop(loop, &c->timer);
+    if (at > 0) {
+        ev_timer_set(&c->timer, PS_MAX(at - ev_now(loop), 1e-3), 0);
+        ev_timer_start(loop, &c->timer);
+    }
+}
+
+/* From the loop's callbacks only: disposes of finished exchanges, runs
+ * stream events, writes frames, and closes (or lingers) when the session
+ * is over. May close the connection. */
+static void progress(ps_h2conn_t *hc)
+{
+    ps_conn_t *c = hc->c;
+    if (c->state != PS_CONN_H2 || hc->in_progress)
+        return;
+    free_dead(hc);
+    if (hc->lingering)
+        return;
+    int rc = 0;
+    if (!hc->broken) {
+        hc->in_progress = 1;
+        do {
+            ps_h2_dispatch(hc->s);
+            rc = write_out(hc);
+        } while (rc >= 0 && !hc->broken && ps_h2_has_events(hc->s));
+        hc->in_progress = 0;
+    }
+    if (rc < 0 || hc->broken) {
+        ps_conn_close(c);
+        return;
+    }
+    if (rc == 0 && (hc->fatal || ps_h2_may_close(hc->s))) {
+        start_linger(hc);
+        return;
+    }
+    rearm(hc);
+}
+
+static ps_h2conn_t *h2conn_new(ps_conn_t *c);
+
+/* Puts c in HTTP/2 mode with hc, feeds preread and runs what follows.
+ * May close c. */
+static void switch_to(ps_conn_t *c, ps_h2conn_t *hc, const char *preread, size_t n)
+{
+    ps_worker_t *w = c->w;
+    struct ev_loop *loop = w->loop;
+    ev_io_stop(loop, &c->rio);
+    ev_io_stop(loop, &c->wio);
+    ev_timer_stop(loop, &c->timer);
+    ev_io_init(&c->rio, h2_on_read, c->fd, EV_READ);
+    ev_io_init(&c->wio, h2_on_write, c->fd, EV_WRITE);
+    ev_init(&c->timer, h2_on_timer);
+    ps_conn_set_h2(c, hc);
+    hc->last_read = ev_now(loop);
+    if (w->stopping)
+        ps_h2conn_going_away(hc);
+    if (n && ps_h2_feed(hc->s, preread, n, ev_now(loop)) < 0)
+        hc->fatal = 1;
+    ev_io_start(loop, &c->rio);
+    progress(hc);
+}
+
+int ps_h2conn_start(ps_conn_t *c, const char *preread, size_t n)
+{
+    ps_h2conn_t *hc = h2conn_new(c);
+    if (hc == NULL)
+        return -ENOMEM;
+    switch_to(c, hc, preread, n);
+    return 0;
+}
+
+/* 1 when the comma-separated list v holds token t (case-insensitive). */
+static int has_token(ps_slice_t v, const char *t)
+{
+    size_t tl = strlen(t), i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t' || v.base[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < v.len && v.base[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
+            end--;
+        if (end - start == tl && ps_slice_ieq((ps_slice_t){v.base + start, tl}, t, tl))
+            return 1;
+    }
+    return 0;
+}
+
+int ps_h2conn_upgrade(ps_conn_t *c, const ps_request_t *r)
+{
+    ps_slice_t upgrade = {NULL, 0}, settings = {NULL, 0};
+    int nsettings = 0;
+    for (uint32_t i = 0; i < r->nheaders; i++) {
+        if (PS_SLICE_IEQ(r->headers[i].name, "upgrade"))
+            upgrade = r->headers[i].value;
+        else if (PS_SLICE_IEQ(r->headers[i].name, "http2-settings"))
+            settings = r->headers[i].value, nsettings++;
+    }
+    /* A request with a body stays HTTP/1 (the server may ignore an upgrade,
+     * RFC 9110 7.8), and so does one that is not exactly an h2c upgrade. */
+    if (upgrade.base == NULL || !has_token(upgrade, "h2c") || nsettings != 1 ||
+        !r->message_complete || r->body_received > 0 || r->http_minor != 1)
+        return 1;
+    ps_h2conn_t *hc = h2conn_new(c);
+    if (hc == NULL)
+        return 1;
+    if (ps_buf_append_slice(&hc->out, ps_h2_upgrade_response) < 0 ||
+        ps_h2_upgrade(hc->s, settings, r) == NULL) {
+        ps_h2_session_free(hc->s);
+        ps_buf_free(&hc->out);
+        free(hc);
+        return -EINVAL;
+    }
+    /* Bytes after the request (the client's preface, if it did not wait
+     * for the 101) are the session's. */
+    ps_buf_t rest = c->rbuf;
+    c->rbuf = (ps_buf_t){0};
+    switch_to(c, hc, ps_buf_head(&rest), ps_buf_size(&rest));
+    ps_buf_free(&rest);
+    return 0;
+}
+
+void ps_h2conn_going_away(ps_h2conn_t *hc)
+{
+    if (hc->going_away_at > 0 || hc->s == NULL)
+        return;
+    hc->going_away_at = ev_now(hc->c->w->loop);
+    ps_h2_shutdown(hc->s);
+    later(hc);
+}
+
+void ps_h2conn_closed(ps_h2conn_t *hc)
+{
+    hc->broken = 1;
+    if (hc->in_progress || hc->s == NULL)
+        return; /* ps_h2conn_free ends the session */
+    ps_h2_session_t *s = hc->s;
+    ps_h2_session_free(s); /* on_close(DISCONNECT) for every stream */
+    hc->s = NULL;
+}
+
+void ps_h2conn_free(ps_h2conn_t *hc)
+{
+    if (hc->s) {
+        ps_h2_session_free(hc->s);
+        hc->s = NULL;
+    }
+    free_dead(hc);
+    while (hc->spare) {
+        h2x_t *e = hc->spare;
+        hc->spare = e->next;
+        free_h2x(e);
+    }
+    ps_buf_free(&hc->out);
+    free(hc->hdrs);
+    free(hc);
+}
+
+/* ---- the loop's callbacks ---------------------------------------------------- */
+
+static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
+    ps_h2conn_t *hc = c->h2;
+    ps_worker_t *w = c->w;
+    PS_UNUSED(revents);
+    if (c->state != PS_CONN_H2)
+        return;
+    ssize_t n = h2_read(hc, w->scratch, sizeof(w->scratch));
+    if (n == -EAGAIN)
+        return;
+    if (n <= 0) {
+        ps_conn_close(c); /* the streams hear on_disconnect */
+        return;
+    }
+    if (hc->lingering)
+        return;
+    hc->last_read = ev_now(loop);
+    if (!hc->fatal && ps_h2_feed(hc->s, w->scratch, (size_t)n, ev_now(loop)) < 0)
+        hc->fatal = 1; /* a GOAWAY is queued: write it, then close */
+    if (hc->fatal)
+        ev_io_stop(loop, &c->rio);
+    progress(hc);
+}
+
+static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
+{
+    ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    if (c->state != PS_CONN_H2)
+        return;
+    progress(c->h2);
+}
+
+/* Nothing arrived for --timeout-request-body: every stream still waiting
+ * for request body bytes fails like a stalled HTTP/1 body (the layer
+ * hears a disconnect; the client gets 408, or a reset once a response
+ * started). Streams whose body is complete are left alone. */
+static void body_deadline(ps_h2conn_t *hc)
+{
+    const ps_handler_t *handler = hc->c->w->handler;
+    int async = hc->c->w->async;
+    for (h2x_t *e = hc->live, *next; e; e = next) {
+        next = e->next_live;
+        ps_h2_stream_t *st = usable(e);
+        if (st == NULL || st->req.message_complete)
+            continue;
+        if (async && !e->body_wanted)
+            continue; /* the application is not waiting for it */
+        if (!async && e->dispatched)
+            continue;
+        e->body_wanted = 0;
+        if (e->x.app_data)
+            handler->on_disconnect(&e->x);
+        ps_exchange_reject(&e->x, 408, "request body deadline");
+    }
+}
+
+static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
+    ps_h2conn_t *hc = c->h2;
+    const ps_config_t *cfg = &c->w->cfg;
+    ev_tstamp now = ev_now(loop);
+    PS_UNUSED(revents);
+    if (c->state != PS_CONN_H2)
+        return;
+    if (hc->lingering) {
+        ps_conn_close(c);
+        return;
+    }
+    double stalled = ps_h2_stalled_since(hc->s);
+    ev_tstamp wd = cfg->timeout_request_header;
+    if (wd > 0 && ((hc->write_since > 0 && now - hc->write_since >= wd) ||
+                   (stalled > 0 && now - stalled >= wd))) {
+        ps_conn_close(c); /* a client that stopped reading, or never opens its window */
+        return;
+    }
+    if (hc->live && cfg->timeout_request_body > 0 &&
+        now - PS_MAX(hc->last_read, hc->body_checked) >= cfg->timeout_request_body) {
+        hc->body_checked = now;
+        body_deadline(hc);
+    }
+    if (hc->going_away_at > 0 && !hc->final_sent && now - hc->going_away_at >= FINAL_GOAWAY_AFTER) {
+        hc->final_sent = 1;
+        ps_h2_shutdown(hc->s);
+    }
+    if (ps_h2_open_streams(hc->s) == 0 && cfg->timeout_keep_alive > 0 &&
+        now - hc->last_read >= cfg->timeout_keep_alive) {
+        /* Idle: GOAWAY, then the close once it is written. */
+        if (hc->going_away_at == 0) {
+            hc->going_away_at = now;
+            ps_h2_shutdown(hc->s);
+        }
+        if (!hc->final_sent) {
+            hc->final_sent = 1;
+            ps_h2_shutdown(hc->s);
+        }
+        hc->fatal = 1;
+    }
+    progress(hc);
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
+{
+    ps_conn_t *c = hc->c;
+    ps_worker_t *w = c->w;
+    h2x_t *e = hc->spare;
+    ps_buf_t body = {0};
+    if (e) {
+        hc->spare = e->next;
+        hc->nspare--;
+        body = e->body;
+    } else if ((e = malloc(sizeof(*e))) == NULL) {
+        return NULL;
+    }
+    memset(e, 0, sizeof(*e));
+    e->body = body;
+    e->hc = hc;
+    e->st = st;
+    e->spool_fd = -1;
+    e->x = (ps_exchange_t){
+        .ops = &h2_exchange_ops,
+        .req = &st->req,
+        .body = w->async ? &st->body : &e->body,
+        .worker = w,
+        .handler_data = w->handler_data,
+        .proxy = c->x.proxy,
+        .peer = &c->peer,
+        .peer_len = c->peer_len,
+        .is_unix = c->is_unix,
+        .secure = c->x.secure,
+        .http2 = 1,
+    };
+    /* The layer's per-connection state (the addresses) is built by the
+     * first stream and shared by the next ones. */
+    if (c->x.conn_data) {
+        e->x.conn_data = c->x.conn_data;
+        e->borrowed = 1;
+    }
+    return e;
+}
+
+static void run_request(h2x_t *e)
+{
+    ps_conn_t *c = e->hc->c;
+    e->dispatched = 1;
+    c->requests++;
+    c->w->handler->on_request(&e->x);
+    if (!e->borrowed && e->x.conn_data && c->x.conn_data == NULL) {
+        c->x.conn_data = e->x.conn_data; /* owned by the connection's exchange from now on */
+        e->borrowed = 1;
+    }
+}
+
+/* A synchronous stream's body as it arrives: out of the session's buffer
+ * (which gives the window back) into e->body up to the spool threshold,
+ * past it into the spool file. Returns 0 or -errno. */
+static int take_body(h2x_t *e)
+{
+    ps_h2_stream_t *st = e->st;
+    const ps_config_t *cfg = &e->hc->c->w->cfg;
+    size_t n = ps_buf_size(&st->body);
+    if (n && ps_buf_append(&e->body, ps_buf_head(&st->body), n) < 0)
+        return -ENOMEM;
+    ps_h2_body_consume(st, n);
+    if (e->spool_fd < 0) {
+        if (st->req.body_received <= cfg->body_spool_threshold)
+            return 0;
+        int fd = ps_spool_open();
+        if (fd < 0)
+            return fd;
+        e->spool_fd = fd;
+    }
+    n = ps_buf_size(&e->body);
+    if (n == 0)
+        return 0;
+    int rc = ps_spool_write(e->spool_fd, ps_buf_head(&e->body), n);
+    if (rc < 0)
+        return rc;
+    e->spool_len += n;
+    ps_buf_reset(&e->body);
+    ps_buf_shrink(&e->body, BODY_KEEP);
+    return 0;
+}
+
+static void cb_head(ps_h2_stream_t *st, void *ud)
+{
+    ps_h2conn_t *hc = ud;
+    ps_worker_t *w = hc->c->w;
+    h2x_t *e = h2x_new(hc, st);
+    if (e == NULL) {
+        ps_h2_abort(st, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    st->data = e;
+    e->next_live = hc->live;
+    if (hc->live)
+        hc->live->prev_live = e;
+    hc->live = e;
+    uint64_t max = w->cfg.limits.max_body;
+    if (max && st->req.content_length >= 0 && (uint64_t)st->req.content_length > max) {
+        ps_exchange_reject(&e->x, 413, "request body too large");
+        return;
+    }
+    if (w->async)
+        run_request(e);
+    /* else the body event follows (dispatch_stream): run once it is whole */
+}
+
+static void cb_body(ps_h2_stream_t *st, void *ud)
+{
+    ps_h2conn_t *hc = ud;
+    h2x_t *e = st->data;
+    if (e == NULL)
+        return;
+    if (!hc->c->w->async) {
+        if (e->dispatched || e->x.status)
+            return;
+        if (take_body(e) < 0) {
+            ps_exchange_reject(&e->x, 500, "request body spool file failed");
+            return;
+        }
+        if (st->req.message_complete)
+            run_request(e);
+        return;
+    }
+    if (e->body_wanted && e->x.app_data) {
+        e->body_wanted = 0;
+        hc->c->w->handler->on_body(&e->x);
+    }
+}
+
+static void cb_writable(ps_h2_stream_t *st, void *ud)
+{
+    ps_h2conn_t *hc = ud;
+    h2x_t *e = st->data;
+    /* Only once a file given to sendfile is read to its end: the caller
+     * keeps its descriptor open until on_writable. */
+    if (e == NULL || e->x.app_data == NULL || ps_h2_sendfile_busy(st))
+        return;
+    hc->c->w->handler->on_writable(&e->x);
+}
+
+static void cb_close(ps_h2_stream_t *st, void *ud, int why)
+{
+    ps_h2conn_t *hc = ud;
+    h2x_t *e = st->data;
+    PS_UNUSED(why);
+    st->data = NULL;
+    if (e == NULL)
+        return;
+    /* A reset, an abort or the connection's end while the layer still
+     * holds the request: ASGI's http.disconnect, WSGI's close(). */
+    if (e->x.app_data)
+        hc->c->w->handler->on_disconnect(&e->x);
+    if (e->prev_live)
+        e->prev_live->next_live = e->next_live;
+    else if (hc->live == e)
+        hc->live = e->next_live;
+    if (e->next_live)
+        e->next_live->prev_live = e->prev_live;
+    e->prev_live = e->next_live = NULL;
+    e->st = NULL;
+    e->x.req = &no_request;
+    e->x.body = &e->body;
+    ps_buf_reset(&e->body);
+    drop_spool(e);
+    e->next = hc->dead;
+    hc->dead = e;
+}
+
+static void cb_rejected(ps_h2_stream_t *st, void *ud, int status)
+{
+    ps_h2conn_t *hc = ud;
+    const ps_handler_t *handler = hc->c->w->handler;
+    h2x_t *e = h2x_new(hc, st);
+    if (e == NULL)
+        return;
+    e->x.status = status;
+    if (handler->on_rejected)
+        handler->on_rejected(&e->x, status, "header list too large");
+    e->st = NULL;
+    e->x.req = &no_request;
+    e->next = hc->dead;
+    hc->dead = e;
+}
+
+static const ps_h2_callbacks_t h2_callbacks = {
+    .on_head = cb_head,
+    .on_body = cb_body,
+    .on_writable = cb_writable,
+    .on_close = cb_close,
+    .on_rejected = cb_rejected,
+};
+
+static ps_h2conn_t *h2conn_new(ps_conn_t *c)
+{
+    ps_h2conn_t *hc = calloc(1, sizeof(*hc));
+    if (hc == NULL)
+        return NULL;
+    hc->c = c;
+    hc->s = ps_h2_session_new(&c->w->cfg.h2, &h2_callbacks, hc);
+    if (hc->s == NULL) {
+        free(hc);
+        return NULL;
+    }
+    return hc;
+}
+
+/* ---- the exchange calls over HTTP/2 (exchange.h) --------------------------- */
+
+/* The stream when it can still carry the response, else NULL. */
+static ps_h2_stream_t *usable(h2x_t *e)
+{
+    if (e->st == NULL || e->st->closed || e->reset || e->hc->broken)
+        return NULL;
+    return e->st;
+}
+
+static int x_body_fill(ps_exchange_t *x)
+{
+    h2x_t *e = h2x_of(x);
+    if (ps_buf_size(&e->body) > 0 || e->spool_fd < 0 || e->spool_read >= e->spool_len)
+        return 0;
+    size_t want = (size_t)PS_MIN(e->spool_len - e->spool_read, SPOOL_READ);
+    if (ps_buf_reserve(&e->body, want) < 0)
+        return -ENOMEM;
+    ssize_t n;
+    do
+        n = pread(e->spool_fd, e->body.data + e->body.len, want, (off_t)e->spool_read);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    if (n == 0)
+        return -EIO;
+    e->body.len += (size_t)n;
+    e->spool_read += (uint64_t)n;
+    return 0;
+}
+
+static int x_body_want(ps_exchange_t *x)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return -ECONNRESET;
+    ps_h2_body_sync(st); /* what the layer read reopens the window */
+    if (ps_h2_want_write(e->hc->s))
+        kick(e->hc);
+    if (ps_buf_size(&st->body) > 0 || st->req.message_complete)
+        return 1;
+    e->body_wanted = 1;
+    return 0;
+}
+
+static int x_write(ps_exchange_t *x, const char *data, size_t len)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return -EPIPE;
+    int rc = ps_h2_write(st, data, len);
+    if (rc < 0)
+        return rc;
+    kick(e->hc);
+    return rc == 1 ? PS_WRITE_PENDING : PS_WRITE_DONE;
+}
+
+static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
+                   const char *body, size_t len)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2conn_t *hc = e->hc;
+    const ps_config_t *cfg = &hc->c->w->cfg;
+    ps_head_info_t info;
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return -EPIPE;
+    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0 || info.status < 200)
+        return -EINVAL;
+    if (n + 2 > hc->hdrs_cap) {
+        ps_header_t *p = realloc(hc->hdrs, (n + 2) * sizeof(*p));
+        if (p == NULL)
+            return -ENOMEM;
+        hc->hdrs = p;
+        hc->hdrs_cap = n + 2;
+    }
+    if (n)
+        memcpy(hc->hdrs, h, n * sizeof(*h));
+    size_t k = n;
+    if (cfg->date_header && !info.has_date) {
+        ps_slice_t d = ps_date_header((time_t)ev_now(hc->c->w->loop)); /* "Date: ...\r\n" */
+        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
+    }
+    if (cfg->server_header && !info.has_server)
+        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
+    int rc = ps_h2_respond(st, info.status, hc->hdrs, k, 0);
+    if (rc < 0)
+        return rc;
+    x->status = info.status;
+    return x_write(x, body, len);
+}
+
+/* WSGI's write(): see h2conn.h. */
+static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2conn_t *hc = e->hc;
+    ps_conn_t *c = hc->c;
+    int rc = x_write(x, data, len);
+    if (rc == PS_WRITE_DONE && usable(e) && ps_h2_write_blocked(e->st))
+        rc = PS_WRITE_PENDING; /* earlier bytes still wait (a call with no data) */
+    double wd = c->w->cfg.timeout_request_header;
+    double last = ev_time();
+    while (rc == PS_WRITE_PENDING) {
+        ps_h2_stream_t *st = usable(e);
+        if (st == NULL)
+            return -EPIPE;
+        if (!ps_h2_write_blocked(st))
+            return PS_WRITE_DONE;
+        size_t before = ps_h2_queued(st);
+        int w = write_out(hc);
+        if (w < 0) {
+            hc->broken = 1;
+            later(hc);
+            return -EPIPE;
+        }
+        if (ps_h2_queued(st) < before)
+            last = ev_time(); /* progress: the deadline counts from here */
+        if (!ps_h2_write_blocked(st))
+            return PS_WRITE_DONE;
+        double left = wd > 0 ? last + wd - ev_time() : 1.0;
+        if (left <= 0) {
+            e->reset = 1;
+            ps_h2_abort(st, NGHTTP2_CANCEL);
+            kick(hc);
+            return -ETIMEDOUT;
+        }
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        if (ps_buf_size(&hc->out))
+            pfd.events |= POLLOUT;
+        int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (pr < 0 && errno != EINTR)
+            return -errno;
+        if (pr > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t n = h2_read(hc, c->w->scratch, sizeof(c->w->scratch));
+            if (n == 0 || (n < 0 && n != -EAGAIN) ||
+                (n > 0 && ps_h2_feed(hc->s, c->w->scratch, (size_t)n, ev_time()) < 0)) {
+                if (n > 0)
+                    hc->fatal = 1;
+                else
+                    hc->broken = 1;
+                later(hc);
+                return -EPIPE;
+            }
+            if (n > 0)
+                hc->last_read = ev_time(); /* a WINDOW_UPDATE may have come */
+        }
+    }
+    return rc;
+}
+
+static int x_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return -EPIPE;
+    int rc = ps_h2_sendfile(st, fd, (off_t)offset, count);
+    if (rc < 0)
+        return rc;
+    kick(e->hc);
+    return PS_WRITE_PENDING; /* on_writable once the file is read */
+}
+
+static int x_informational(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    ps_head_info_t info;
+    if (st == NULL)
+        return -EPIPE;
+    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0)
+        return -EINVAL;
+    int rc = ps_h2_info(st, info.status, h, n);
+    if (rc < 0)
+        return rc;
+    kick(e->hc);
+    return PS_WRITE_DONE;
+}
+
+static void x_end(ps_exchange_t *x)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return;
+    ps_h2_end(st); /* -EIO: shorter than its content-length, reset instead */
+    kick(e->hc);
+}
+
+static int x_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n)
+{
+    h2x_t *e = h2x_of(x);
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL)
+        return 0;
+    int rc = ps_h2_trailers(st, h, n);
+    if (rc == -EINVAL)
+        return rc;
+    kick(e->hc);
+    return 0;
+}
+
+static void x_abort(ps_exchange_t *x)
+{
+    h2x_t *e = h2x_of(x);
+    if (e->st == NULL || e->st->closed)
+        return;
+    e->reset = 1;
+    ps_h2_abort(e->st, NGHTTP2_INTERNAL_ERROR);
+    kick(e->hc);
+}
+
+static void x_send_error(ps_exchange_t *x, int status)
+{
+    h2x_t *e = h2x_of(x);
+    if (usable(e) == NULL)
+        return;
+    if (x->status) {
+        x_abort(x);
+        return;
+    }
+    char line[64], body[64], clen[24];
+    const char *reason = ps_http1_reason_phrase(status);
+    int ll = snprintf(line, sizeof(line), "%d %s", status, reason);
+    int bl = snprintf(body, sizeof(body), "%s\n", reason[0] ? reason : "Error");
+    int cl = snprintf(clen, sizeof(clen), "%d", bl);
+    ps_header_t h[2] = {
+        {PS_SLICE_LIT("content-type"), PS_SLICE_LIT("text/plain; charset=utf-8")},
+        {PS_SLICE_LIT("content-length"), {clen, (size_t)cl}},
+    };
+    if (x_start(x, (ps_slice_t){line, (size_t)ll}, h, 2, body, (size_t)bl) < 0) {
+        x_abort(x);
+        return;
+    }
+    x_end(x);
+}
+
+static void x_reject(ps_exchange_t *x, int status, const char *reason)
+{
+    const ps_handler_t *handler = h2x_of(x)->hc->c->w->handler;
+    if (handler->on_rejected && !x->status)
+        handler->on_rejected(x, status, reason);
+    x_send_error(x, status);
+}
+
+static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len)
+{
+    return ps_conn_local_address(h2x_of(x)->hc->c, ss, len);
+}
+
+static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
+                          ps_slice_t *version)
+{
+    ps_request_t *r = x->req;
+    if (!r->head_complete)
+        return 0;
+    *method = r->method;
+    *target = r->target;
+    *version = PS_SLICE_LIT("2.0");
+    return 1;
+}
+
+static int x_client_gone(ps_exchange_t *x)
+{
+    return usable(h2x_of(x)) == NULL;
+}
+
+static const ps_exchange_ops_t h2_exchange_ops = {
+    .body_fill = x_body_fill,
+    .body_want = x_body_want,
+    .start = x_start,
+    .write = x_write,
+    .write_blocking = x_write_blocking,
+    .sendfile = x_sendfile,
+    .informational = x_informational,
+    .end_with_trailers = x_end_with_trailers,
+    .end = x_end,
+    .abort = x_abort,
+    .send_error = x_send_error,
+    .reject = x_reject,
+    .local_address = x_local_address,
+    .request_line = x_request_line,
+    .client_gone = x_client_gone,
+};
