@@ -8,15 +8,31 @@ the applications are tests/apps/thread_apps.py. The time bounds leave headroom f
 from __future__ import annotations
 
 import concurrent.futures
+import glob
 import http.client
+import json
 import os
+import pwd
+import shutil
 import signal
 import socket
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
-from helpers import HOST, fd_count, rss_kib, run_cli, run_server, settled_fd_count, wait_for
+from helpers import (
+    HOST,
+    fd_count,
+    free_port,
+    rss_kib,
+    run_cli,
+    run_server,
+    settled_fd_count,
+    wait_for,
+)
 
 APP = "apps.thread_apps:app"
 
@@ -116,7 +132,8 @@ def test_limit_concurrency_counts_requests_in_threads():
             time.sleep(0.4)
             assert get(srv, "/fast")[0] == 503
             assert [f.result()[0] for f in slow] == [200, 200]
-        assert get(srv, "/fast")[0] == 200
+        # Once the server has seen those two connections close:
+        assert wait_for(lambda: get(srv, "/fast")[0] == 200, 5.0)
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -303,3 +320,72 @@ def test_threads_start_in_the_worker_after_a_preload_fork():
         assert [r[0] for r in results] == [200, 200]
         assert all(r[1].startswith(b"slept pyserver-thread-") for r in results)
         assert wall < 1.4, wall
+
+
+# --------------------------------------------------------------------------- Django + PostgreSQL
+
+
+def _as_postgres(argv):
+    """initdb and postgres refuse to run as root: run them as the postgres user then."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("runuser") is None:
+        pytest.skip("running as root without runuser")
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("running as root and there is no postgres user")
+    return ["runuser", "-u", "postgres", "--", *argv]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL cluster on a unix socket in a temporary directory; yields the
+    environment that points libpq (and Django's settings) at it."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        pytest.skip("PostgreSQL (initdb) is not installed")
+    pytest.importorskip("psycopg")
+    bindir = os.path.dirname(found[-1])
+    # Not under pytest's tmp_path: its parents are root's own (0700) when run as root.
+    root = Path(tempfile.mkdtemp(prefix="pyserver-pg-"))
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+    data, port = root / "data", str(free_port())
+    subprocess.run(
+        _as_postgres([f"{bindir}/initdb", "-D", str(data), "-U", "postgres", "--auth=trust"]),
+        check=True,
+        capture_output=True,
+    )
+    options = f"-k {root} -p {port} -c listen_addresses='' -c max_connections=40"
+    pg_ctl = f"{bindir}/pg_ctl"
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", str(data), "-o", options, "-l", f"{root}/log", "-w", "start"]),
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield {"PGHOST": str(root), "PGPORT": port}
+    finally:
+        subprocess.run(
+            _as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]),
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_django_postgres_queries_from_four_threads(postgres):
+    spec = "apps.djangodb.wsgi:application"
+    with run_server(spec, "--threads", "4", env=postgres) as srv:
+        assert get(srv, "/query/?n=5")[0] == 200
+        results, wall = parallel(srv, ["/query/?sleep=1&n=100"] * 4)
+        answers = [json.loads(body) for _, body, _ in results]
+        assert [s for s, _, _ in results] == [200] * 4, results
+        assert all(a["count"] == 100 for a in answers)
+        assert len({a["thread"] for a in answers}) == 4
+        assert len({a["backend"] for a in answers}) == 4  # a connection per thread
+        assert wall < 2.5, wall  # the four queries overlapped
+        # CONN_MAX_AGE=0: each request closed its connection on its own thread (close()
+        # of the response runs there), so only the asking request's one is left.
+        assert wait_for(lambda: json.loads(get(srv, "/sessions/")[1])["sessions"] == 1, 5.0)
