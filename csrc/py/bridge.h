@@ -93,7 +93,9 @@ extern const ps_handler_t ps_wsgi_handler;
 /* ---- pool.c: the WSGI layer's application threads ---- */
 
 typedef struct ps_pool ps_pool_t;
-/* Runs one job on a pool thread, with the GIL; leaves no exception. */
+/* Runs one job on a pool thread, with the GIL; leaves no exception. The
+ * pool calls release(job) after run(job), once the job is no longer the
+ * thread's (ps_pool_thread_t.job). */
 typedef void (*ps_pool_run_fn)(void *job, void *data);
 /* On the loop thread (GIL held): a thread woke the loop (ps_pool_wake),
  * or finished a job and is idle again. */
@@ -110,7 +112,7 @@ typedef struct {
 
 /* Starts n threads (after fork: in the worker) whose wake-ups reach the
  * loop. Returns the pool, or NULL with an exception. */
-ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run,
+ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
                        ps_pool_notify_fn notify, void *data);
 /* Loop thread: hands job to an idle thread. Returns 0, or -EAGAIN when
  * every thread is busy (the caller keeps the job and retries on notify). */

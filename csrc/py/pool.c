@@ -30,6 +30,7 @@ struct ps_pool {
     struct ev_loop *loop;
     ev_async async;
     ps_pool_run_fn run;
+    ps_pool_run_fn release;
     ps_pool_notify_fn notify;
     void *data;
     uint32_t nthreads;
@@ -94,7 +95,8 @@ static void *thread_main(void *arg)
         t->job = job;
         t->started = ev_time();
         p->run(job, p->data);
-        t->job = NULL;
+        t->job = NULL; /* before release: the watchdog must not see a freed job */
+        p->release(job, p->data);
         if (PyErr_Occurred())
             PyErr_WriteUnraisable(NULL);
     }
@@ -106,7 +108,7 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run,
+ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
                        ps_pool_notify_fn notify, void *data)
 {
     ps_pool_t *p = PyMem_RawCalloc(1, sizeof(*p));
@@ -125,6 +127,7 @@ ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run,
     pthread_cond_init(&p->exited, NULL);
     p->loop = loop;
     p->run = run;
+    p->release = release;
     p->notify = notify;
     p->data = data;
     ev_async_init(&p->async, on_async);

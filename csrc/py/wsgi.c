@@ -899,7 +899,7 @@ static void t_close(RequestObject *req)
 }
 
 /* Pool thread (the pool's run): one request, from the application call to
- * close(). Takes the job's reference to req. */
+ * close(). pool_release drops the job's reference to req. */
 static void pool_run(void *job, void *data)
 {
     RequestObject *req = job;
@@ -918,7 +918,12 @@ static void pool_run(void *job, void *data)
         t_close(req);
     }
     Py_XDECREF(environ);
-    Py_DECREF(req);
+}
+
+static void pool_release(void *job, void *data)
+{
+    PS_UNUSED(data);
+    Py_DECREF((PyObject *)job);
 }
 
 /* Loop thread: hands the request to a thread, or keeps it until one is
@@ -1797,7 +1802,7 @@ int ps_wsgi_attach(ps_wsgi_t *ctx, ps_worker_t *w)
     if (ctx->nthreads <= 1)
         return 0;
     ctx->loop = ps_worker_loop(w);
-    ctx->pool = ps_pool_new(ctx->loop, ctx->nthreads, pool_run, pool_notify, ctx);
+    ctx->pool = ps_pool_new(ctx->loop, ctx->nthreads, pool_run, pool_release, pool_notify, ctx);
     if (ctx->pool == NULL)
         return -1;
     /* Under a master the loop stays responsive while a thread is stuck, so
