@@ -794,6 +794,7 @@ static void reset_for_next(ps_conn_t *c)
     c->head_deadline = 0;
     c->x.status = 0;
     c->x.body_sent = 0;
+    c->x.deferred = 0;
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);
@@ -845,6 +846,11 @@ static void after_handler(ps_conn_t *c)
     }
     if (c->w->async) {
         update_reading(c); /* the layer writes when its application sends */
+    } else if (c->x.deferred) {
+        /* The application runs on another thread and has the whole body:
+         * nothing to read, and the layer writes when it has output. */
+        ev_io_stop(c->w->loop, &c->rio);
+        ev_timer_stop(c->w->loop, &c->timer);
     } else {
         ev_io_stop(c->w->loop, &c->rio);
         start_writing(c); /* on_writable asks the application for more */

@@ -78,7 +78,7 @@ typedef struct {
 } ps_exchange_ops_t;
 
 /* Filled by the protocol; the interface layer reads the fields and writes
- * only app_data, conn_data and (consuming) *body. */
+ * only app_data, conn_data, deferred and (consuming) *body. */
 struct ps_exchange {
     const ps_exchange_ops_t *ops;
     ps_request_t *req;       /* the parsed head (the protocol's) */
@@ -96,6 +96,11 @@ struct ps_exchange {
     uint64_t log_start;   /* the interface layer's: when it took the request (access log) */
     void *app_data;       /* the interface layer's per-request state */
     void *conn_data;      /* the interface layer's per-connection state */
+    /* Set by a synchronous layer in on_request when it answers later, from
+     * outside the handler callbacks (its application runs on another
+     * thread): the protocol then waits without a write or read watcher
+     * until the layer writes. The protocol clears it for each request. */
+    unsigned deferred : 1;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into

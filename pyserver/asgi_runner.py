@@ -10,6 +10,7 @@ AsgiServer object, then calls run(). Here asyncio's own SelectorEventLoop runs o
 """
 
 import asyncio
+import concurrent.futures
 
 from .evselector import EvEventLoop, EvSelector
 from .lifespan import STARTUP_FAILURE, Lifespan
@@ -24,6 +25,15 @@ def run(app, selector_core, config, server):
     logger = config.error_logger
     mode = getattr(config, "lifespan", None) or "auto"
     loop = EvEventLoop(EvSelector(selector_core))
+    threads = getattr(config, "executor_threads", None)
+    if threads:
+        # --threads N: the default executor behind run_in_executor(None, ...),
+        # asyncio.to_thread() and Django's sync_to_async(thread_sensitive=False).
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix="pyserver-executor"
+            )
+        )
     asyncio.set_event_loop(loop)
     try:
         return _serve(loop, app, mode, logger, server)

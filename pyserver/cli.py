@@ -42,6 +42,12 @@ def _converter(name, check, *args):
     return convert
 
 
+def _threads_text(cfg):
+    if cfg.threads > 1 and cfg.interface != "asgi":
+        return f"{cfg.threads} application threads"
+    return "1 thread"
+
+
 def _int(name):
     return _converter(name, config.check_int, name)
 
@@ -479,6 +485,15 @@ def build_parser():
     )
     add(
         procs,
+        "--threads",
+        metavar="N",
+        type=_int("threads"),
+        help="WSGI: run the application on N threads per worker, the event loop keeping "
+        "the network I/O (default: 1, the loop's own thread); ASGI: size asyncio's "
+        "default executor (run_in_executor, Django's sync_to_async) to N threads",
+    )
+    add(
+        procs,
         "--timeout",
         metavar="SECONDS",
         type=_float("timeout"),
@@ -691,9 +706,9 @@ def run(cfg: Config) -> int:
         logger.info("Listening on %s", config.socket_url(sock))
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
-        logger.info("Running %d worker process%s, 1 thread each", cfg.workers, plural)
+        logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))
     else:
-        logger.info("Running in a single process, 1 thread")
+        logger.info("Running in a single process, %s", _threads_text(cfg))
     status = 0
     try:
         write_pid_file(cfg.pid)

@@ -46,6 +46,10 @@ hold final values:
     bound_fds                 list of the listening fds bound here (not inherited):
                               shut down at the server's last stop
     workers                   int, the number of worker processes
+    threads                   int, WSGI: application threads per worker (1: the loop
+                              thread runs the application)
+    executor_threads          None, or int: ASGI, the size of asyncio's default executor
+                              (--threads given)
     use_master                bool: a master process forks and supervises the workers
     timeout                   float seconds, the workers' watchdog (0 disables)
     max_requests              int, retire a worker after this many requests (0: never)
@@ -104,6 +108,7 @@ INT_BOUNDS = {
     "limit_concurrency": (0, None),
     "limit_max_requests": (0, None),
     "workers": (1, 128),
+    "threads": (1, 1024),
     "max_requests": (0, None),
     "max_requests_jitter": (0, None),
     "max_rss": (0, None),
@@ -311,6 +316,7 @@ class Config:
         access_log_format=None,
         access_log_json=False,
         workers=None,
+        threads=None,
         timeout=None,
         max_requests=0,
         max_requests_jitter=0,
@@ -414,6 +420,9 @@ class Config:
         if workers is None:
             workers = os.environ.get("WEB_CONCURRENCY", 1)
         self.workers = check_int("workers", workers)
+        self.threads = check_int("threads", 1 if threads is None else threads)
+        # ASGI: the size of asyncio's default executor, when --threads is given.
+        self.executor_threads = None if threads is None else self.threads
         # --reload is for development: no watchdog (a debugger may stop a request) unless
         # --timeout is given.
         default_timeout = 0.0 if reload else DEFAULT_TIMEOUT

@@ -151,8 +151,6 @@ def load_python(path, actions):
         elif name in UNSUPPORTED_HOOKS:
             reason = UNSUPPORTED_HOOKS[name]
             raise ConfigFileError(f"{where}: this server hook is not supported ({reason})")
-        elif name == "threads":
-            _threads(settings, value, where)
         elif name == "accesslog":
             if value is None:
                 settings.options["access_log"] = False
@@ -178,24 +176,6 @@ def load_python(path, actions):
                 "pyserver has an equivalent for; name helpers with a leading '_')"
             )
     return settings
-
-
-def _threads(settings, value, where):
-    """gunicorn's threads: validated like a count; more than one only warns (one thread
-    serves each worker: pyserver has no --threads yet)."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        count = int(value)
-    except (TypeError, ValueError):
-        raise ConfigFileError(f"{where}: expected an integer, got {value!r}") from None
-    if count < 1:
-        raise ConfigFileError(f"{where}: must be at least 1, got {count}")
-    if count > 1:
-        settings.warnings.append(
-            f"{where}: {count} threads asked for, but pyserver has no threads option yet: "
-            "each worker serves with one thread"
-        )
 
 
 def load_pyproject(path, actions):

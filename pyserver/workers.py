@@ -158,6 +158,8 @@ class PyserverWorker(_GunicornWorker):
             limit_concurrency=connections,
             access_log=False,  # set below when the core writes gunicorn's access lines
             workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
+            # gunicorn's threads: application threads (WSGI), the default executor (ASGI)
+            threads=int(gcfg.threads) if int(gcfg.threads or 1) > 1 else None,
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
             forwarded_allow_ips=list(gcfg.forwarded_allow_ips or ()),

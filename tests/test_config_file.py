@@ -114,21 +114,19 @@ def test_missing_or_broken_file(tmp_path):
     assert out.returncode == 2 and "SyntaxError" in out.stderr
 
 
-def test_threads_validated_then_warned(tmp_path):
-    # The CLI has no --threads: argparse rejects it.
-    assert run_cli("apps.basic:app", "--threads", "4").returncode == 2
+def test_threads_setting_is_the_threads_option(tmp_path):
     bad = write(tmp_path / "bad.py", "threads = 0\n")
     out = run_cli("apps.basic:app", "-c", bad)
-    assert out.returncode == 2 and "threads: must be at least 1, got 0" in out.stderr
+    assert out.returncode == 2 and "threads: must be between 1 and 1024, got 0" in out.stderr
     conf = write(tmp_path / "conf.py", "threads = 4\n")
     with run_server("apps.basic:app", "-c", conf) as srv:
         assert_serving(srv.port)
         log = srv.log()
-    assert "[WARNING] config file" in log and "threads: 4 threads asked for" in log
+    assert "WARNING" not in log and "4 application threads" in log
     one = write(tmp_path / "one.py", "threads = 1\n")
     with run_server("apps.basic:app", "-c", one) as srv:
         assert_serving(srv.port)
-        assert "threads" not in srv.log()
+        assert "Running in a single process, 1 thread" in srv.log()
 
 
 def test_unsupported_settings_and_hooks(tmp_path):

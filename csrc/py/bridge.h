@@ -5,6 +5,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <string.h>
 
 #include "../common.h"
@@ -50,6 +51,7 @@ typedef struct {
     int asgi;                   /* interface is "asgi" */
     int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
     uint32_t limit_concurrency; /* 0: no limit */
+    uint32_t threads;           /* WSGI application threads (1: the loop's own) */
     int wsgi_errors_level;      /* logging level of wsgi.errors lines */
     PyObject *root_path;        /* str, "" for None */
     PyObject *url_scheme;
@@ -84,10 +86,51 @@ typedef struct ps_wsgi ps_wsgi_t;
 int ps_wsgi_init_types(PyObject *module, ps_module_state_t *st);
 /* Builds the WSGI layer for one serve() call. Returns NULL with an exception. */
 ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_settings_t *s);
-/* Before the worker's loop is destroyed: stops the layer's timers. */
+/* After ps_worker_init (and ps_worker_attach_slot): with --threads N > 1,
+ * starts the N application threads. Returns 0 or -1 with an exception. */
+int ps_wsgi_attach(ps_wsgi_t *ctx, ps_worker_t *w);
+/* Before the worker's loop is destroyed: stops the layer's timers and
+ * threads. */
 void ps_wsgi_detach(ps_wsgi_t *ctx);
 void ps_wsgi_free(ps_wsgi_t *ctx);
 extern const ps_handler_t ps_wsgi_handler;
+
+/* ---- pool.c: the WSGI layer's application threads ---- */
+
+typedef struct ps_pool ps_pool_t;
+/* Runs one job on a pool thread, with the GIL; leaves no exception. The
+ * pool calls release(job) after run(job), once the job is no longer the
+ * thread's (ps_pool_thread_t.job). */
+typedef void (*ps_pool_run_fn)(void *job, void *data);
+/* On the loop thread (GIL held): a thread woke the loop (ps_pool_wake),
+ * or finished a job and is idle again. */
+typedef void (*ps_pool_notify_fn)(void *data);
+
+typedef struct {
+    ps_pool_t *pool;
+    pthread_t tid;
+    unsigned long ident; /* threading.get_ident() of the thread */
+    char name[32];       /* pyserver-thread-N, also threading's name */
+    void *job;           /* the job it runs, NULL when idle (read with the GIL) */
+    double started;      /* when it took the job (ev_time) */
+} ps_pool_thread_t;
+
+/* Starts n threads (after fork: in the worker) whose wake-ups reach the
+ * loop. Returns the pool, or NULL with an exception. */
+ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
+                       ps_pool_notify_fn notify, void *data);
+/* Loop thread: hands job to an idle thread. Returns 0, or -EAGAIN when
+ * every thread is busy (the caller keeps the job and retries on notify). */
+int ps_pool_push(ps_pool_t *p, void *job);
+/* Any thread: notify runs on the loop soon (a no-op once stopping). */
+void ps_pool_wake(ps_pool_t *p);
+/* The threads, for the watchdog (n of them). */
+ps_pool_thread_t *ps_pool_threads(ps_pool_t *p, uint32_t *n);
+/* Stops the threads, waiting up to `wait` seconds (GIL released) for the
+ * ones inside a job. Returns 0, or -EBUSY when a thread is still running
+ * the application: it and the pool are then left alive (so is whatever its
+ * job uses), as the process is ending. */
+int ps_pool_free(ps_pool_t *p, double wait);
 
 /* The ASGI layer. */
 typedef struct ps_asgi ps_asgi_t;

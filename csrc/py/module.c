@@ -258,6 +258,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     supervisor_start(sup, w);
+    if (!asgi && ps_wsgi_attach(ctx, w) < 0)
+        goto done;
 
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);

@@ -367,6 +367,11 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
         return -1;
     s->limit_concurrency = n > 0 ? (uint32_t)PS_MIN(n, UINT32_MAX) : 0;
 
+    double threads;
+    if (get_double(config, "threads", &threads) < 0)
+        return -1;
+    s->threads = threads >= 1 && threads <= 1024 ? (uint32_t)threads : 1;
+
     double errors_level;
     if (get_double(config, "wsgi_errors_level", &errors_level) < 0)
         return -1;

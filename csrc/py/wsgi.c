@@ -7,7 +7,9 @@
  * more than one item of output.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,9 +65,21 @@ struct ps_wsgi {
     char *root_path;      /* UTF-8, no trailing slash */
     size_t root_path_len;
     ps_py_cache_t cache; /* methods, header names */
+    /* --threads N > 1 (see "the thread pool" below); pool NULL otherwise. */
+    uint32_t nthreads;
+    ps_pool_t *pool;
+    pthread_mutex_t mu;                        /* the requests' posted, blocked and loop_done */
+    pthread_cond_t moved;                      /* one of those changed: waiting threads re-check */
+    struct RequestObject *ready;               /* results for the loop (GIL) */
+    struct RequestObject *waiting, *wait_tail; /* requests no thread took yet (loop) */
+    double write_wait; /* the longest a thread waits for its output to drain */
+    double timeout;    /* the watchdog's --timeout under a master, else 0 */
+    struct ev_loop *loop;
+    ev_timer watchdog;
+    unsigned abandoned : 1; /* a thread outlived the worker: ctx stays allocated */
 };
 
-typedef struct {
+typedef struct RequestObject {
     PyObject_HEAD vectorcallfunc vectorcall;
     ps_exchange_t *x; /* NULL once the request is over */
     ps_wsgi_t *ctx;
@@ -80,6 +94,21 @@ typedef struct {
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
     unsigned done : 1;
+    /* On a pool thread (--threads): the thread fills these with the GIL
+     * held, the loop takes them with it (deliver). */
+    PyObject *environ;                /* built by the loop, taken by the thread */
+    PyObject *outq;                   /* body items produced, not written yet */
+    struct RequestObject *next_ready; /* in ctx->ready, which holds a reference */
+    struct RequestObject *next_wait;  /* in ctx->waiting, which holds a reference */
+    int t_sf_fd;                      /* the file_wrapper's file to send, or -1 */
+    int64_t t_sf_off;
+    unsigned scheduled : 1; /* in ctx->ready */
+    unsigned t_end : 1;     /* the body is complete (after outq) */
+    unsigned t_failed : 1;  /* the application failed (logged): 500 or close */
+    /* Under ctx->mu: what a thread waits on (backpressure, the end). */
+    size_t posted;          /* bytes in outq */
+    unsigned blocked : 1;   /* the connection's output waits for the socket */
+    unsigned loop_done : 1; /* the loop is done with the request: stop producing */
 } RequestObject;
 
 typedef struct {
@@ -423,7 +452,9 @@ static void finish(RequestObject *req)
     request_done(req);
 }
 
-static PyObject *next_item(RequestObject *req)
+/* Inlined into pump() as it was before the thread pool used it too: the
+ * loop thread's path pays no call for it. */
+static inline __attribute__((always_inline)) PyObject *next_item(RequestObject *req)
 {
     if (req->iter)
         return PyIter_Next(req->iter);
@@ -535,6 +566,464 @@ static void start_body(RequestObject *req)
     pump(req);
 }
 
+/* ---- the thread pool (--threads N > 1) ----
+ *
+ * The loop thread parses the request, buffers its body and builds the
+ * environ; a pool thread (pool.c) calls the application, iterates the
+ * response and calls its close(). Output goes back through req->outq: the
+ * thread appends items and schedules the request on ctx->ready, the loop
+ * writes them (deliver). All of it is guarded by the GIL, which the loop
+ * thread holds except while libev polls, so a thread never sees an
+ * exchange that the loop is changing or freeing: on disconnect the loop
+ * detaches the request (req->x = NULL) and the thread's next write stops
+ * its iteration. The thread waits without the GIL, on ctx->moved, while
+ * its output is over the high-water mark or the socket is full. */
+
+/* Bytes a thread may have posted and not yet written before it waits. */
+#define POSTED_HIGH (64 * 1024)
+
+static void log_app_exception(ps_wsgi_t *ctx, ps_exchange_t *x)
+{
+    ps_request_t *r = x->req;
+    ps_log_exception(ctx->error_logger, "Exception in WSGI application (%.*s %.*s)",
+                     (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
+                     r->target.base);
+}
+
+/* Loop thread: the request is over for the connection (answered or gone).
+ * Writes its access line with `status`, detaches it from x and drops the
+ * connection's reference; the thread stops producing. Idempotent. */
+static void t_detach(RequestObject *req, int status)
+{
+    ps_exchange_t *x = req->x;
+    ps_wsgi_t *ctx = req->ctx;
+    if (x == NULL)
+        return;
+    /* Detached before logging: a thread may run while logging lets go of
+     * the GIL, and must find the request over by then. */
+    ((InputObject *)req->input)->x = NULL;
+    req->x = NULL;
+    x->app_data = NULL;
+    pthread_mutex_lock(&ctx->mu);
+    req->loop_done = 1;
+    pthread_cond_broadcast(&ctx->moved);
+    pthread_mutex_unlock(&ctx->mu);
+    if (ctx->access_info && status)
+        ps_log_access(ctx->access_info, x, req->fwd_client, status);
+    Py_DECREF(req);
+}
+
+/* Loop thread: the body is complete; ends the response. */
+static void t_finish(RequestObject *req)
+{
+    ps_exchange_t *x = req->x;
+    if (!req->headers_sent) {
+        req->known_length = 0;
+        int rc = send_head(req, NULL, 0);
+        if (rc == SEND_ERROR) {
+            log_app_exception(req->ctx, x);
+            t_detach(req, 500);
+            ps_exchange_send_error(x, 500);
+            return;
+        }
+    }
+    t_detach(req, x->status);
+    ps_exchange_end(x); /* may move on to the next request at once */
+}
+
+/* Loop thread: the file_wrapper's file goes out with sendfile(2). */
+static void t_sendfile(RequestObject *req)
+{
+    ps_exchange_t *x = req->x;
+    int fd = req->t_sf_fd;
+    req->t_sf_fd = -1;
+    int rc = send_head(req, NULL, 0);
+    if (rc >= 0)
+        rc = map_write(ps_exchange_sendfile(x, fd, req->t_sf_off, (uint64_t)req->known_length));
+    if (rc == SEND_ERROR) {
+        log_app_exception(req->ctx, x);
+        t_detach(req, 500);
+        ps_exchange_send_error(x, 500);
+    } else if (rc == SEND_GONE) {
+        t_detach(req, x->status);
+        ps_exchange_abort(x);
+    } else if (rc == PS_WRITE_PENDING) {
+        req->sendfile_fd = fd; /* on_writable finishes */
+    } else {
+        t_finish(req);
+    }
+}
+
+/* Loop thread: writes what the thread posted, then acts on its end or
+ * failure. Returns with req possibly detached. */
+static void deliver(RequestObject *req)
+{
+    ps_wsgi_t *ctx = req->ctx;
+    Py_ssize_t n = PyList_GET_SIZE(req->outq);
+    Py_ssize_t i = 0;
+    for (; i < n && req->x != NULL; i++) {
+        PyObject *item = PyList_GET_ITEM(req->outq, i);
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        ps_exchange_t *x = req->x;
+        int rc = len || !req->headers_sent ? send_body(req, PyBytes_AS_STRING(item), (size_t)len)
+                                           : PS_WRITE_DONE;
+        pthread_mutex_lock(&ctx->mu);
+        req->posted -= (size_t)len;
+        if (rc == PS_WRITE_PENDING)
+            req->blocked = 1;
+        pthread_mutex_unlock(&ctx->mu);
+        if (rc == SEND_ERROR) {
+            log_app_exception(ctx, x);
+            t_detach(req, 500);
+            ps_exchange_send_error(x, 500);
+        } else if (rc == SEND_GONE) {
+            t_detach(req, x->status);
+            ps_exchange_abort(x);
+        }
+    }
+    if (PyList_SetSlice(req->outq, 0, n, NULL) < 0)
+        PyErr_Clear(); /* shrinking a list does not fail */
+    pthread_mutex_lock(&ctx->mu);
+    if (req->x == NULL)
+        req->posted = 0;
+    pthread_cond_broadcast(&ctx->moved);
+    pthread_mutex_unlock(&ctx->mu);
+    ps_exchange_t *x = req->x;
+    if (x == NULL || req->sendfile_fd >= 0)
+        return;
+    if (req->t_failed) {
+        t_detach(req, req->headers_sent ? x->status : 500);
+        if (req->headers_sent)
+            ps_exchange_abort(x);
+        else
+            ps_exchange_send_error(x, 500);
+    } else if (req->t_sf_fd >= 0) {
+        t_sendfile(req);
+    } else if (req->t_end) {
+        t_finish(req);
+    }
+}
+
+/* Loop thread (the pool's notify): delivers the threads' results, then
+ * hands waiting requests to the threads that are idle. */
+static void pool_notify(void *data)
+{
+    ps_wsgi_t *ctx = data;
+    while (ctx->ready) {
+        RequestObject *list = ctx->ready;
+        ctx->ready = NULL;
+        while (list) {
+            RequestObject *req = list;
+            list = req->next_ready;
+            req->next_ready = NULL;
+            req->scheduled = 0;
+            if (req->x)
+                deliver(req);
+            Py_DECREF(req);
+        }
+    }
+    while (ctx->waiting) {
+        RequestObject *req = ctx->waiting;
+        if (req->x != NULL && ps_pool_push(ctx->pool, req) < 0)
+            break;
+        ctx->waiting = req->next_wait;
+        req->next_wait = NULL;
+        if (ctx->waiting == NULL)
+            ctx->wait_tail = NULL;
+        if (req->x == NULL)
+            Py_DECREF(req); /* gone before a thread took it */
+    }
+}
+
+/* Pool thread: the loop should look at req soon. */
+static void schedule(RequestObject *req)
+{
+    ps_wsgi_t *ctx = req->ctx;
+    if (!req->scheduled) {
+        req->scheduled = 1;
+        req->next_ready = ctx->ready;
+        ctx->ready = (RequestObject *)Py_NewRef(req); /* the list's reference */
+    }
+    ps_pool_wake(ctx->pool);
+}
+
+enum { WAIT_ROOM, WAIT_DRAINED, WAIT_DONE };
+
+/* Pool thread: waits without the GIL until the request has room for more
+ * output (WAIT_ROOM), has written everything (WAIT_DRAINED) or is over for
+ * the loop (WAIT_DONE). Returns 0, or -1 when the loop is done with it
+ * (the client is gone, or the write deadline passed). */
+static int t_wait(RequestObject *req, int until)
+{
+    ps_wsgi_t *ctx = req->ctx;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)ctx->write_wait + 1;
+    int done, timed_out = 0;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&ctx->mu);
+    for (;;) {
+        done = req->loop_done;
+        if (done || (until == WAIT_ROOM && req->posted < POSTED_HIGH && !req->blocked) ||
+            (until == WAIT_DRAINED && req->posted == 0 && !req->blocked))
+            break;
+        if (pthread_cond_timedwait(&ctx->moved, &ctx->mu, &deadline) == ETIMEDOUT) {
+            timed_out = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    Py_END_ALLOW_THREADS if (timed_out && !done && until != WAIT_DONE)
+    {
+        req->t_failed = 1; /* the client stopped reading: the loop closes */
+        schedule(req);
+        return -1;
+    }
+    return done ? -1 : 0;
+}
+
+/* Pool thread: hands an item to the loop. Returns 0, or -1 when the
+ * request is over for the loop (no exception) or with an exception. */
+static int t_post(RequestObject *req, PyObject *item)
+{
+    if (req->x == NULL)
+        return -1;
+    if (PyList_Append(req->outq, item) < 0)
+        return -1;
+    pthread_mutex_lock(&req->ctx->mu);
+    req->posted += (size_t)PyBytes_GET_SIZE(item);
+    pthread_mutex_unlock(&req->ctx->mu);
+    schedule(req);
+    return 0;
+}
+
+/* Pool thread: the application raised (exception pending). */
+static void t_fail(RequestObject *req)
+{
+    ps_exchange_t *x = req->x;
+    if (x == NULL || ps_exchange_client_gone(x)) {
+        PyErr_Clear();
+        return;
+    }
+    log_app_exception(req->ctx, x);
+    req->t_failed = 1;
+    schedule(req);
+}
+
+/* Pool thread: a file_wrapper over a regular file is sent by the loop
+ * with sendfile(2); the thread waits until it is out (the wrapper's
+ * close() closes the file). Returns 1 when handled, 0 to iterate it. */
+static int t_try_sendfile(RequestObject *req)
+{
+    FileWrapperObject *fw = (FileWrapperObject *)req->result;
+    PyObject *res = PyObject_CallMethod(fw->filelike, "fileno", NULL);
+    long fd = res ? PyLong_AsLong(res) : -1;
+    Py_XDECREF(res);
+    struct stat st;
+    if (fd < 0 || fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        PyErr_Clear();
+        return 0;
+    }
+    res = PyObject_CallMethod(fw->filelike, "tell", NULL);
+    long long off = res ? PyLong_AsLongLong(res) : -1;
+    Py_XDECREF(res);
+    if (off < 0) {
+        PyErr_Clear();
+        off = lseek((int)fd, 0, SEEK_CUR);
+        if (off < 0)
+            return 0;
+    }
+    if (req->x == NULL)
+        return 1;
+    req->known_length = st.st_size > off ? st.st_size - off : 0;
+    req->t_sf_off = off;
+    req->t_sf_fd = (int)fd;
+    schedule(req);
+    t_wait(req, WAIT_DONE);
+    return 1;
+}
+
+/* Pool thread: iterates the response into the loop's hands. */
+static void t_body(RequestObject *req)
+{
+    PyObject *r = req->result;
+    if (Py_IS_TYPE(r, req->ctx->st->file_wrapper_type) && t_try_sendfile(req))
+        return;
+    if (PyList_CheckExact(r) || PyTuple_CheckExact(r)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(r);
+        PyObject **items = PySequence_Fast_ITEMS(r);
+        int64_t total = 0;
+        for (Py_ssize_t i = 0; i < n && total >= 0; i++)
+            total = PyBytes_Check(items[i]) ? total + PyBytes_GET_SIZE(items[i]) : -1;
+        req->known_length = total;
+    } else if ((req->iter = PyObject_GetIter(r)) == NULL) {
+        t_fail(req);
+        return;
+    }
+    for (;;) {
+        PyObject *item = next_item(req);
+        if (item == NULL)
+            break;
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "response items must be bytes, not %.100s",
+                         Py_TYPE(item)->tp_name);
+            Py_DECREF(item);
+            break;
+        }
+        int rc = PyBytes_GET_SIZE(item) ? t_post(req, item) : 0;
+        Py_DECREF(item);
+        if (rc < 0 || t_wait(req, WAIT_ROOM) < 0)
+            break;
+    }
+    if (PyErr_Occurred()) {
+        t_fail(req);
+    } else if (req->x != NULL) {
+        req->t_end = 1;
+        schedule(req);
+    }
+}
+
+/* Pool thread: calls close() on the response, as PEP 3333 asks, on the
+ * thread that ran the application (frameworks end their request there). */
+static void t_close(RequestObject *req)
+{
+    PyObject *result = req->result;
+    if (result && !PyList_CheckExact(result) && !PyTuple_CheckExact(result)) {
+        PyObject *res = PyObject_CallMethodNoArgs(result, req->ctx->close_name);
+        if (res == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+            PyErr_Clear();
+        else if (res == NULL)
+            ps_log_exception(req->ctx->error_logger, "Exception in close() of the WSGI response");
+        Py_XDECREF(res);
+    }
+    Py_CLEAR(req->iter);
+    Py_CLEAR(req->result);
+}
+
+/* Pool thread (the pool's run): one request, from the application call to
+ * close(). pool_release drops the job's reference to req. */
+static void pool_run(void *job, void *data)
+{
+    RequestObject *req = job;
+    ps_wsgi_t *ctx = data;
+    PyObject *environ = req->environ;
+    req->environ = NULL;
+    if (req->x != NULL) {
+        PyObject *args[2] = {environ, (PyObject *)req};
+        PyObject *result = PyObject_Vectorcall(ctx->app, args, 2, NULL);
+        if (result == NULL) {
+            t_fail(req);
+        } else {
+            req->result = result;
+            t_body(req);
+        }
+        t_close(req);
+    }
+    Py_XDECREF(environ);
+}
+
+static void pool_release(void *job, void *data)
+{
+    PS_UNUSED(data);
+    Py_DECREF((PyObject *)job);
+}
+
+/* Loop thread: hands the request to a thread, or keeps it until one is
+ * idle. Takes a reference to req. */
+static void t_dispatch(ps_wsgi_t *ctx, RequestObject *req, PyObject *environ)
+{
+    req->environ = environ;
+    req->x->deferred = 1;
+    Py_INCREF(req);
+    if (ctx->waiting == NULL && ps_pool_push(ctx->pool, req) == 0)
+        return;
+    if (ctx->wait_tail)
+        ctx->wait_tail->next_wait = req;
+    else
+        ctx->waiting = req;
+    ctx->wait_tail = req;
+}
+
+/* The stack of a thread as text ("" when it cannot be had). New
+ * reference, or NULL with an exception. */
+static PyObject *thread_stack(unsigned long ident)
+{
+    PyObject *text = NULL, *d = NULL, *key = NULL, *mod = NULL, *lines = NULL, *empty = NULL;
+    PyObject *frames = PySys_GetObject("_current_frames"); /* borrowed */
+    if (frames == NULL || (d = PyObject_CallNoArgs(frames)) == NULL ||
+        (key = PyLong_FromUnsignedLong(ident)) == NULL)
+        goto done;
+    PyObject *frame = PyDict_GetItemWithError(d, key); /* borrowed */
+    if (frame == NULL) {
+        text = PyErr_Occurred() ? NULL : PyUnicode_FromString("");
+        goto done;
+    }
+    if ((mod = PyImport_ImportModule("traceback")) == NULL ||
+        (lines = PyObject_CallMethod(mod, "format_stack", "O", frame)) == NULL ||
+        (empty = PyUnicode_FromString("")) == NULL)
+        goto done;
+    text = PyUnicode_Join(empty, lines);
+done:
+    Py_XDECREF(d);
+    Py_XDECREF(key);
+    Py_XDECREF(mod);
+    Py_XDECREF(lines);
+    Py_XDECREF(empty);
+    return text;
+}
+
+/* Logs the request stuck on thread t and where it is. Never raises. */
+static void log_stuck(ps_wsgi_t *ctx, ps_pool_thread_t *t, ps_slice_t method, ps_slice_t target,
+                      int seconds)
+{
+    PyObject *m = latin1(method.base, method.len);
+    PyObject *p = latin1(target.base, PS_MIN(target.len, 200));
+    PyObject *stack = thread_stack(t->ident);
+    PyObject *msg =
+        m && p && stack
+            ? PyUnicode_FromFormat("WORKER TIMEOUT (pid %d): %s has run %U %U for %d s, "
+                                   "in:\n%U",
+                                   (int)getpid(), t->name, m, p, seconds, stack)
+            : NULL;
+    PyObject *res = msg ? PyObject_CallMethod(ctx->error_logger, "error", "sO", "%s", msg) : NULL;
+    if (res == NULL)
+        PyErr_Print();
+    Py_XDECREF(res);
+    Py_XDECREF(msg);
+    Py_XDECREF(stack);
+    Py_XDECREF(p);
+    Py_XDECREF(m);
+}
+
+/* Loop thread, once a second under a master's --timeout: a request that
+ * has run on a thread for longer is logged with the thread's Python stack,
+ * and the worker aborts as the master's watchdog would make it (its
+ * SIGABRT handler prints every thread and exits; the master replaces it). */
+static void on_watchdog(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ps_wsgi_t *ctx = ps_container_of(t, ps_wsgi_t, watchdog);
+    PS_UNUSED(revents);
+    uint32_t n;
+    ps_pool_thread_t *ts = ps_pool_threads(ctx->pool, &n);
+    double now = ev_time();
+    PS_UNUSED(loop);
+    for (uint32_t i = 0; i < n; i++) {
+        RequestObject *req = ts[i].job;
+        if (req == NULL || now - ts[i].started < ctx->timeout)
+            continue;
+        ps_slice_t m = PS_SLICE_LIT("-"), p = PS_SLICE_LIT("-");
+        if (req->x) {
+            m = req->x->req->method;
+            p = req->x->req->target;
+        }
+        log_stuck(ctx, &ts[i], m, p, (int)(now - ts[i].started));
+        ev_timer_stop(loop, t);
+        raise(SIGABRT);
+        if (PyErr_CheckSignals() < 0)
+            PyErr_Print();
+        return;
+    }
+}
+
 static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 
 static void on_request(ps_exchange_t *x)
@@ -545,8 +1034,9 @@ static void on_request(ps_exchange_t *x)
     ps_proxy_result_t fwd;
     if (ps_py_forwarded(x, &fwd) < 0)
         return;
-    /* One request runs at a time here: what the limit bounds is the open
-     * connections, this one included (uvicorn counts connections or tasks). */
+    /* What the limit bounds is the open connections, this one included
+     * (uvicorn counts connections or tasks): with --threads, every request
+     * in a thread or waiting for one holds its connection, so it counts. */
     if (ctx->limit_concurrency && ps_worker_connections(x->worker) > ctx->limit_concurrency) {
         ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
@@ -561,6 +1051,10 @@ static void on_request(ps_exchange_t *x)
     PyObject *environ = build_environ(ctx, x, req, &fwd);
     if (environ == NULL) {
         fail(req);
+        return;
+    }
+    if (ctx->pool) {
+        t_dispatch(ctx, req, environ);
         return;
     }
     PyObject *args[2] = {environ, (PyObject *)req};
@@ -581,22 +1075,40 @@ static void on_writable(ps_exchange_t *x)
         return;
     if (req->sendfile_fd >= 0) {
         req->sendfile_fd = -1;
-        finish(req);
+        if (req->ctx->pool)
+            t_finish(req);
+        else
+            finish(req);
+        return;
+    }
+    if (req->ctx->pool) {
+        pthread_mutex_lock(&req->ctx->mu);
+        req->blocked = 0; /* the thread may produce more */
+        pthread_cond_broadcast(&req->ctx->moved);
+        pthread_mutex_unlock(&req->ctx->mu);
         return;
     }
     pump(req);
 }
 
+static void request_gone(RequestObject *req)
+{
+    if (req->ctx->pool)
+        t_detach(req, req->x->status);
+    else
+        request_done(req);
+}
+
 static void on_disconnect(ps_exchange_t *x)
 {
     if (x->app_data)
-        request_done(x->app_data);
+        request_gone(x->app_data);
 }
 
 static void dispose(ps_exchange_t *x)
 {
     if (x->app_data)
-        request_done(x->app_data);
+        request_gone(x->app_data);
     ps_py_addresses_free(x);
 }
 
@@ -692,6 +1204,15 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
     Py_ssize_t len = PyBytes_GET_SIZE(data);
     if (len == 0 && self->headers_sent)
         Py_RETURN_NONE;
+    if (self->ctx->pool) {
+        /* On a pool thread: the loop writes it; wait until it has. */
+        if (t_post(self, data) < 0 || t_wait(self, WAIT_DRAINED) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
     int rc = send_body(self, PyBytes_AS_STRING(data), (size_t)len);
     if (rc == SEND_ERROR)
         return NULL;
@@ -715,6 +1236,8 @@ static int Request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->result);
     Py_VISIT(self->iter);
     Py_VISIT(self->input);
+    Py_VISIT(self->environ);
+    Py_VISIT(self->outq);
     return 0;
 }
 
@@ -726,6 +1249,8 @@ static int Request_clear(PyObject *op)
     Py_CLEAR(self->result);
     Py_CLEAR(self->iter);
     Py_CLEAR(self->input);
+    Py_CLEAR(self->environ);
+    Py_CLEAR(self->outq);
     return 0;
 }
 
@@ -949,6 +1474,11 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x)
     req->ctx = ctx;
     req->known_length = -1;
     req->sendfile_fd = -1;
+    req->t_sf_fd = -1;
+    if (ctx->pool && (req->outq = PyList_New(0)) == NULL) {
+        Py_DECREF(req);
+        return NULL;
+    }
     return req;
 }
 
@@ -1192,7 +1722,7 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, const ps_py_settings_t *s, Py
     if (errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
         PyDict_SetItemString(env, "wsgi.url_scheme", s->url_scheme) < 0 ||
         PyDict_SetItemString(env, "wsgi.errors", errors) < 0 ||
-        PyDict_SetItemString(env, "wsgi.multithread", Py_False) < 0 ||
+        PyDict_SetItemString(env, "wsgi.multithread", s->threads > 1 ? Py_True : Py_False) < 0 ||
         PyDict_SetItemString(env, "wsgi.multiprocess", s->multiprocess ? Py_True : Py_False) < 0 ||
         PyDict_SetItemString(env, "wsgi.run_once", Py_False) < 0 ||
         PyDict_SetItemString(env, "wsgi.input_terminated", Py_True) < 0 ||
@@ -1253,6 +1783,11 @@ ps_wsgi_t *ps_wsgi_new(ps_module_state_t *st, PyObject *app, const ps_py_setting
     if (ps_rejects_init(&ctx->rejects, ctx->access_log, ctx->error_logger) < 0)
         goto error;
     ctx->limit_concurrency = s->limit_concurrency;
+    ctx->nthreads = s->threads;
+    ctx->write_wait = 2 * s->core.timeout_request_header;
+    ctx->timeout = s->master.timeout;
+    pthread_mutex_init(&ctx->mu, NULL);
+    pthread_cond_init(&ctx->moved, NULL);
     root_path = strip_root_path(ctx, s->root_path);
     if (root_path == NULL)
         goto error;
@@ -1267,16 +1802,71 @@ error:
     return NULL;
 }
 
+int ps_wsgi_attach(ps_wsgi_t *ctx, ps_worker_t *w)
+{
+    if (ctx->nthreads <= 1)
+        return 0;
+    ctx->loop = ps_worker_loop(w);
+    ctx->pool = ps_pool_new(ctx->loop, ctx->nthreads, pool_run, pool_release, pool_notify, ctx);
+    if (ctx->pool == NULL)
+        return -1;
+    /* Under a master the loop stays responsive while a thread is stuck, so
+     * the master's heartbeat watchdog cannot see it: this one does. */
+    if (w->slot != NULL && ctx->timeout > 0) {
+        ev_timer_init(&ctx->watchdog, on_watchdog, 1.0, 1.0);
+        ev_timer_start(ctx->loop, &ctx->watchdog);
+        ev_unref(ctx->loop);
+    }
+    return 0;
+}
+
+/* Drops the requests the loop will not look at any more (all detached). */
+static void drop_lists(ps_wsgi_t *ctx)
+{
+    while (ctx->ready) {
+        RequestObject *req = ctx->ready;
+        ctx->ready = req->next_ready;
+        req->next_ready = NULL;
+        req->scheduled = 0;
+        Py_DECREF(req);
+    }
+    while (ctx->waiting) {
+        RequestObject *req = ctx->waiting;
+        ctx->waiting = req->next_wait;
+        req->next_wait = NULL;
+        Py_DECREF(req);
+    }
+    ctx->wait_tail = NULL;
+}
+
 void ps_wsgi_detach(ps_wsgi_t *ctx)
 {
-    if (ctx != NULL)
-        ps_rejects_stop(&ctx->rejects);
+    if (ctx == NULL)
+        return;
+    ps_rejects_stop(&ctx->rejects);
+    if (ctx->pool == NULL)
+        return;
+    if (ev_is_active(&ctx->watchdog)) {
+        ev_ref(ctx->loop);
+        ev_timer_stop(ctx->loop, &ctx->watchdog);
+    }
+    /* Every request is over for the loop; a thread may still be in a
+     * close(). One still in the application (the graceful timeout closed
+     * its connection) keeps ctx alive: it is left, as the process ends. */
+    if (ps_pool_free(ctx->pool, 2.0) < 0) {
+        ctx->abandoned = 1;
+        return;
+    }
+    ctx->pool = NULL;
+    drop_lists(ctx);
 }
 
 void ps_wsgi_free(ps_wsgi_t *ctx)
 {
-    if (ctx == NULL)
+    if (ctx == NULL || ctx->abandoned)
         return;
+    pthread_cond_destroy(&ctx->moved);
+    pthread_mutex_destroy(&ctx->mu);
     Py_XDECREF(ctx->app);
     Py_XDECREF(ctx->base_environ);
     Py_XDECREF(ctx->error_logger);

@@ -1,0 +1,231 @@
+/* The WSGI thread pool (--threads N): N Python threads started in the
+ * worker, each running one request at a time handed over by the loop.
+ *
+ * Handoff: a bounded ring of jobs under one mutex and condition variable,
+ * filled by the loop thread only while a thread is idle (a push never
+ * waits; the layer keeps the requests that find every thread busy); the
+ * threads tell the loop of their results, and of a thread going idle
+ * after a push failed, through one ev_async. A pool thread holds the GIL while it runs a job
+ * and releases it to wait for the next one; the loop thread holds it
+ * except while libev polls.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "bridge.h"
+
+struct ps_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work;   /* a job was queued, or the pool stops */
+    pthread_cond_t exited; /* a thread left its loop */
+    void **ring;           /* nthreads slots */
+    uint32_t head, count;
+    uint32_t idle;    /* threads waiting for a job (not counting queued jobs) */
+    uint32_t running; /* threads not exited yet */
+    unsigned stop : 1;
+    unsigned starved : 1; /* a push failed: tell the loop when a thread is idle */
+    struct ev_loop *loop;
+    ev_async async;
+    ps_pool_run_fn run;
+    ps_pool_run_fn release;
+    ps_pool_notify_fn notify;
+    void *data;
+    uint32_t nthreads;
+    ps_pool_thread_t *threads;
+};
+
+static void on_async(struct ev_loop *loop, ev_async *a, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    ps_pool_t *p = ps_container_of(a, ps_pool_t, async);
+    p->notify(p->data);
+}
+
+/* Names the calling thread for threading and logging. Never raises. */
+static void name_thread(const char *name)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *t = threading ? PyObject_CallMethod(threading, "current_thread", NULL) : NULL;
+    PyObject *s = PyUnicode_FromString(name);
+    if (t == NULL || s == NULL || PyObject_SetAttrString(t, "name", s) < 0)
+        PyErr_Clear();
+    Py_XDECREF(s);
+    Py_XDECREF(t);
+    Py_XDECREF(threading);
+}
+
+/* Takes the next job, waiting for one without the GIL. Returns NULL when
+ * the pool stops. */
+static void *next_job(ps_pool_t *p)
+{
+    void *job = NULL;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&p->mu);
+    p->idle++;
+    if (p->starved && !p->stop) {
+        /* Sent after idle++ and under the lock, so the loop's retry finds it. */
+        p->starved = 0;
+        ev_async_send(p->loop, &p->async);
+    }
+    while (p->count == 0 && !p->stop)
+        pthread_cond_wait(&p->work, &p->mu);
+    if (p->count > 0) {
+        job = p->ring[p->head];
+        p->head = (p->head + 1) % p->nthreads;
+        p->count--;
+    }
+    p->idle--;
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS return job;
+}
+
+static void *thread_main(void *arg)
+{
+    ps_pool_thread_t *t = arg;
+    ps_pool_t *p = t->pool;
+    pthread_setname_np(pthread_self(), t->name);
+    PyGILState_STATE g = PyGILState_Ensure();
+    t->ident = PyThread_get_thread_ident();
+    name_thread(t->name);
+    void *job;
+    while ((job = next_job(p)) != NULL) {
+        t->job = job;
+        t->started = ev_time();
+        p->run(job, p->data);
+        t->job = NULL; /* before release: the watchdog must not see a freed job */
+        p->release(job, p->data);
+        if (PyErr_Occurred())
+            PyErr_WriteUnraisable(NULL);
+    }
+    PyGILState_Release(g);
+    pthread_mutex_lock(&p->mu);
+    p->running--;
+    pthread_cond_broadcast(&p->exited);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
+                       ps_pool_notify_fn notify, void *data)
+{
+    ps_pool_t *p = PyMem_RawCalloc(1, sizeof(*p));
+    if (p == NULL)
+        return (ps_pool_t *)PyErr_NoMemory();
+    p->ring = PyMem_RawCalloc(n, sizeof(*p->ring));
+    p->threads = PyMem_RawCalloc(n, sizeof(*p->threads));
+    if (p->ring == NULL || p->threads == NULL) {
+        PyMem_RawFree(p->ring);
+        PyMem_RawFree(p->threads);
+        PyMem_RawFree(p);
+        return (ps_pool_t *)PyErr_NoMemory();
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->exited, NULL);
+    p->loop = loop;
+    p->run = run;
+    p->release = release;
+    p->notify = notify;
+    p->data = data;
+    ev_async_init(&p->async, on_async);
+    ev_async_start(loop, &p->async);
+    ev_unref(loop); /* the watcher alone does not keep the loop alive */
+    for (uint32_t i = 0; i < n; i++) {
+        ps_pool_thread_t *t = &p->threads[i];
+        t->pool = p;
+        snprintf(t->name, sizeof(t->name), "pyserver-thread-%u", i + 1);
+        int rc = pthread_create(&t->tid, NULL, thread_main, t);
+        if (rc != 0) {
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            ps_pool_free(p, 0);
+            return NULL;
+        }
+        p->nthreads = i + 1;
+        pthread_mutex_lock(&p->mu);
+        p->running++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return p;
+}
+
+int ps_pool_push(ps_pool_t *p, void *job)
+{
+    int rc = -EAGAIN;
+    pthread_mutex_lock(&p->mu);
+    if (!p->stop && p->count < p->idle) {
+        p->ring[(p->head + p->count) % p->nthreads] = job;
+        p->count++;
+        pthread_cond_signal(&p->work);
+        rc = 0;
+    } else {
+        p->starved = 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+void ps_pool_wake(ps_pool_t *p)
+{
+    /* Under the lock: once ps_pool_free has set stop, the loop may be gone. */
+    pthread_mutex_lock(&p->mu);
+    if (!p->stop)
+        ev_async_send(p->loop, &p->async);
+    pthread_mutex_unlock(&p->mu);
+}
+
+ps_pool_thread_t *ps_pool_threads(ps_pool_t *p, uint32_t *n)
+{
+    *n = p->nthreads;
+    return p->threads;
+}
+
+/* Waits up to `wait` seconds (without the GIL) for the threads to leave
+ * their loops. Returns 1 when they all did. */
+static int wait_exited(ps_pool_t *p, double wait)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec / 1e9 + wait;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    int all;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&p->mu);
+    while (p->running > 0 && pthread_cond_timedwait(&p->exited, &p->mu, &until) != ETIMEDOUT)
+        ;
+    all = p->running == 0;
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS return all;
+}
+
+int ps_pool_free(ps_pool_t *p, double wait)
+{
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    ev_ref(p->loop);
+    ev_async_stop(p->loop, &p->async);
+    if (!wait_exited(p, wait)) {
+        /* A thread is still inside the application (the graceful timeout
+         * passed): the process is ending, so it is left running, and the
+         * pool with it. */
+        for (uint32_t i = 0; i < p->nthreads; i++)
+            pthread_detach(p->threads[i].tid);
+        return -EBUSY;
+    }
+    for (uint32_t i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i].tid, NULL);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->exited);
+    pthread_mutex_destroy(&p->mu);
+    PyMem_RawFree(p->ring);
+    PyMem_RawFree(p->threads);
+    PyMem_RawFree(p);
+    return 0;
+}
