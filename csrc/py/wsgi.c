@@ -608,8 +608,8 @@ static void t_detach(RequestObject *req, int status)
     req->loop_done = 1;
     pthread_cond_broadcast(&ctx->moved);
     pthread_mutex_unlock(&ctx->mu);
-    if (ctx->access_info && status)
-        ps_log_access(ctx->access_info, x, req->fwd_client, status);
+    if (ctx->access_log && status)
+        ps_log_access(ctx->access_log, x, req->fwd_client, status, req->headers);
     Py_DECREF(req);
 }
 
