@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "http1.h"
 #include "proxy.h"
+#include "transport.h"
 
 typedef struct ps_exchange ps_exchange_t;
 typedef struct ps_worker ps_worker_t;
@@ -90,9 +91,12 @@ struct ps_exchange {
     socklen_t peer_len;
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
     unsigned secure : 1;  /* carried over TLS: the scheme is https */
-    int status;           /* the response status once started, else 0 */
-    void *app_data;       /* the interface layer's per-request state */
-    void *conn_data;      /* the interface layer's per-connection state */
+    /* The TLS session carrying it (its facts: transport.h's ps_tls_*), or
+     * NULL over a plain socket. */
+    const ps_transport_t *tls;
+    int status;      /* the response status once started, else 0 */
+    void *app_data;  /* the interface layer's per-request state */
+    void *conn_data; /* the interface layer's per-connection state */
 };
 
 /* Synchronous layers: the whole body was read before on_request, into

@@ -14,6 +14,7 @@
 #include "master.h"
 
 typedef struct ps_conn ps_conn_t;
+typedef struct ps_tls_ctx ps_tls_ctx_t;
 
 typedef struct {
     ps_http1_limits_t limits;
@@ -37,6 +38,10 @@ typedef struct {
     uint32_t ws_max_queue;   /* messages received, not yet read by the app */
     double ws_ping_interval; /* 0: no pings */
     double ws_ping_timeout;  /* a ping unanswered this long closes with 1011 (0: never) */
+    /* TLS (transport.h): the context of the TCP listeners (unix ones stay
+     * plain), NULL for none; it must outlive the worker. */
+    ps_tls_ctx_t *tls;
+    double timeout_tls_handshake; /* a handshake not done by then closes the connection */
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the

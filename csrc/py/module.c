@@ -419,7 +419,17 @@ static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(rc);
 }
 
+/* check_tls(config): raises ValueError when config's TLS certificate,
+ * key, password, CA file or cipher list does not load. */
+static PyObject *check_tls(PyObject *module, PyObject *config)
+{
+    PS_UNUSED(module);
+    return ps_py_check_tls(config) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
 static PyMethodDef module_methods[] = {
+    {"check_tls", check_tls, METH_O,
+     "check_tls(config)\n--\n\nRaise ValueError if the TLS settings do not load."},
     {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL,
      "serve(app, sockets, config, own_sockets=())\n--\n\nServe app on the listening sockets "
      "until stopped."},
