@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from helpers import HOST, free_port, rss_kib, run_cli, run_server, wait_for
+from helpers import HOST, free_port, rss_kib, run_cli, run_server
 
 OPENSSL = shutil.which("openssl")
 CURL = shutil.which("curl")
@@ -430,3 +430,148 @@ def test_minimum_version_tls13(certs):
             tls_connect(srv, certs.client_context(version=ssl.TLSVersion.TLSv1_2))
         with httpx.Client(verify=certs.client_context()) as client:
             assert client.get(https(srv) + "/env").json()["SSL_PROTOCOL"] == "TLSv1.3"
+
+
+# ---- file responses: the read and encrypt loop, in bounded memory ----
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """1 GiB of a repeated random MiB, and its SHA-256."""
+    import hashlib
+
+    path = tmp_path_factory.mktemp("tls-file") / "big.bin"
+    block = os.urandom(1 << 20)
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for _ in range(1024):
+            f.write(block)
+            digest.update(block)
+    return str(path), digest.hexdigest(), 1 << 30
+
+
+def _download(srv, certs, target, size, pid):
+    """GETs target over TLS; returns (sha256 hex, peak RSS growth of pid in MiB)."""
+    import hashlib
+
+    base = rss_kib(pid)
+    peak = base
+    digest = hashlib.sha256()
+    got = 0
+    with tls_connect(srv, certs.client_context(), timeout=60) as s:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+        head, _, data = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        digest.update(data)
+        got += len(data)
+        step = 0
+        while got < size:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            got += len(chunk)
+            if got >> 24 != step:  # every 16 MiB
+                step = got >> 24
+                peak = max(peak, rss_kib(pid))
+    assert got == size
+    return digest.hexdigest(), (peak - base) / 1024
+
+
+@pytest.mark.resource
+def test_large_file_wrapper_response_over_tls_keeps_rss_bounded(certs, big_file):
+    path, sha, size = big_file
+    with serve_tls(WSGI, certs, env={"TLS_TEST_FILE": path}) as srv:
+        with httpx.Client(verify=certs.client_context()) as client:  # warm up the worker
+            assert client.get(https(srv) + "/hello").text == "hello"
+        digest, growth = _download(srv, certs, f"/file?size={size}", size, srv.pid)
+    assert digest == sha
+    assert growth < 20, f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+
+
+@pytest.mark.resource
+def test_pathsend_over_tls(certs, big_file):
+    path, sha, size = big_file
+    with serve_tls(ASGI, certs, env={"TLS_TEST_FILE": path}) as srv:
+        with httpx.Client(verify=certs.client_context()) as client:
+            assert client.get(https(srv) + "/").status_code == 200
+        digest, growth = _download(srv, certs, "/pathsend", size, srv.pid)
+    assert digest == sha
+    assert growth < 20, f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+
+
+# ---- WebSocket over TLS ----
+
+
+def test_websocket_over_tls(certs):
+    from websockets.sync.client import connect
+
+    with serve_tls(ASGI, certs) as srv:
+        ctx = certs.client_context()
+        with connect(f"wss://localhost:{srv.port}/ws", ssl=ctx, open_timeout=10) as ws:
+            for i in range(20):
+                ws.send(f"m{i}" + "x" * (i * 1000))
+                assert ws.recv(timeout=10) == f"wss m{i}" + "x" * (i * 1000)
+            big = "y" * (512 << 10)  # many TLS records in one message
+            ws.send(big)
+            assert ws.recv(timeout=10) == "wss " + big
+
+
+# ---- the gunicorn worker ----
+
+
+def test_gunicorn_worker_serves_tls(certs):
+    from test_gunicorn import gunicorn
+
+    args = ("--certfile", certs.path("server.pem"), "--keyfile", certs.path("server.key"))
+    args += ("--ca-certs", certs.path("ca.pem"), "--cert-reqs", "1", "--do-handshake-on-connect")
+    with gunicorn("apps.gunicorn_app:app", *args, workers=1) as g:
+        with httpx.Client(verify=certs.client_context(cert="client")) as client:
+            r = client.get(f"https://localhost:{g.port}/")
+        assert r.status_code == 200 and r.text.startswith("pid=")
+        with httpx.Client(verify=certs.client_context()) as client:  # optional: none is fine
+            assert client.get(f"https://localhost:{g.port}/").status_code == 200
+
+
+# ---- the default configuration, as a TLS scanner sees it ----
+
+
+def test_sslyze_finds_no_weak_protocol_or_cipher(certs):
+    sslyze = pytest.importorskip("sslyze")
+    with serve_tls(WSGI, certs) as srv:
+        location = sslyze.ServerNetworkLocation("localhost", srv.port, ip_address=HOST)
+        commands = {
+            sslyze.ScanCommand.SSL_2_0_CIPHER_SUITES,
+            sslyze.ScanCommand.SSL_3_0_CIPHER_SUITES,
+            sslyze.ScanCommand.TLS_1_0_CIPHER_SUITES,
+            sslyze.ScanCommand.TLS_1_1_CIPHER_SUITES,
+            sslyze.ScanCommand.TLS_1_2_CIPHER_SUITES,
+            sslyze.ScanCommand.TLS_1_3_CIPHER_SUITES,
+            sslyze.ScanCommand.TLS_COMPRESSION,
+            sslyze.ScanCommand.SESSION_RENEGOTIATION,
+            sslyze.ScanCommand.HEARTBLEED,
+        }
+        scanner = sslyze.Scanner()
+        scanner.queue_scans(
+            [sslyze.ServerScanRequest(server_location=location, scan_commands=commands)]
+        )
+        (result,) = list(scanner.get_results())
+    assert result.scan_status == sslyze.ServerScanStatusEnum.COMPLETED, (
+        result.connectivity_error_trace
+    )
+    r = result.scan_result
+    for attempt in (r.ssl_2_0_cipher_suites, r.ssl_3_0_cipher_suites, r.tls_1_0_cipher_suites,
+                    r.tls_1_1_cipher_suites):  # fmt: skip
+        assert attempt.status == sslyze.ScanCommandAttemptStatusEnum.COMPLETED
+        assert attempt.result.accepted_cipher_suites == []
+    tls12 = [s.cipher_suite.name for s in r.tls_1_2_cipher_suites.result.accepted_cipher_suites]
+    tls13 = [s.cipher_suite.name for s in r.tls_1_3_cipher_suites.result.accepted_cipher_suites]
+    assert tls12 and tls13
+    for name in tls12:  # forward secrecy and AEAD only: no CBC, RC4, 3DES, NULL, export, RSA kx
+        assert name.startswith("TLS_ECDHE_") and ("_GCM_" in name or "CHACHA20" in name), name
+    assert not r.tls_compression.result.supports_compression
+    assert not r.session_renegotiation.result.is_vulnerable_to_client_renegotiation_dos
+    assert not r.heartbleed.result.is_vulnerable_to_heartbleed
