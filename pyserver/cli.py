@@ -400,6 +400,13 @@ def build_parser():
         help="close a connection whose TLS handshake is not done after this many seconds "
         f"(default: {D['timeout_tls_handshake']:g})",
     )
+    add(
+        tls,
+        "--ssl-ticket-rotation",
+        metavar="SECONDS",
+        type=_float("ssl_ticket_rotation"),
+        help=argparse.SUPPRESS,  # seconds between new session ticket keys (tests shorten it)
+    )
 
     proxy = parser.add_argument_group("proxy headers")
     add(

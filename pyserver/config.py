@@ -37,6 +37,8 @@ hold final values:
     ssl_ciphers               None (ECDHE with AEAD ciphers) or an OpenSSL TLS 1.2 cipher list
     ssl_version               "TLSv1.2" or "TLSv1.3", the lowest version accepted
     timeout_tls_handshake     float seconds a TLS handshake may take
+    ssl_ticket_rotation       float seconds: under a master, the workers share their session
+                              ticket keys and get a new one this often (the last 4 decrypt)
     proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
     secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
@@ -112,6 +114,7 @@ INT_BOUNDS = {
 }
 FLOAT_BOUNDS = {
     "timeout_tls_handshake": (0.001, None),
+    "ssl_ticket_rotation": (0.1, None),
     "timeout_keep_alive": (0.0, None),
     "timeout_request_header": (0.001, None),
     "timeout_request_body": (0.001, None),
@@ -333,6 +336,7 @@ class Config:
         ssl_ciphers=None,
         ssl_version="TLSv1.2",
         timeout_tls_handshake=10.0,
+        ssl_ticket_rotation=3600.0,
         hooks=None,
         startup_warnings=(),
     ):
@@ -436,6 +440,7 @@ class Config:
         self.ssl_ciphers = ssl_ciphers
         self.ssl_version = check_tls_version(ssl_version)
         self.timeout_tls_handshake = check_float("timeout_tls_handshake", timeout_tls_handshake)
+        self.ssl_ticket_rotation = check_float("ssl_ticket_rotation", ssl_ticket_rotation)
         if self.ssl_certfile is None and (self.ssl_keyfile or self.ssl_ca_certs):
             raise ValueError("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile")
         self.uid, self.gid = resolve_user_group(user, group)

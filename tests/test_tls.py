@@ -7,14 +7,16 @@ one signed by a CA the server does not trust.
 
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import httpx
 import pytest
-from helpers import HOST, free_port, rss_kib, run_cli, run_server
+from helpers import HOST, free_port, rss_kib, run_cli, run_server, wait_for
 
 OPENSSL = shutil.which("openssl")
 CURL = shutil.which("curl")
@@ -575,3 +577,80 @@ def test_sslyze_finds_no_weak_protocol_or_cipher(certs):
     assert not r.tls_compression.result.supports_compression
     assert not r.session_renegotiation.result.is_vulnerable_to_client_renegotiation_dos
     assert not r.heartbleed.result.is_vulnerable_to_heartbleed
+
+
+# ---- under a master: shared and rotated ticket keys, certificates renewed on HUP ----
+
+
+def _get(srv, ctx, target, session=None):
+    """One request on a new TLS connection: (body, session_reused, session, peer cert DER)."""
+    with socket.create_connection((HOST, srv.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+            s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            (body,) = read_responses(s, 1)
+            return body, s.session_reused, s.session, s.getpeercert(binary_form=True)
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_ticket_keys_shared_by_workers_and_rotated(certs, version):
+    args = ("--workers", "2", "--ssl-ticket-rotation", "1")
+    with serve_tls(WSGI, certs, *args) as srv:
+        ctx = certs.client_context(version=version)
+        assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
+        _, reused, session, _ = _get(srv, ctx, "/pid")
+        assert not reused
+        pids = set()
+        for _ in range(40):  # resumed whichever worker accepts
+            pid, reused, _, _ = _get(srv, ctx, "/pid", session)
+            assert reused, f"ticket of one worker refused by worker {pid}"
+            pids.add(pid)
+        assert len(pids) == 2, pids
+        time.sleep(1.6)  # one rotation later the ticket's key still decrypts
+        assert _get(srv, ctx, "/pid", session)[1]
+        time.sleep(4.5)  # four more: its key is out of the ring everywhere
+        assert not any(_get(srv, ctx, "/pid", session)[1] for _ in range(6))
+
+
+def test_hup_renews_certificate_under_load_losing_nothing(certs, tmp_path):
+    _make_cert(certs.dir, "renewed", "/CN=localhost", ca="ca")
+    live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
+    shutil.copy(certs.path("server.pem"), live_cert)
+    shutil.copy(certs.path("server.key"), live_key)
+    old_der = ssl.PEM_cert_to_DER_cert(open(certs.path("server.pem")).read())
+    new_der = ssl.PEM_cert_to_DER_cert(open(certs.path("renewed.pem")).read())
+    args = ("--ssl-certfile", str(live_cert), "--ssl-keyfile", str(live_key), "--workers", "2")
+    with run_server(WSGI, *args) as srv:
+        ctx = certs.client_context()
+        seen, failures, stop = [], [], threading.Event()
+
+        def loop():
+            while not stop.is_set():
+                try:
+                    body, _, _, der = _get(srv, ctx, "/hello")
+                    assert body == b"hello"
+                    seen.append(der)
+                except Exception as exc:  # noqa: BLE001 - every failure is reported
+                    failures.append(repr(exc))
+
+        threads = [threading.Thread(target=loop) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            assert wait_for(lambda: len(seen) > 20, 10)
+            shutil.copy(certs.path("renewed.pem"), live_cert)
+            shutil.copy(certs.path("renewed.key"), live_key)
+            os.kill(srv.pid, signal.SIGHUP)
+            assert wait_for(lambda: seen[-10:] == [new_der] * 10, 20), "renewed cert not served"
+            # A renewal gone wrong: the master says so and the workers keep serving.
+            live_cert.write_text("-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n")
+            count = len(seen)
+            os.kill(srv.pid, signal.SIGHUP)
+            assert srv.wait_for_log("Not restarting the workers: TLS: cannot load", 10)
+            assert wait_for(lambda: len(seen) > count + 50, 10)
+            assert all(der == new_der for der in seen[count:])
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        assert failures == []
+        assert seen.count(old_der) > 0 and seen[-1] == new_der

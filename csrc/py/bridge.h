@@ -43,6 +43,7 @@ typedef struct {
     ps_config_t core;           /* the worker's; core.proxy is &proxy or NULL */
     ps_proxy_t proxy;           /* initialised when core.proxy is set */
     ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
+    double tls_ticket_rotation; /* seconds between a master's new ticket keys */
     ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
     int asgi;                   /* interface is "asgi" */
     int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
@@ -119,6 +120,15 @@ PyObject *ps_py_tls_extension(const ps_transport_t *t);
  * certificate, SSL_CLIENT_CERT (PEM), SSL_CLIENT_S_DN (RFC 4514) and
  * SSL_CLIENT_VERIFY into env. Returns 0 or -1 with an exception. */
 int ps_py_tls_environ(PyObject *env, const ps_transport_t *t);
+/* Under a master: the session ticket keys its workers share. The master
+ * makes the ring before the first fork (rotation: seconds between new
+ * keys; the last PS_TLS_MAX_TICKET_KEYS still decrypt) and rotates it from
+ * its tick; each worker installs the ring in its context and checks it once
+ * a second. Create returns 0 or -1 with an exception; the rest never fail. */
+int ps_py_tls_ring_create(double rotation);
+void ps_py_tls_ring_rotate(void);
+void ps_py_tls_ring_attach(struct ev_loop *loop, ps_tls_ctx_t *ctx);
+void ps_py_tls_ring_detach(void);
 
 /* ---- request.c: what both interfaces take from an exchange ---- */
 

@@ -309,6 +309,7 @@ static int load_tls(PyObject *config, ps_py_settings_t *s)
     double reqs;
     ps_tls_settings_t ts = {.ncerts = 1};
     if (get_double(config, "timeout_tls_handshake", &s->core.timeout_tls_handshake) < 0 ||
+        get_double(config, "ssl_ticket_rotation", &s->tls_ticket_rotation) < 0 ||
         get_text(config, "ssl_certfile", objs, &nobj, &ts.certs[0].certfile) < 0)
         goto done;
     if (ts.certs[0].certfile == NULL) {

@@ -1,8 +1,12 @@
-/* What WSGI and ASGI show of a TLS connection: the ASGI "tls" scope
- * extension and the Apache/uWSGI environ variables (HTTPS, SSL_*). Built
- * only for requests that came over TLS; plain requests pay nothing. */
+/* TLS in the bridge: what WSGI and ASGI show of a TLS connection (the ASGI
+ * "tls" scope extension, the Apache/uWSGI environ variables HTTPS and
+ * SSL_*), built only for requests that came over TLS so that plain ones pay
+ * nothing; and the session ticket keys a master's workers share. */
 #include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
 
+#include "../master.h"
 #include "bridge.h"
 
 /* A str of the slice (NULL base: None). New reference or NULL. */
@@ -108,4 +112,120 @@ int ps_py_tls_environ(PyObject *env, const ps_transport_t *t)
         set_text(env, "SSL_CLIENT_VERIFY", verify ? "FAILED" : "SUCCESS") < 0)
         return -1;
     return 0;
+}
+
+/* ---- session ticket keys shared by a master's workers ---- */
+
+/* The ring lives in an anonymous shared mapping the master makes before
+ * its first fork. The master writes it under a sequence lock (seq is odd
+ * while it writes); each worker copies it when seq changed and installs the
+ * keys in its context, so a ticket one worker issued resumes on any other,
+ * and a rotated-out key stops being accepted everywhere at once. */
+typedef struct {
+    volatile uint32_t seq;
+    int n;
+    ps_tls_ticket_key_t keys[PS_TLS_MAX_TICKET_KEYS];
+} ticket_ring_t;
+
+static ticket_ring_t *ring;  /* NULL: not under a master, or no TLS */
+static double ring_rotation; /* seconds between new keys */
+static double ring_next;     /* the master's next rotation (ps_master_now) */
+/* The worker's side: its context, the seq it installed, the check timer. */
+static ps_tls_ctx_t *ring_ctx;
+static uint32_t ring_seen;
+static ev_timer ring_timer;
+static struct ev_loop *ring_loop;
+
+int ps_py_tls_ring_create(double rotation)
+{
+    ticket_ring_t *r =
+        mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    memset(r, 0, sizeof(*r));
+    if (ps_tls_generate_ticket_key(&r->keys[0]) < 0) {
+        munmap(r, sizeof(*r));
+        PyErr_SetString(PyExc_OSError, "cannot generate a TLS session ticket key");
+        return -1;
+    }
+    r->n = 1;
+    r->seq = 2;
+    ring = r;
+    ring_rotation = rotation > 0 ? rotation : 3600;
+    ring_next = ps_master_now() + ring_rotation;
+    return 0;
+}
+
+void ps_py_tls_ring_rotate(void)
+{
+    if (ring == NULL || ps_master_now() < ring_next)
+        return;
+    ps_tls_ticket_key_t key;
+    ring_next = ps_master_now() + ring_rotation;
+    if (ps_tls_generate_ticket_key(&key) < 0)
+        return; /* the current key stays; tried again next time */
+    __atomic_store_n(&ring->seq, ring->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memmove(&ring->keys[1], &ring->keys[0], sizeof(key) * (PS_TLS_MAX_TICKET_KEYS - 1));
+    ring->keys[0] = key;
+    ring->n = PS_MIN(ring->n + 1, PS_TLS_MAX_TICKET_KEYS);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&ring->seq, ring->seq + 1, __ATOMIC_RELAXED);
+    explicit_bzero(&key, sizeof(key));
+}
+
+/* Copies the ring when it changed and installs it in the worker's context. */
+static void ring_install(void)
+{
+    ps_tls_ticket_key_t keys[PS_TLS_MAX_TICKET_KEYS];
+    uint32_t seq;
+    int n;
+    for (;;) {
+        seq = __atomic_load_n(&ring->seq, __ATOMIC_ACQUIRE);
+        if (seq == ring_seen)
+            return;
+        if (seq & 1)
+            continue; /* the master is writing: a few stores at most */
+        n = ring->n;
+        memcpy(keys, ring->keys, sizeof(keys));
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&ring->seq, __ATOMIC_RELAXED) == seq)
+            break;
+    }
+    if (ps_tls_set_ticket_keys(ring_ctx, keys, n) == 0)
+        ring_seen = seq;
+    explicit_bzero(keys, sizeof(keys));
+}
+
+static void on_ring_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(t);
+    PS_UNUSED(revents);
+    ring_install();
+}
+
+void ps_py_tls_ring_attach(struct ev_loop *loop, ps_tls_ctx_t *ctx)
+{
+    if (ring == NULL || ctx == NULL)
+        return;
+    ring_ctx = ctx;
+    ring_seen = 0;
+    ring_install();
+    ring_loop = loop;
+    ev_timer_init(&ring_timer, on_ring_timer, 1.0, 1.0);
+    ev_timer_start(loop, &ring_timer);
+    ev_unref(loop); /* the check alone does not keep the loop alive */
+}
+
+void ps_py_tls_ring_detach(void)
+{
+    if (ring_loop == NULL)
+        return;
+    ev_ref(ring_loop);
+    ev_timer_stop(ring_loop, &ring_timer);
+    ring_loop = NULL;
+    ring_ctx = NULL;
 }

@@ -1,10 +1,10 @@
 """Applications behind tests/test_tls.py: what a request over TLS shows the application.
 
 `wsgi` answers /env with the TLS part of its environ as JSON, /file?size=N with a
-wsgi.file_wrapper response of the file named by $TLS_TEST_FILE (N bytes of it), anything
-else with "hello". `asgi` answers with the scope's scheme and its "tls" extension as JSON,
-/pathsend with an http.response.pathsend of $TLS_TEST_FILE, and echoes WebSocket messages
-(text, prefixed with the scope's scheme).
+wsgi.file_wrapper response of the file named by $TLS_TEST_FILE (N bytes of it), /pid with
+the worker's pid, anything else with "hello". `asgi` answers with the scope's scheme and
+its "tls" extension as JSON, /pathsend with an http.response.pathsend of $TLS_TEST_FILE,
+and echoes WebSocket messages (text, prefixed with the scope's scheme).
 """
 
 import json
@@ -30,6 +30,8 @@ def wsgi(environ, start_response):
         f = open(os.environ["TLS_TEST_FILE"], "rb")  # noqa: SIM115 - closed by the server
         start_response("200 OK", [("Content-Length", str(size))])
         return environ["wsgi.file_wrapper"](f, 1 << 20)
+    elif path == "/pid":
+        body = str(os.getpid()).encode()
     else:
         body = b"hello"
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
