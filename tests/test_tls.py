@@ -22,6 +22,10 @@ OPENSSL = shutil.which("openssl")
 CURL = shutil.which("curl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl CLI")
 
+# Under `make test-asan` ASan's quarantine makes RSS meaningless: memory bounds are not
+# asserted there (fds and data still are), as in test_resources.py.
+UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+
 WSGI = "apps.tls_apps:wsgi"
 ASGI = "apps.tls_apps:asgi"
 
@@ -290,8 +294,10 @@ def test_asgi_tls_extension_with_client_cert(certs):
         with httpx.Client(verify=certs.client_context(cert="client")) as client:
             tls = client.get(https(srv) + "/").json()["tls"]
     assert tls["client_cert_name"] == "O=Example,CN=alice"
-    assert len(tls["client_cert_chain"]) == 1
-    assert tls["client_cert_chain"][0].strip() == open(certs.path("client.pem")).read().strip()
+    # As sent: the leaf, then whatever chain the client added (OpenSSL adds the CA).
+    chain = [pem.strip() for pem in tls["client_cert_chain"]]
+    assert chain[0] == open(certs.path("client.pem")).read().strip()
+    assert chain[1:] in ([], [open(certs.path("ca.pem")).read().strip()])
     assert tls["client_cert_error"] is None
 
 
@@ -491,7 +497,9 @@ def test_large_file_wrapper_response_over_tls_keeps_rss_bounded(certs, big_file)
             assert client.get(https(srv) + "/hello").text == "hello"
         digest, growth = _download(srv, certs, f"/file?size={size}", size, srv.pid)
     assert digest == sha
-    assert growth < 20, f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+    assert UNDER_ASAN or growth < 20, (
+        f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+    )
 
 
 @pytest.mark.resource
@@ -502,7 +510,9 @@ def test_pathsend_over_tls(certs, big_file):
             assert client.get(https(srv) + "/").status_code == 200
         digest, growth = _download(srv, certs, "/pathsend", size, srv.pid)
     assert digest == sha
-    assert growth < 20, f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+    assert UNDER_ASAN or growth < 20, (
+        f"worker RSS grew {growth:.1f} MiB sending {size >> 20} MiB over TLS"
+    )
 
 
 # ---- WebSocket over TLS ----
@@ -654,3 +664,48 @@ def test_hup_renews_certificate_under_load_losing_nothing(certs, tmp_path):
                 t.join(10)
         assert failures == []
         assert seen.count(old_der) > 0 and seen[-1] == new_der
+
+
+# ---- no leaks on the TLS path ----
+
+
+@pytest.mark.resource
+def test_100k_requests_over_tls_leave_no_fd_or_rss_growth(certs):
+    """100,000 keep-alive requests over TLS (pipelined in batches) and 2,000 connections,
+    full handshakes, resumed ones and refused ones: the worker's fds and RSS come back."""
+    from helpers import fd_count, settled_fd_count
+
+    request = b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def batches(count, ctx):
+        with tls_connect(srv, ctx) as s:
+            for _ in range(count):
+                s.sendall(request * 100)
+                assert read_responses(s, 100) == [b"hello"] * 100
+
+    def connections(count, ctx):
+        session = None
+        for i in range(count):
+            if i % 4 == 3:  # clear text to the TLS port
+                with socket.create_connection((HOST, srv.port), timeout=5) as s:
+                    s.sendall(request)
+                    while s.recv(4096):
+                        pass
+                continue
+            _, _, new, _ = _get(srv, ctx, "/hello", session if i % 2 else None)
+            session = session or new
+
+    with serve_tls(WSGI, certs) as srv:
+        ctx = certs.client_context()
+        batches(20, ctx)  # warm-up
+        connections(200, ctx)
+        fds_before, rss_before = settled_fd_count(srv.pid), rss_kib(srv.pid)
+        for _ in range(10):  # 10 connections x 100 batches x 100 requests
+            batches(100, ctx)
+        connections(2000, ctx)
+        settled = wait_for(lambda: abs(fd_count(srv.pid) - fds_before) <= 2, 5.0)
+        assert settled, f"worker fds {fds_before} -> {fd_count(srv.pid)}"
+        growth = (rss_kib(srv.pid) - rss_before) / 1024
+        assert UNDER_ASAN or growth < 10, (
+            f"worker RSS grew {growth:.1f} MiB over 100,000 TLS requests"
+        )
