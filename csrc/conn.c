@@ -91,6 +91,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
         return NULL;
     c->w = w;
     c->fd = fd;
+    ps_transport_init_plain(&c->t, fd);
     c->is_unix = is_unix != 0;
     c->sf_fd = -1;
     c->spool_fd = -1;
@@ -183,8 +184,9 @@ void ps_conn_close(ps_conn_t *c)
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);
-    close(c->fd);
+    ps_transport_close(&c->t);
     c->fd = -1;
+    c->x.tls = NULL;
     drop_spool(c);
     set_state(c, PS_CONN_CLOSED);
     c->failed = 1;
@@ -200,7 +202,7 @@ void ps_conn_close(ps_conn_t *c)
  * answer before the client reads it. */
 static void linger(ps_conn_t *c)
 {
-    shutdown(c->fd, SHUT_WR);
+    ps_transport_shutdown(&c->t);
     set_state(c, PS_CONN_LINGER);
     ev_io_stop(c->w->loop, &c->wio);
     ev_io_start(c->w->loop, &c->rio);
@@ -262,14 +264,10 @@ static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
     }
     size_t sent = 0;
     if (!ev_is_active(&c->wio) && c->sf_fd < 0) {
-        struct msghdr msg = {.msg_iov = v, .msg_iovlen = (size_t)k};
-        ssize_t r;
-        do
-            r = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-        while (r < 0 && errno == EINTR);
-        if (r < 0 && errno != EAGAIN) {
+        ssize_t r = ps_transport_writev(&c->t, v, k);
+        if (r < 0 && r != PS_IO_WANT_WRITE && r != PS_IO_WANT_READ) {
             c->failed = 1;
-            return -errno;
+            return (int)r;
         }
         sent = r < 0 ? 0 : (size_t)r;
     }
@@ -302,29 +300,26 @@ static int flush(ps_conn_t *c)
 {
     for (;;) {
         while (ps_buf_size(&c->wbuf)) {
-            ssize_t r = send(c->fd, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf), MSG_NOSIGNAL);
+            ssize_t r = ps_transport_write(&c->t, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf));
+            if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ)
+                return 1;
             if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno == EAGAIN)
-                    return 1;
                 c->failed = 1;
-                return -errno;
+                return (int)r;
             }
             ps_buf_consume(&c->wbuf, (size_t)r);
         }
         if (c->sf_fd < 0)
             return 0;
         while (c->sf_left) {
-            off_t off = (off_t)c->sf_off;
-            ssize_t r = sendfile(c->fd, c->sf_fd, &off, PS_MIN(c->sf_left, SENDFILE_CHUNK));
+            /* Over TLS without kernel TLS, a bounded pread and encrypt loop. */
+            ssize_t r = ps_transport_sendfile(&c->t, c->sf_fd, c->sf_off,
+                                              PS_MIN(c->sf_left, SENDFILE_CHUNK));
+            if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ)
+                return 1;
             if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                if (errno == EAGAIN)
-                    return 1;
                 c->failed = 1;
-                return -errno;
+                return (int)r;
             }
             if (r == 0) { /* the file shrank under us: the response is short */
                 c->failed = 1;
@@ -344,6 +339,8 @@ static int flush(ps_conn_t *c)
 
 static int wait_fd(ps_conn_t *c, short events)
 {
+    if (ps_transport_blocked(&c->t) & PS_TRANSPORT_WRITE_WANTS_READ)
+        events = POLLIN; /* TLS: the write waits for the peer's bytes */
     struct pollfd pfd = {.fd = c->fd, .events = events};
     int ms = (int)(c->w->cfg.timeout_request_header * 1000);
     for (;;) {
@@ -564,16 +561,13 @@ void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
 
 /* ---- input ---- */
 
-/* Reads once into the buffer. Returns bytes read, 0 at EOF, -errno. */
-static ssize_t read_some(ps_conn_t *c, char *dst, size_t cap)
+/* Starts the read watcher. Input a TLS session already holds is not seen
+ * by a poll of the socket: the watcher is then fed an event at once. */
+static void start_reading(ps_conn_t *c)
 {
-    for (;;) {
-        ssize_t n = read(c->fd, dst, cap);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return -errno;
-    }
+    ev_io_start(c->w->loop, &c->rio);
+    if (ps_unlikely(ps_transport_pending(&c->t)))
+        ev_feed_event(c->w->loop, &c->rio, EV_READ);
 }
 
 /* Parses buffered input. Returns PS_HTTP1_* */
@@ -648,7 +642,7 @@ static void update_reading(ps_conn_t *c)
     int want = r->message_complete ? ps_buf_size(&c->rbuf) < READ_AHEAD
                                    : ps_buf_size(&c->body) < BODY_HIGH;
     if (want)
-        ev_io_start(c->w->loop, &c->rio);
+        start_reading(c);
     else
         ev_io_stop(c->w->loop, &c->rio);
 }
@@ -722,6 +716,106 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
     update_reading(c);
 }
 
+/* ---- TLS ---- */
+
+/* nginx's answer, in clear text, to clear-text HTTP on a TLS port. */
+#define PLAIN_BODY "The plain HTTP request was sent to HTTPS port\n"
+static const ps_slice_t plain_response = PS_SLICE_LIT("HTTP/1.1 400 Bad Request\r\n"
+                                                      "Content-Type: text/plain\r\n"
+                                                      "Content-Length: 46\r\n"
+                                                      "Connection: close\r\n"
+                                                      "\r\n" PLAIN_BODY);
+_Static_assert(sizeof(PLAIN_BODY) - 1 == 46, "Content-Length of the plain-HTTP answer");
+
+int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx)
+{
+    int rc = ps_transport_init_tls(&c->t, c->fd, ctx);
+    if (rc < 0)
+        return rc;
+    c->handshaking = 1;
+    arm_timer(c, c->w->cfg.timeout_tls_handshake);
+    return 0;
+}
+
+ps_slice_t ps_conn_alpn(const ps_conn_t *c)
+{
+    return ps_tls_alpn(&c->t);
+}
+
+/* Clear-text HTTP on a TLS port: answered in clear (the session is
+ * dropped) and logged once as a rejection; the request is drained by the
+ * linger. May close c. */
+static void answer_plaintext(ps_conn_t *c)
+{
+    ps_transport_downgrade(&c->t);
+    c->handshaking = 0;
+    set_state(c, PS_CONN_APP);
+    ev_io_stop(c->w->loop, &c->rio);
+    c->in_handler = 1;
+    ps_conn_reject_response(c, 400, "The plain HTTP request was sent to HTTPS port",
+                            plain_response);
+    c->in_handler = 0;
+    after_handler(c);
+}
+
+/* One step of the TLS handshake, on either watcher. Returns 0 when it is
+ * done and the caller goes on reading (a TLS 1.3 client's request can come
+ * with its Finished), 1 when it waits or c was answered or closed. A
+ * failed handshake (garbage, a refused client certificate) costs only c. */
+static int handshake(ps_conn_t *c)
+{
+    struct ev_loop *loop = c->w->loop;
+    int rc = ps_transport_handshake(&c->t);
+    if (rc == PS_IO_WANT_WRITE) {
+        ev_io_start(loop, &c->wio);
+        return 1;
+    }
+    ev_io_stop(loop, &c->wio);
+    if (rc == PS_IO_WANT_READ)
+        return 1;
+    if (rc == PS_TLS_PLAINTEXT) {
+        answer_plaintext(c);
+        return 1;
+    }
+    if (rc != PS_TLS_DONE) {
+        ps_conn_close(c);
+        return 1;
+    }
+    /* Only http/1.1 is advertised; an HTTP/2 carrier takes over here when
+     * ps_conn_alpn(c) says "h2". */
+    c->handshaking = 0;
+    c->x.secure = 1;
+    c->x.tls = &c->t;
+    arm_timer(c, c->w->cfg.timeout_keep_alive);
+    return 0;
+}
+
+/* TLS, before on_read reads: the handshake, or a write that waits for the
+ * peer's bytes. Returns 0 to read, 1 when c was handled (maybe closed). */
+static int tls_before_read(ps_conn_t *c)
+{
+    if (c->handshaking)
+        return handshake(c);
+    if ((ps_transport_blocked(&c->t) & PS_TRANSPORT_WRITE_WANTS_READ) && ev_is_active(&c->wio)) {
+        on_write(c->w->loop, &c->wio, EV_WRITE);
+        return c->state == PS_CONN_CLOSED;
+    }
+    return 0;
+}
+
+/* TLS, before on_write flushes: a handshake step or a read that waited
+ * for the socket to be writable goes first. Returns 0 to flush, 1 when
+ * that was all (c may be closed). */
+static int tls_before_write(ps_conn_t *c)
+{
+    if (!c->handshaking && !(ps_transport_blocked(&c->t) & PS_TRANSPORT_READ_WANTS_WRITE))
+        return 0;
+    if (ps_buf_size(&c->wbuf) == 0 && c->sf_fd < 0)
+        ev_io_stop(c->w->loop, &c->wio); /* it watched for the read's sake only */
+    on_read(c->w->loop, &c->rio, EV_READ);
+    return 1;
+}
+
 void ps_conn_accepted(ps_conn_t *c)
 {
     on_read(c->w->loop, &c->rio, EV_READ);
@@ -730,7 +824,7 @@ void ps_conn_accepted(ps_conn_t *c)
     if (c->state == PS_CONN_CLOSED || ev_is_active(&c->rio))
         return;
     if (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY || c->state == PS_CONN_LINGER)
-        ev_io_start(c->w->loop, &c->rio);
+        start_reading(c);
     else
         update_reading(c);
 }
@@ -739,11 +833,16 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 {
     ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
     ps_worker_t *w = c->w;
-    PS_UNUSED(loop);
     PS_UNUSED(revents);
-    ssize_t n = read_some(c, w->scratch, sizeof(w->scratch));
-    if (n == -EAGAIN)
+    if (ps_unlikely(c->t.ssl != NULL) && tls_before_read(c) != 0)
         return;
+    ssize_t n = ps_transport_read(&c->t, w->scratch, sizeof(w->scratch));
+    if (n == PS_IO_WANT_READ)
+        return;
+    if (n == PS_IO_WANT_WRITE) { /* TLS: on_write retries the read */
+        ev_io_start(loop, &c->wio);
+        return;
+    }
     if (n <= 0) {
         ps_conn_close(c);
         return;
@@ -780,6 +879,8 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     /* What the parser took is in its arena now: an incomplete head is held
      * once, not also in a read buffer left at its largest read. */
     ps_buf_shrink(&c->rbuf, KEEP_RBUF);
+    if (ps_unlikely(ps_transport_pending(&c->t)) && ev_is_active(&c->rio))
+        ev_feed_event(loop, &c->rio, EV_READ); /* more than one read's worth decrypted */
 }
 
 /* ---- the request cycle ---- */
@@ -815,7 +916,7 @@ static void complete(ps_conn_t *c)
         return;
     }
     reset_for_next(c);
-    ev_io_start(c->w->loop, &c->rio);
+    start_reading(c);
 }
 
 /* Decides what follows a handler callback. May close the connection. */
@@ -976,6 +1077,8 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
 {
     ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
     PS_UNUSED(revents);
+    if (ps_unlikely(c->t.ssl != NULL) && tls_before_write(c) != 0)
+        return;
     int rc = flush(c);
     if (rc < 0) {
         ps_conn_close(c);
@@ -1024,7 +1127,9 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     PS_UNUSED(revents);
     switch (c->state) {
     case PS_CONN_IDLE:
-        if (c->head_started)
+        if (c->handshaking) /* --timeout-tls-handshake */
+            ps_conn_close(c);
+        else if (c->head_started)
             answer_error(c, 408, "request head deadline");
         else if (nothing_arrived(c)) /* else sent by the deadline: answered, not reset */
             ps_conn_close(c);

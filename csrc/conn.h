@@ -19,6 +19,7 @@
 #include "exchange.h"
 #include "http1.h"
 #include "proxy.h"
+#include "transport.h"
 
 typedef struct ps_conn ps_conn_t;
 
@@ -36,7 +37,8 @@ enum ps_conn_state {
 struct ps_conn {
     ps_exchange_t x; /* the request in progress, as the interface layer sees it */
     ps_worker_t *w;
-    int fd;
+    int fd;           /* t.fd, for the code that only needs the socket */
+    ps_transport_t t; /* every read and write goes through it (plain or TLS) */
     uint8_t state;
     unsigned keep_alive : 1;
     unsigned is_unix : 1;
@@ -51,6 +53,7 @@ struct ps_conn {
     unsigned head_started : 1; /* bytes of the next request have arrived */
     unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
+    unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     int spool_fd;              /* the body's spool file (see spool.h), or -1 */
     uint64_t spool_len;        /* bytes written to it */
@@ -82,6 +85,19 @@ struct ps_conn {
  * peer is a trusted proxy. Returns NULL on OOM. */
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix);
+/* Makes c a TLS connection of ctx: the handshake runs on the loop under
+ * cfg.timeout_tls_handshake, before any request is read. Call it before
+ * ps_conn_accepted. Returns 0 or -ENOMEM. */
+int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx);
+/* The negotiated application protocol of a TLS connection ("http/1.1"), or
+ * an empty slice (plain, or no ALPN). The one place where an HTTP/2 carrier
+ * hooks in: a connection that negotiated "h2" is handed over here. */
+ps_slice_t ps_conn_alpn(const ps_conn_t *c);
+/* The connection's transport (the interface layers read its TLS facts). */
+static inline const ps_transport_t *ps_conn_transport(const ps_conn_t *c)
+{
+    return &c->t;
+}
 /* A connection just accepted: reads what already arrived (the listener
  * defers accept until data is there) before waiting on the loop. May close c. */
 void ps_conn_accepted(ps_conn_t *c);

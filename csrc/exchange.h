@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "http1.h"
 #include "proxy.h"
+#include "transport.h"
 
 typedef struct ps_exchange ps_exchange_t;
 typedef struct ps_worker ps_worker_t;
@@ -91,6 +92,9 @@ struct ps_exchange {
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
     unsigned secure : 1;  /* carried over TLS: the scheme is https */
     unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c) */
+    /* The TLS session carrying it (its facts: transport.h's ps_tls_*), or
+     * NULL over a plain socket. */
+    const ps_transport_t *tls;
     int status;           /* the response status once started, else 0 */
     uint64_t body_sent;   /* response body bytes given to the calls below (reset per request) */
     uint64_t log_start;   /* the interface layer's: when it took the request (access log) */

@@ -169,7 +169,10 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
             w->conns->prev = c;
         w->conns = c;
         int full = ++w->nconns >= w->cfg.limit_connections;
-        ps_conn_accepted(c); /* may close c */
+        if (l->tls && ps_conn_start_tls(c, l->tls) < 0)
+            ps_conn_close(c); /* out of memory: only this connection pays */
+        else
+            ps_conn_accepted(c); /* may close c */
         if (full) {
             ps_listener_set_accepting(w, 0);
             return;
@@ -324,6 +327,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->released = 0;
     l->gated = 0;
     l->local_len = 0;
+    l->tls = is_unix ? NULL : w->cfg.tls; /* the per-bind rule: TLS is for TCP binds */
     if (!is_unix) {
         ps_net_tune_listener(fd);
         l->local_len = ps_net_specific_address(fd, &l->local);

@@ -480,7 +480,8 @@ static void handle_signal(ps_master_t *m, int signo)
     case SIGHUP:
         if (!m->stopping) {
             logf_(m, PS_LOG_INFO, "Handling signal: hup (rolling restart)");
-            retire_all(m);
+            if (m->ops->check_restart == NULL || m->ops->check_restart(m->data) == 0)
+                retire_all(m);
         }
         break;
     case SIGTTIN:
@@ -607,6 +608,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
             retire_all(m);
         }
     }
+    if (m->ops->on_tick)
+        m->ops->on_tick(m->data);
     manage(m);
     t->repeat = pending ? TICK_FAST : TICK_SLOW;
     ev_timer_again(loop, t);

@@ -50,6 +50,13 @@ typedef struct {
     int (*poll_reload)(void *data);
     /* The master's loop exists (e.g. to release the GIL while it waits). */
     void (*prepare_loop)(void *data, struct ev_loop *loop);
+    /* Optional. HUP, before the rolling restart: returns 0 to go on, -1 to
+     * keep the workers as they are (it logged why, e.g. a renewed TLS
+     * certificate that does not load). */
+    int (*check_restart)(void *data);
+    /* Optional. Every master tick (0.1 to 1 s apart), e.g. to rotate the
+     * workers' shared TLS ticket keys. */
+    void (*on_tick)(void *data);
 } ps_master_ops_t;
 
 typedef struct {

@@ -15,6 +15,7 @@
 #include "master.h"
 
 typedef struct ps_conn ps_conn_t;
+typedef struct ps_tls_ctx ps_tls_ctx_t;
 
 typedef struct {
     ps_http1_limits_t limits;
@@ -43,6 +44,10 @@ typedef struct {
     unsigned h2c_upgrade : 1; /* HTTP/1.1 `Upgrade: h2c` */
     unsigned h2_only : 1;     /* --http 2: an HTTP/1 request gets 505 */
     ps_h2_limits_t h2;
+    /* TLS (transport.h): the context of the TCP listeners (unix ones stay
+     * plain), NULL for none; it must outlive the worker. */
+    ps_tls_ctx_t *tls;
+    double timeout_tls_handshake; /* a handshake not done by then closes the connection */
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the

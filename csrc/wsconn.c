@@ -94,16 +94,15 @@ static int flush_out(ps_wsconn_t *wc)
     if (wc->broken)
         return -EPIPE;
     while (ps_buf_size(out)) {
-        ssize_t r = send(c->fd, ps_buf_head(out), ps_buf_size(out), MSG_NOSIGNAL);
+        ssize_t r = ps_transport_write(&c->t, ps_buf_head(out), ps_buf_size(out));
+        if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ) {
+            /* TLS: a write that waits for input is retried by ws_on_read. */
+            ev_io_start(c->w->loop, &c->wio);
+            return 1;
+        }
         if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN) {
-                ev_io_start(c->w->loop, &c->wio);
-                return 1;
-            }
             wc->broken = 1;
-            return -errno;
+            return (int)r;
         }
         ps_buf_consume(out, (size_t)r);
     }
@@ -117,7 +116,7 @@ static int flush_out(ps_wsconn_t *wc)
 static void start_linger(ps_wsconn_t *wc)
 {
     ps_conn_t *c = wc->c;
-    shutdown(c->fd, SHUT_WR);
+    ps_transport_shutdown(&c->t);
     wc->lingering = 1;
     wc->next_ping = wc->pong_deadline = wc->close_deadline = 0;
     wc->linger_deadline = ev_now(c->w->loop) + LINGER_SECONDS;
@@ -262,12 +261,10 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
     PS_UNUSED(revents);
     if (wc->lingering) {
         for (;;) {
-            ssize_t n = read(c->fd, scratch, sizeof(c->w->scratch));
+            ssize_t n = ps_transport_read(&c->t, scratch, sizeof(c->w->scratch));
             if (n > 0)
                 continue;
-            if (n < 0 && (errno == EINTR))
-                continue;
-            if (n < 0 && errno == EAGAIN)
+            if (n == PS_IO_WANT_READ || n == PS_IO_WANT_WRITE)
                 return;
             ps_conn_close(c);
             return;
@@ -278,11 +275,12 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
         return;
     }
     if (ps_ws_want_read(&wc->ws) && ps_buf_size(&c->rbuf) == 0) {
-        ssize_t n;
-        do
-            n = read(c->fd, scratch, sizeof(c->w->scratch));
-        while (n < 0 && errno == EINTR);
-        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+        ssize_t n = ps_transport_read(&c->t, scratch, sizeof(c->w->scratch));
+        if (n == PS_IO_WANT_WRITE) {
+            ev_io_start(loop, &c->wio); /* TLS: ws_on_write retries the read */
+            n = PS_IO_WANT_READ;
+        }
+        if (n == 0 || (n < 0 && n != PS_IO_WANT_READ)) {
             lost(wc);
             return;
         }
@@ -298,6 +296,8 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
     }
     if (!ps_ws_want_read(&wc->ws))
         ev_io_stop(loop, &c->rio); /* the application has enough to read */
+    else if (ps_unlikely(ps_transport_pending(&c->t)))
+        ev_feed_event(loop, &c->rio, EV_READ); /* TLS: decrypted input waits */
     if (wc->pong_deadline > 0 && wc->ws.pongs_received != wc->pongs_at_ping)
         wc->pong_deadline = 0;
     progress(wc);
@@ -306,10 +306,14 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
 static void ws_on_write(struct ev_loop *loop, ev_io *io, int revents)
 {
     ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
-    PS_UNUSED(loop);
     PS_UNUSED(revents);
     if (c->state != PS_CONN_WS)
         return;
+    if (ps_unlikely(ps_transport_blocked(&c->t) & PS_TRANSPORT_READ_WANTS_WRITE)) {
+        ws_on_read(loop, &c->rio, EV_READ); /* TLS: a read that waited for this */
+        if (c->state != PS_CONN_WS)
+            return;
+    }
     progress(c->ws);
 }
 

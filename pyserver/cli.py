@@ -399,6 +399,61 @@ def build_parser():
         help="accept permessage-deflate compression: true or false (default: true)",
     )
 
+    tls = parser.add_argument_group("TLS (on every TCP bind; unix-socket binds stay plain)")
+    add(
+        tls,
+        "--ssl-certfile",
+        "--certfile",
+        metavar="FILE",
+        help="serve TLS with this PEM certificate (then its chain)",
+    )
+    add(tls, "--ssl-keyfile", "--keyfile", metavar="FILE", help="the PEM private key")
+    add(tls, "--ssl-keyfile-password", metavar="PASSWORD", help="the private key's password")
+    add(
+        tls,
+        "--ssl-ca-certs",
+        "--ca-certs",
+        metavar="FILE",
+        help="PEM file of the CAs whose client certificates are accepted",
+    )
+    add(
+        tls,
+        "--ssl-cert-reqs",
+        "--cert-reqs",
+        metavar="MODE",
+        type=_converter("ssl_cert_reqs", config.check_cert_reqs),
+        help="client certificates: none, optional or required (or 0, 1, 2; default: none)",
+    )
+    add(
+        tls,
+        "--ssl-ciphers",
+        "--ciphers",
+        metavar="LIST",
+        help="OpenSSL cipher list for TLS 1.2 (default: ECDHE with AES-GCM or ChaCha20)",
+    )
+    add(
+        tls,
+        "--ssl-version",
+        metavar="VERSION",
+        type=_converter("ssl_version", config.check_tls_version),
+        help="the lowest TLS version accepted: TLSv1.2 or TLSv1.3 (default: TLSv1.2)",
+    )
+    add(
+        tls,
+        "--timeout-tls-handshake",
+        metavar="SECONDS",
+        type=_float("timeout_tls_handshake"),
+        help="close a connection whose TLS handshake is not done after this many seconds "
+        f"(default: {D['timeout_tls_handshake']:g})",
+    )
+    add(
+        tls,
+        "--ssl-ticket-rotation",
+        metavar="SECONDS",
+        type=_float("ssl_ticket_rotation"),
+        help=argparse.SUPPRESS,  # seconds between new session ticket keys (tests shorten it)
+    )
+
     proxy = parser.add_argument_group("proxy headers")
     add(
         proxy,
@@ -703,7 +758,7 @@ def run(cfg: Config) -> int:
     role = "master" if cfg.use_master else "server"
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
-        logger.info("Listening on %s", config.socket_url(sock))
+        logger.info("Listening on %s", config.socket_url(sock, cfg.ssl_certfile is not None))
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))

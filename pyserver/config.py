@@ -35,7 +35,18 @@ hold final values:
     http2_max_headers_size    int bytes of a decoded request header list (431 beyond)
     http2_initial_stream_window_size  int request body bytes buffered per stream
     http2_initial_connection_window_size  int request body bytes buffered per connection
-    url_scheme                "http"
+    url_scheme                "http" (a TLS connection's requests say "https")
+    ssl_certfile              None, or the PEM certificate (then its chain): TLS on the
+                              TCP binds; unix-socket binds stay plain
+    ssl_keyfile               None (the key is in ssl_certfile) or the PEM private key
+    ssl_keyfile_password      None or str, for an encrypted key
+    ssl_ca_certs              None or the PEM file of the CAs that sign client certificates
+    ssl_cert_reqs             int: 0 no client certificate, 1 optional, 2 required
+    ssl_ciphers               None (ECDHE with AEAD ciphers) or an OpenSSL TLS 1.2 cipher list
+    ssl_version               "TLSv1.2" or "TLSv1.3", the lowest version accepted
+    timeout_tls_handshake     float seconds a TLS handshake may take
+    ssl_ticket_rotation       float seconds: under a master, the workers share their session
+                              ticket keys and get a new one this often (the last 4 decrypt)
     proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
     secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
@@ -120,6 +131,8 @@ INT_BOUNDS = {
     "http2_initial_connection_window_size": (65535, (1 << 31) - 1),
 }
 FLOAT_BOUNDS = {
+    "timeout_tls_handshake": (0.001, None),
+    "ssl_ticket_rotation": (0.1, None),
     "timeout_keep_alive": (0.0, None),
     "timeout_request_header": (0.001, None),
     "timeout_request_body": (0.001, None),
@@ -129,6 +142,36 @@ FLOAT_BOUNDS = {
     "ws_ping_timeout": (0.0, None),
 }
 DEFAULT_TIMEOUT = 30.0
+# --ssl-cert-reqs: uvicorn's and gunicorn's numbers (ssl.CERT_*) or their names.
+CERT_REQS = {"none": 0, "optional": 1, "required": 2, "0": 0, "1": 1, "2": 2}
+TLS_VERSIONS = {"tlsv1.2": "TLSv1.2", "1.2": "TLSv1.2", "tlsv1.3": "TLSv1.3", "1.3": "TLSv1.3"}
+
+
+def check_cert_reqs(value):
+    """Return --ssl-cert-reqs as 0, 1 or 2 (none, optional, required)."""
+    key = str(int(value) if isinstance(value, int) else value).strip().lower()
+    if key.startswith("cert_"):  # ssl.CERT_REQUIRED's name
+        key = key[len("cert_") :]
+    if key not in CERT_REQS:
+        raise ValueError(f"expected none, optional or required (or 0, 1, 2), got {value!r}")
+    return CERT_REQS[key]
+
+
+def check_tls_version(value):
+    """Return --ssl-version as "TLSv1.2" or "TLSv1.3" (the minimum accepted).
+
+    uvicorn's default (ssl.PROTOCOL_TLS_SERVER, 17) and ssl.PROTOCOL_TLS (2) mean TLS 1.2;
+    ssl.TLSVersion values (771, 772) their version.
+    """
+    if isinstance(value, int):
+        by_number = {2: "TLSv1.2", 17: "TLSv1.2", 771: "TLSv1.2", 772: "TLSv1.3"}
+        if value in by_number:
+            return by_number[value]
+    elif str(value).strip().lower() in TLS_VERSIONS:
+        return TLS_VERSIONS[str(value).strip().lower()]
+    raise ValueError(f"the minimum TLS version must be TLSv1.2 or TLSv1.3, got {value!r}")
+
+
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 
 
@@ -335,6 +378,15 @@ class Config:
         access_logfile=None,
         error_logfile=None,
         wsgi_errors_level="warning",
+        ssl_certfile=None,
+        ssl_keyfile=None,
+        ssl_keyfile_password=None,
+        ssl_ca_certs=None,
+        ssl_cert_reqs=0,
+        ssl_ciphers=None,
+        ssl_version="TLSv1.2",
+        timeout_tls_handshake=10.0,
+        ssl_ticket_rotation=3600.0,
         hooks=None,
         startup_warnings=(),
     ):
@@ -448,6 +500,17 @@ class Config:
             or self.reuse_port
         )
         self.url_scheme = "http"
+        self.ssl_certfile = None if ssl_certfile is None else os.fspath(ssl_certfile)
+        self.ssl_keyfile = None if ssl_keyfile is None else os.fspath(ssl_keyfile)
+        self.ssl_keyfile_password = ssl_keyfile_password
+        self.ssl_ca_certs = None if ssl_ca_certs is None else os.fspath(ssl_ca_certs)
+        self.ssl_cert_reqs = check_cert_reqs(ssl_cert_reqs)
+        self.ssl_ciphers = ssl_ciphers
+        self.ssl_version = check_tls_version(ssl_version)
+        self.timeout_tls_handshake = check_float("timeout_tls_handshake", timeout_tls_handshake)
+        self.ssl_ticket_rotation = check_float("ssl_ticket_rotation", ssl_ticket_rotation)
+        if self.ssl_certfile is None and (self.ssl_keyfile or self.ssl_ca_certs):
+            raise ValueError("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile")
         self.uid, self.gid = resolve_user_group(user, group)
         self.chdir = chdir
         self.umask = umask
@@ -478,6 +541,7 @@ class Config:
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
+        self.check_tls()
         # Under a master the workers import the app, unless --preload.
         import_here = not self.use_master or self.preload
         if self.uid is None and self.gid is None:
@@ -496,6 +560,20 @@ class Config:
                     self.close_sockets()
                     raise
         self.loaded = True
+
+    def check_tls(self):
+        """Load the TLS certificate, key and settings once, as the workers will.
+
+        Raises StartupError (exit 1) with the one line saying what is wrong.
+        """
+        if self.ssl_certfile is None:
+            return
+        from pyserver import _core
+
+        try:
+            _core.check_tls(self)
+        except ValueError as exc:
+            raise StartupError(f"error: {exc}", 1) from None
 
     def apply_process_settings(self):
         """--umask, --chdir, --env: before logging, binding and importing."""
@@ -753,15 +831,15 @@ def describe_address(address):
     return format_host_port(address[1], address[2])
 
 
-def socket_url(sock):
-    """How a listening socket is shown to the user: http://HOST:PORT or unix:PATH."""
+def socket_url(sock, tls=False):
+    """How a listening socket is shown to the user: http(s)://HOST:PORT or unix:PATH."""
     if sock.family == socket.AF_UNIX:
         name = sock.getsockname()
         if isinstance(name, bytes):
             name = name.decode(errors="replace")
         return f"unix:{name}"
     host, port = sock.getsockname()[:2]
-    return f"http://{format_host_port(host, port)}"
+    return f"{'https' if tls else 'http'}://{format_host_port(host, port)}"
 
 
 def python_description():

@@ -130,12 +130,27 @@ class PyserverWorker(_GunicornWorker):
         if status:  # ASGI lifespan startup failed
             sys.exit(self.WORKER_BOOT_ERROR)
 
+    def _tls_kwargs(self) -> dict[str, Any]:
+        """gunicorn's certfile, keyfile, ca_certs, cert_reqs and ciphers as Config's ssl_*.
+
+        do_handshake_on_connect needs nothing: the core always finishes the handshake on
+        its loop before it reads a request.
+        """
+        gcfg = self.cfg
+        if not gcfg.is_ssl:
+            return {}
+        return {
+            "ssl_certfile": gcfg.certfile,
+            "ssl_keyfile": gcfg.keyfile,
+            "ssl_ca_certs": gcfg.ca_certs,
+            "ssl_cert_reqs": int(gcfg.cert_reqs),
+            "ssl_ciphers": gcfg.ciphers,
+        }
+
     def _make_config(self) -> tuple[Any, Config]:
         """Returns (app, config): the application as the core calls it and gunicorn's
         settings mapped onto a pyserver Config."""
         gcfg = self.cfg
-        if gcfg.is_ssl:
-            raise RuntimeError("the pyserver worker does not serve TLS (certfile/keyfile)")
         app = self.wsgi
         interface = self.interface
         if interface == "auto":
@@ -163,8 +178,10 @@ class PyserverWorker(_GunicornWorker):
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
             forwarded_allow_ips=list(gcfg.forwarded_allow_ips or ()),
+            **self._tls_kwargs(),
             **self.CONFIG_KWARGS,
         )
+        config.check_tls()  # a bad certificate or key: one logged line, WORKER_BOOT_ERROR
         # gunicorn's scheme rule: each secure_scheme_headers header present says https
         # when it has the table's value, http otherwise; headers that disagree are a 400.
         config.secure_scheme_headers = dict(gcfg.secure_scheme_headers or {})

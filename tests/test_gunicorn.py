@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -402,42 +401,32 @@ def test_reload_serves_the_edited_app(tmp_path, interface):
         assert g.booted_pids() - first, "no new worker booted"
 
 
-def _self_signed_cert(directory):
-    """(certfile, keyfile): a throwaway self-signed pair made by the openssl CLI. Without
-    openssl, placeholder files: gunicorn's arbiter only checks that they exist, and the
-    pyserver worker refuses TLS before anything reads them."""
+def _unloadable_cert(directory):
+    """(certfile, keyfile): files that exist (gunicorn's arbiter checks that much) but hold
+    no certificate or key."""
     cert, key = directory / "cert.pem", directory / "key.pem"
-    openssl = shutil.which("openssl")
-    if openssl:
-        subprocess.run(
-            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-            + ["-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-    else:
-        cert.write_text("-----BEGIN CERTIFICATE-----\nplaceholder\n-----END CERTIFICATE-----\n")
-        key.write_text("-----BEGIN PRIVATE KEY-----\nplaceholder\n-----END PRIVATE KEY-----\n")
+    cert.write_text("-----BEGIN CERTIFICATE-----\nplaceholder\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nplaceholder\n-----END PRIVATE KEY-----\n")
     return str(cert), str(key)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_tls_settings_are_refused_with_exit_code_3(tmp_path, workers):
-    """--certfile/--keyfile: each worker refuses to start with WORKER_BOOT_ERROR (3), and the
-    arbiter stops instead of respawning workers in a loop.
+def test_unloadable_certificate_exits_with_code_3(tmp_path, workers):
+    """--certfile/--keyfile that do not load: each worker logs why and refuses to start with
+    WORKER_BOOT_ERROR (3), and the arbiter stops instead of respawning workers in a loop.
+    (Serving TLS under gunicorn is tests/test_tls.py's.)
 
     The arbiter's own exit status is 3 with one worker. With several, gunicorn (27.0.1) may
     exit 1: when a second worker's exit 3 is reaped inside halt() -> stop(), its
     reap_workers() raises a second HaltServer that nothing catches (a traceback in the log).
     That is gunicorn's, whatever the worker class; the worker's 3 and the stop are pyserver's."""
-    cert, key = _self_signed_cert(tmp_path)
+    cert, key = _unloadable_cert(tmp_path)
     args = ("--certfile", cert, "--keyfile", key)
     with gunicorn("apps.gunicorn_app:app", *args, workers=workers, wait_workers=False) as g:
         status = g.proc.wait(30)
         log = g.log()
     assert status == 3 if workers == 1 else status != 0, log[-4000:]
-    assert "the pyserver worker does not serve TLS (certfile/keyfile)" in log
+    assert f"TLS: cannot load the certificate chain {cert}" in log
     assert "exited with code 3" in log
     assert "Worker failed to boot" in log
     booted = len(re.findall("Booting worker with pid", log))

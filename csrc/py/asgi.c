@@ -382,6 +382,19 @@ static PyObject *target_server(const ps_request_t *r)
     return host ? Py_BuildValue("(Ni)", host, (int)r->target_port) : NULL;
 }
 
+/* scope["extensions"]["tls"]: the ASGI TLS extension (HTTP and WebSocket
+ * scopes). Returns 0 or -1 with an exception. */
+static int add_tls(PyObject *scope, PyObject *key, const ps_transport_t *t)
+{
+    PyObject *ext = PyDict_GetItemWithError(scope, key); /* borrowed */
+    if (ext == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *value = ps_py_tls_extension(t);
+    int rc = value ? PyDict_SetItemString(ext, "tls", value) : -1;
+    Py_XDECREF(value);
+    return rc;
+}
+
 /* fwd: what a trusted proxy said (the scheme, the client: then kept by the
  * cycle for the access log). */
 static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
@@ -392,7 +405,8 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
     if (a == NULL)
         return NULL;
     PyObject **s = ctx->s;
-    PyObject *scheme = fwd->scheme == PS_SCHEME_HTTPS ? s[S_HTTPS] : s[S_HTTP];
+    int https = fwd->scheme == PS_SCHEME_HTTPS || (fwd->scheme == PS_SCHEME_NONE && x->secure);
+    PyObject *scheme = https ? s[S_HTTPS] : s[S_HTTP];
     PyObject *client = a->client, *forwarded = NULL; /* borrowed; owned */
     if (ps_unlikely(fwd->client.base != NULL)) {
         cycle->fwd_client = fwd->client;
@@ -427,6 +441,8 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         goto error;
     cycle->te_trailers = te || x->http2; /* HTTP/2 carries trailers whatever TE says */
     if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0)
+        goto error;
+    if (ps_unlikely(x->tls != NULL) && add_tls(scope, s[S_EXTENSIONS], x->tls) < 0)
         goto error;
     Py_XDECREF(forwarded);
     return scope;

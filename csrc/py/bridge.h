@@ -12,6 +12,7 @@
 #include "../worker.h"
 #include "../net.h"
 #include "../accesslog.h"
+#include "../transport.h"
 
 typedef struct {
     PyTypeObject *request_type;
@@ -47,6 +48,8 @@ typedef struct ps_access_log ps_access_log_t;
 typedef struct {
     ps_config_t core;           /* the worker's; core.proxy is &proxy or NULL */
     ps_proxy_t proxy;           /* initialised when core.proxy is set */
+    ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
+    double tls_ticket_rotation; /* seconds between a master's new ticket keys */
     ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
     int asgi;                   /* interface is "asgi" */
     int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
@@ -71,6 +74,9 @@ typedef struct {
  * an exception (s freed). */
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s);
 void ps_py_settings_free(ps_py_settings_t *s);
+/* Loads config's TLS files and settings as a worker would, and drops them:
+ * returns 0, or -1 with a ValueError saying what is wrong. */
+int ps_py_check_tls(PyObject *config);
 /* Parses a forwarded_allow_ips string into p (ps_proxy_free it). Returns 0,
  * or -1 with a ValueError naming the bad item, TypeError or MemoryError. */
 int ps_py_parse_trust_list(PyObject *value, ps_proxy_t *p);
@@ -152,6 +158,25 @@ extern const ps_handler_t ps_asgi_handler;
 
 /* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
+
+/* ---- tls.c: what a TLS connection's requests show ---- */
+
+/* The ASGI "tls" scope extension of t (a finished handshake). New
+ * reference, or NULL with an exception. */
+PyObject *ps_py_tls_extension(const ps_transport_t *t);
+/* HTTPS=on, SSL_PROTOCOL, SSL_CIPHER and, when the client sent a
+ * certificate, SSL_CLIENT_CERT (PEM), SSL_CLIENT_S_DN (RFC 4514) and
+ * SSL_CLIENT_VERIFY into env. Returns 0 or -1 with an exception. */
+int ps_py_tls_environ(PyObject *env, const ps_transport_t *t);
+/* Under a master: the session ticket keys its workers share. The master
+ * makes the ring before the first fork (rotation: seconds between new
+ * keys; the last PS_TLS_MAX_TICKET_KEYS still decrypt) and rotates it from
+ * its tick; each worker installs the ring in its context and checks it once
+ * a second. Create returns 0 or -1 with an exception; the rest never fail. */
+int ps_py_tls_ring_create(double rotation);
+void ps_py_tls_ring_rotate(void);
+void ps_py_tls_ring_attach(struct ev_loop *loop, ps_tls_ctx_t *ctx);
+void ps_py_tls_ring_detach(void);
 
 /* ---- request.c: what both interfaces take from an exchange ---- */
 

@@ -257,6 +257,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_shut_at_stop(w, set.bound_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
+    ps_py_tls_ring_attach(w->loop, set.tls); /* under a master: its shared ticket keys */
     supervisor_start(sup, w);
     if (!asgi && ps_wsgi_attach(ctx, w) < 0)
         goto done;
@@ -283,6 +284,7 @@ done:
         PyMem_RawFree(sup);
     }
     if (w != NULL) {
+        ps_py_tls_ring_detach();
         ps_wsgi_detach(ctx);
         ps_asgi_detach(actx);
         ps_worker_free(w);
@@ -300,6 +302,7 @@ typedef struct {
     PyObject *spawn_worker; /* borrowed from run_master's arguments */
     PyObject *logger;       /* borrowed from the settings */
     PyObject *poll_reload;  /* borrowed; None without --reload */
+    PyObject *config;       /* borrowed: run_master's */
 } master_ctx_t;
 
 static void m_before_fork(void *data)
@@ -384,6 +387,34 @@ static void m_prepare_loop(void *data, struct ev_loop *loop)
     ev_set_loop_release_cb(loop, release_gil, acquire_gil);
 }
 
+/* HUP: the new workers load the TLS files again; when they do not load
+ * (a renewal gone wrong), the old workers keep serving. */
+static int m_check_restart(void *data)
+{
+    master_ctx_t *ctx = data;
+    if (ps_py_check_tls(ctx->config) == 0)
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *why = text ? PyUnicode_AsUTF8(text) : NULL;
+    PyErr_Clear();
+    ps_log_error(ctx->logger,
+                 "Not restarting the workers: %s; they keep serving with the files they loaded",
+                 why ? why : "the TLS files do not load");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+static void m_on_tick(void *data)
+{
+    PS_UNUSED(data);
+    ps_py_tls_ring_rotate();
+}
+
 static const ps_master_ops_t master_ops = {
     .before_fork = m_before_fork,
     .after_fork_parent = m_after_fork_parent,
@@ -392,6 +423,8 @@ static const ps_master_ops_t master_ops = {
     .reopen_logs = m_reopen_logs,
     .poll_reload = m_poll_reload,
     .prepare_loop = m_prepare_loop,
+    .check_restart = m_check_restart,
+    .on_tick = m_on_tick,
 };
 
 /* run_master(config, spawn_worker, poll_reload=None): forks config.workers
@@ -411,7 +444,11 @@ static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t 
         return NULL;
     PyObject *poll = nargs == 3 ? args[2] : Py_None;
     set.master.reload = poll != Py_None;
-    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll};
+    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll, args[0]};
+    if (set.tls != NULL && ps_py_tls_ring_create(set.tls_ticket_rotation) < 0) {
+        ps_py_settings_free(&set);
+        return NULL;
+    }
     int rc = ps_master_run(&set.master, &master_ops, &ctx);
     ps_py_settings_free(&set);
     if (rc < 0) {
@@ -421,7 +458,17 @@ static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(rc);
 }
 
+/* check_tls(config): raises ValueError when config's TLS certificate,
+ * key, password, CA file or cipher list does not load. */
+static PyObject *check_tls(PyObject *module, PyObject *config)
+{
+    PS_UNUSED(module);
+    return ps_py_check_tls(config) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
 static PyMethodDef module_methods[] = {
+    {"check_tls", check_tls, METH_O,
+     "check_tls(config)\n--\n\nRaise ValueError if the TLS settings do not load."},
     {"serve", (PyCFunction)(void (*)(void))serve, METH_FASTCALL,
      "serve(app, sockets, config, own_sockets=())\n--\n\nServe app on the listening sockets "
      "until stopped."},

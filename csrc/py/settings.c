@@ -309,6 +309,77 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
     return load_ws(config, cfg);
 }
 
+/* The str-or-None attribute `name` (a new reference in objs[*n], kept by
+ * the caller until its text is used) as UTF-8 in *out, NULL for None.
+ * Returns 0 or -1 with an exception. */
+static int get_text(PyObject *config, const char *name, PyObject **objs, int *n, const char **out)
+{
+    PyObject *v = get_obj(config, name);
+    *out = NULL;
+    if (v == NULL)
+        return -1;
+    objs[(*n)++] = v;
+    if (v == Py_None)
+        return 0;
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be str or None", name);
+        return -1;
+    }
+    *out = PyUnicode_AsUTF8(v);
+    return *out ? 0 : -1;
+}
+
+/* --ssl-*: a TLS context in s->tls (and s->core.tls) when ssl_certfile is
+ * set, loaded now: a bad certificate, key, password or cipher list is a
+ * ValueError naming it ("pyserver: TLS: cannot load ..."). Returns 0 or -1
+ * with an exception. */
+static int load_tls(PyObject *config, ps_py_settings_t *s)
+{
+    PyObject *objs[8];
+    int nobj = 0, rc = -1;
+    const char *version = NULL;
+    double reqs;
+    ps_tls_settings_t ts = {.ncerts = 1};
+    if (get_double(config, "timeout_tls_handshake", &s->core.timeout_tls_handshake) < 0 ||
+        get_double(config, "ssl_ticket_rotation", &s->tls_ticket_rotation) < 0 ||
+        get_text(config, "ssl_certfile", objs, &nobj, &ts.certs[0].certfile) < 0)
+        goto done;
+    if (ts.certs[0].certfile == NULL) {
+        rc = 0;
+        goto done;
+    }
+    if (get_text(config, "ssl_keyfile", objs, &nobj, &ts.certs[0].keyfile) < 0 ||
+        get_text(config, "ssl_keyfile_password", objs, &nobj, &ts.key_password) < 0 ||
+        get_text(config, "ssl_ca_certs", objs, &nobj, &ts.ca_certs) < 0 ||
+        get_text(config, "ssl_ciphers", objs, &nobj, &ts.ciphers) < 0 ||
+        get_text(config, "ssl_version", objs, &nobj, &version) < 0 ||
+        get_double(config, "ssl_cert_reqs", &reqs) < 0)
+        goto done;
+    ts.cert_reqs = (int)reqs;
+    ts.min_version = version && strcmp(version, "TLSv1.3") == 0 ? 0x0304 : 0x0303;
+    char err[512];
+    s->tls = ps_tls_ctx_new(&ts, err, sizeof(err));
+    if (s->tls == NULL) {
+        PyErr_Format(PyExc_ValueError, "TLS: %s", err);
+        goto done;
+    }
+    s->core.tls = s->tls;
+    rc = 0;
+done:
+    for (int i = 0; i < nobj; i++)
+        Py_DECREF(objs[i]);
+    return rc;
+}
+
+int ps_py_check_tls(PyObject *config)
+{
+    ps_py_settings_t s;
+    memset(&s, 0, sizeof(s));
+    int rc = load_tls(config, &s);
+    ps_tls_ctx_free(s.tls);
+    return rc;
+}
+
 /* The master's part (run_master), but for graceful_timeout and max_requests. */
 static int load_master(PyObject *config, ps_master_config_t *mc, double workers)
 {
@@ -404,7 +475,8 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     s->master.graceful_timeout = graceful_timeout;
     if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
-        load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0)
+        load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
+        load_tls(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */
@@ -432,6 +504,8 @@ void ps_py_settings_free(ps_py_settings_t *s)
     if (s->core.proxy != NULL)
         ps_proxy_free(&s->proxy);
     s->core.proxy = NULL;
+    ps_tls_ctx_free(s->tls);
+    s->tls = s->core.tls = NULL;
     PyMem_Free((void *)s->master.listen_fds);
     s->master.listen_fds = NULL;
     PyMem_Free(s->bound_fds);

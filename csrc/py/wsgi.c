@@ -293,6 +293,10 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *
                         : PyDict_DelItem(env, k[K_REMOTE_PORT])) < 0 ||
         PyDict_SetItem(env, k[K_WSGI_INPUT], req->input) < 0)
         goto error;
+    if (ps_unlikely(x->tls != NULL) &&
+        (PyDict_SetItem(env, k[K_URL_SCHEME], ctx->schemes[PS_SCHEME_HTTPS]) < 0 ||
+         ps_py_tls_environ(env, x->tls) < 0))
+        goto error;
     if ((fwd->scheme != PS_SCHEME_NONE || fwd->client.base) &&
         add_forwarded(ctx, env, req, fwd) < 0)
         goto error;
