@@ -213,18 +213,18 @@ typedef struct {
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
 void ps_py_addresses_free(ps_exchange_t *x);
 
-/* Reads a trusted proxy's headers into *fwd (PS_SCHEME_NONE and no client
- * when the peer is not trusted). Returns 0, or -1 after rejecting the
- * request with 400 when two secure scheme headers disagree. */
+/* Reads a trusted proxy's headers into *fwd (all zero when the peer is not
+ * trusted). Returns 0, or -1 after rejecting the request with 400 when the
+ * headers disagree or a Forwarded field is malformed. */
 int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd);
 static inline int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
 {
-    *fwd = (ps_proxy_result_t){PS_SCHEME_NONE, {NULL, 0}};
+    memset(fwd, 0, sizeof(*fwd));
     return x->proxy ? ps_py_forwarded_apply(x, fwd) : 0;
 }
-/* The forwarded client: WSGI its host as str, ASGI (host, 0). New
- * reference, or NULL with an exception. */
-PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client);
+/* The forwarded client: WSGI its host as str, ASGI (host, port), port 0
+ * when none was forwarded. New reference, or NULL with an exception. */
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int port);
 
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */

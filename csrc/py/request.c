@@ -179,17 +179,18 @@ error:
 
 int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd)
 {
-    if (ps_proxy_apply(x->proxy, x->req, fwd) < 0) {
-        ps_exchange_reject(x, 400, "secure scheme headers disagree");
+    int rc = ps_proxy_apply(x->proxy, x->req, fwd);
+    if (rc < 0) {
+        ps_exchange_reject(x, 400, ps_proxy_reason(rc));
         return -1;
     }
     return 0;
 }
 
-PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client)
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int port)
 {
     PyObject *host = PyUnicode_DecodeLatin1(client.base, (Py_ssize_t)client.len, NULL);
     if (host == NULL || c->kind == PS_PY_WSGI)
         return host;
-    return Py_BuildValue("(Ni)", host, 0);
+    return Py_BuildValue("(Ni)", host, port);
 }
