@@ -50,6 +50,7 @@ struct ps_conn {
     unsigned head_started : 1; /* bytes of the next request have arrived */
     unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
+    unsigned proxyproto : 2;   /* PS_CONN_PP_*: a PROXY header still to settle */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     int spool_fd;              /* the body's spool file (see spool.h), or -1 */
     uint64_t spool_len;        /* bytes written to it */
@@ -80,6 +81,14 @@ struct ps_conn {
  * peer is a trusted proxy. Returns NULL on OOM. */
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix);
+/* A connection on a --proxy-protocol listener (call before
+ * ps_conn_accepted): a peer that --forwarded-allow-ips trusts must start
+ * with a PROXY header (v1 or v2) within timeout_request_header, whose
+ * client becomes the connection's peer; any other peer may not send one.
+ * Either failure closes the connection after handler->on_refused. */
+void ps_conn_expect_proxy_header(ps_conn_t *c);
+enum { PS_CONN_PP_NONE, PS_CONN_PP_EXPECT, PS_CONN_PP_REFUSE };
+
 /* A connection just accepted: reads what already arrived (the listener
  * defers accept until data is there) before waiting on the loop. May close c. */
 void ps_conn_accepted(ps_conn_t *c);

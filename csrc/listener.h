@@ -17,10 +17,11 @@ typedef struct {
     ps_worker_t *w;
     int fd;
     int is_unix;
-    int own;          /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
-    int shut_at_stop; /* bound by this server: released at its last stop (listener.c) */
-    int released;     /* drained and shut down: never watched again */
-    int gated;        /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
+    int own;            /* this worker's SO_REUSEPORT socket (its lane; see master.c) */
+    int shut_at_stop;   /* bound by this server: released at its last stop (listener.c) */
+    int released;       /* drained and shut down: never watched again */
+    int gated;          /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
+    int proxy_protocol; /* connections start with a PROXY header (--proxy-protocol) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;

@@ -28,6 +28,9 @@ typedef struct {
     /* Proxy headers: whose X-Forwarded-* to believe (NULL: nobody's); it
      * must outlive the worker. */
     const ps_proxy_t *proxy;
+    /* --proxy-protocol listeners: whose PROXY headers to take (NULL when no
+     * listener has it); it must outlive the worker. */
+    const ps_proxy_t *proxyproto_trust;
     unsigned server_header : 1;
     unsigned date_header : 1;
     /* WebSockets (asynchronous layers; wsconn.c) */
@@ -97,6 +100,9 @@ int ps_worker_add_listener(ps_worker_t *w, int fd);
  * gone): then its queue is accepted to the last connection and the socket
  * shut down, so the kernel sends new connections to the other sockets. */
 int ps_worker_add_own_listener(ps_worker_t *w, int fd);
+/* The listener fd, and the --reuse-port lanes bound to its address, speak
+ * the PROXY protocol (see ps_conn_expect_proxy_header). */
+void ps_worker_proxy_protocol(ps_worker_t *w, int fd);
 /* The listener fd was bound by this server, not inherited: at the server's
  * last stop it is shut down, so that new connections are refused at once. */
 void ps_worker_shut_at_stop(ps_worker_t *w, int fd);

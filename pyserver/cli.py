@@ -23,7 +23,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 # Whitespace-separated lists in the environment.
-LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env")
+LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env", "proxy_protocol_bind")
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -370,6 +370,22 @@ def build_parser():
         "all (default: $FORWARDED_ALLOW_IPS or 127.0.0.1,::1; unix-socket peers are "
         "always trusted)",
     )
+    add(
+        proxy,
+        "--proxy-protocol",
+        action=argparse.BooleanOptionalAction,
+        help="every listener takes a PROXY protocol header (v1 or v2) before HTTP: trusted "
+        "peers (--forwarded-allow-ips) must send one, others may not (default: off)",
+    )
+    add(
+        proxy,
+        "--proxy-protocol-bind",
+        action="append",
+        metavar="ADDRESS",
+        type=_converter("proxy_protocol_bind", config.parse_bind),
+        help="only this listener takes PROXY headers, written as in --bind (HOST:PORT, "
+        "[IPV6]:PORT, unix:PATH, fd://N); repeatable",
+    )
 
     logs = parser.add_argument_group("logging")
     add(
@@ -632,7 +648,8 @@ def run(cfg: Config) -> int:
     role = "master" if cfg.use_master else "server"
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
-        logger.info("Listening on %s", config.socket_url(sock))
+        proxied = " (PROXY protocol)" if cfg.speaks_proxy_protocol(sock) else ""
+        logger.info("Listening on %s%s", config.socket_url(sock), proxied)
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, 1 thread each", cfg.workers, plural)

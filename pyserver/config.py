@@ -28,7 +28,10 @@ hold final values:
     ws_ping_timeout           float seconds a ping may wait for its pong (close 1011), 0: forever
     ws_per_message_deflate    bool: accept permessage-deflate offers
     url_scheme                "http"
-    proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
+    proxy_headers             bool: trusted proxies' Forwarded and X-Forwarded-* are read
+    proxy_protocol            bool: every listener takes a PROXY header from trusted peers
+    proxy_protocol_bind       list of parse_bind() addresses that do (when not all do)
+    proxy_protocol_fds        list of the listening fds that do (set by bind_sockets)
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
     secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
                               {header: value meaning https}
@@ -263,6 +266,8 @@ class Config:
         ws_per_message_deflate=True,
         proxy_headers=True,
         forwarded_allow_ips=None,
+        proxy_protocol=False,
+        proxy_protocol_bind=None,
         log_level="info",
         log_config=None,
         access_log=True,
@@ -334,6 +339,11 @@ class Config:
         self.ws_ping_timeout = check_float("ws_ping_timeout", ws_ping_timeout or 0.0)
         self.ws_per_message_deflate = bool(ws_per_message_deflate)
         self.proxy_headers = bool(proxy_headers)
+        self.proxy_protocol = bool(proxy_protocol)
+        self.proxy_protocol_bind = [
+            parse_bind(b) if isinstance(b, str) else tuple(b) for b in proxy_protocol_bind or ()
+        ]
+        self.proxy_protocol_fds = []
         source = "forwarded_allow_ips"
         if forwarded_allow_ips is None:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS")
@@ -535,6 +545,13 @@ class Config:
             # Socket activation: the inherited sockets replace the default address.
             explicit = self.bind or self.uds is not None or self.fd is not None
             addresses = (addresses if explicit else []) + [("fd", fd) for fd in inherited]
+        for address in self.proxy_protocol_bind:
+            if address not in addresses:
+                raise StartupError(
+                    f"error: --proxy-protocol-bind {describe_address(address)} is not one of "
+                    f"the addresses served ({', '.join(map(describe_address, addresses))})",
+                    2,
+                )
         try:
             for address in addresses:
                 sockets.append(self._bind_one(address))
@@ -542,7 +559,15 @@ class Config:
             self.sockets = sockets
             self.close_sockets()
             raise
+        self.proxy_protocol_fds = [
+            sock.fileno()
+            for address, sock in zip(addresses, sockets, strict=True)
+            if self.proxy_protocol or address in self.proxy_protocol_bind
+        ]
         return sockets
+
+    def speaks_proxy_protocol(self, sock):
+        return sock.fileno() in self.proxy_protocol_fds
 
     def _bind_one(self, address):
         kind = address[0]

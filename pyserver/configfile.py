@@ -164,8 +164,7 @@ def load_python(path, actions):
                 "line is written"
             )
         elif name == "proxy_protocol":
-            if value:
-                raise ConfigFileError(f"{where}: the PROXY protocol is not supported yet")
+            _set(settings, actions, "proxy_protocol", bool(value), where)
         elif name in GUNICORN:
             dest = GUNICORN[name]
             if dest in GUNICORN_ZERO_IS_MAX and value == 0:

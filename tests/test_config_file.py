@@ -133,7 +133,6 @@ def test_threads_validated_then_warned(tmp_path):
 
 def test_unsupported_settings_and_hooks(tmp_path):
     cases = {
-        "proxy_protocol = True\n": "proxy_protocol: the PROXY protocol is not supported yet",
         "def pre_fork(server, worker):\n    pass\n": "pre_fork: this server hook is not supported",
         "worker_class = 'sync'\n": "worker_class: unknown setting",
         "def helper():\n    pass\n": "helper: unknown setting",

@@ -1483,6 +1483,12 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
+static void on_refused(ps_exchange_t *x, const char *reason)
+{
+    ps_asgi_t *ctx = x->handler_data;
+    ps_py_log_refused(ctx->error_logger, x, reason);
+}
+
 const ps_handler_t ps_asgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
@@ -1490,6 +1496,7 @@ const ps_handler_t ps_asgi_handler = {
     .dispose = dispose,
     .on_body = on_body,
     .on_rejected = on_rejected,
+    .on_refused = on_refused,
     .async = 1,
 };
 

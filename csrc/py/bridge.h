@@ -39,8 +39,9 @@ static inline int ps_py_set_new(PyObject *d, PyObject *key, PyObject *value)
 
 /* What serve() and run_master() take from a Config. */
 typedef struct {
-    ps_config_t core;           /* the worker's; core.proxy is &proxy or NULL */
-    ps_proxy_t proxy;           /* initialised when core.proxy is set */
+    ps_config_t core; /* the worker's; core.proxy is &proxy or NULL */
+    ps_proxy_t proxy; /* initialised when proxy_ready */
+    int proxy_ready;
     ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
     int asgi;                   /* interface is "asgi" */
     int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
@@ -57,6 +58,8 @@ typedef struct {
     uint64_t sup_max_requests;
     int *bound_fds; /* the listeners pyserver bound itself; PyMem_Malloc'd */
     uint32_t nbound;
+    int *proxyproto_fds; /* the listeners that speak the PROXY protocol; PyMem_Malloc'd */
+    uint32_t nproxyproto;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s
@@ -212,6 +215,11 @@ typedef struct {
 /* Returns the addresses (borrowed from x), or NULL with an exception. */
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
 void ps_py_addresses_free(ps_exchange_t *x);
+
+/* A connection closed before its first request (handler on_refused): one
+ * WARNING line on error_logger naming the peer and the reason. Never
+ * raises; a pending exception stays pending. */
+void ps_py_log_refused(PyObject *error_logger, ps_exchange_t *x, const char *reason);
 
 /* Reads a trusted proxy's headers into *fwd (all zero when the peer is not
  * trusted). Returns 0, or -1 after rejecting the request with 400 when the

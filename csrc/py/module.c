@@ -255,6 +255,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     for (uint32_t i = 0; i < set.nbound; i++)
         ps_worker_shut_at_stop(w, set.bound_fds[i]);
+    for (uint32_t i = 0; i < set.nproxyproto; i++)
+        ps_worker_proxy_protocol(w, set.proxyproto_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     supervisor_start(sup, w);

@@ -143,6 +143,25 @@ static int unix_objects(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *
     return a->server ? 0 : -1;
 }
 
+/* A unix-socket connection whose PROXY header named an IP client (then
+ * x->is_unix is 0 but the listener is a unix socket's). */
+static int listens_on_unix(ps_exchange_t *x)
+{
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    return ps_exchange_local_address(x, &local, &len) == 0 && local.ss_family == AF_UNIX;
+}
+
+/* Over a unix socket, the IP client a PROXY header named replaces the
+ * empty one. Returns 0 or -1 with an exception. */
+static int proxied_client(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *a)
+{
+    if (x->peer->ss_family != AF_INET && x->peer->ss_family != AF_INET6)
+        return 0;
+    Py_CLEAR(a->client);
+    return ip_objects(kind, x->peer, &a->client, &a->client_port);
+}
+
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
 {
     if (x->conn_data)
@@ -152,8 +171,8 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
         PyErr_NoMemory();
         return NULL;
     }
-    if (x->is_unix) {
-        if (unix_objects(c->kind, x, a) < 0)
+    if (x->is_unix || ps_unlikely(listens_on_unix(x))) {
+        if (unix_objects(c->kind, x, a) < 0 || proxied_client(c->kind, x, a) < 0)
             goto error;
     } else {
         struct sockaddr_storage local;
@@ -173,6 +192,29 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
 error:
     addresses_free(a);
     return NULL;
+}
+
+/* ---- connections refused before a request ---- */
+
+void ps_py_log_refused(PyObject *error_logger, ps_exchange_t *x, const char *reason)
+{
+    char host[INET6_ADDRSTRLEN];
+    int port;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* keep a pending exception aside */
+    PyObject *res;
+    if (ps_net_format_address(x->peer, host, &port) < 0)
+        res = PyObject_CallMethod(error_logger, "warning", "ss",
+                                  "Closed a connection on a unix socket: %s", reason);
+    else
+        res = PyObject_CallMethod(error_logger, "warning", "ssis",
+                                  strchr(host, ':') ? "Closed the connection from [%s]:%d: %s"
+                                                    : "Closed the connection from %s:%d: %s",
+                                  host, port, reason);
+    if (res == NULL)
+        PyErr_WriteUnraisable(error_logger);
+    Py_XDECREF(res);
+    PyErr_Restore(type, value, tb);
 }
 
 /* ---- what a trusted proxy forwarded ---- */

@@ -638,12 +638,19 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
+static void on_refused(ps_exchange_t *x, const char *reason)
+{
+    ps_wsgi_t *ctx = x->handler_data;
+    ps_py_log_refused(ctx->error_logger, x, reason);
+}
+
 const ps_handler_t ps_wsgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_disconnect = on_disconnect,
     .dispose = dispose,
     .on_rejected = on_rejected,
+    .on_refused = on_refused,
 };
 
 /* ---- start_response (the Request type) ---- */
