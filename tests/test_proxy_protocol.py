@@ -256,3 +256,13 @@ def test_without_proxy_protocol_a_proxy_header_is_a_bad_request(spec):
     with run_server(spec) as srv:
         out = exchange(srv, v1("TCP4", "192.0.2.7", "192.0.2.8", 7, 8) + GET)
         assert out.startswith(b"HTTP/1.1 400"), out
+
+
+def test_socket_activated_listener_named_by_fd():
+    from test_process import socket_activation
+
+    listener, port, activated = socket_activation()
+    with listener:
+        args = ("--proxy-protocol-bind", "fd://3")
+        with run_server(WSGI, *args, listen=False, port=port, **activated) as srv:
+            assert seen(srv, v1("TCP4", "192.0.2.7", "192.0.2.8", 7, 8) + GET) == ("192.0.2.7", 7)
