@@ -53,6 +53,10 @@ typedef struct {
     /* A stop finished its last connection (the ASGI layer stops asyncio's
      * loop, which may be waiting outside libev). */
     void (*drained)(void *data);
+    /* SIGHUP in a single process: the worker stops gracefully, keeping its
+     * listening sockets open, and the code that runs it starts the new
+     * server on them (see pyserver/reexec.py). NULL leaves SIGHUP alone. */
+    void (*reload)(void *data);
 } ps_worker_hooks_t;
 
 struct ps_worker {
@@ -77,7 +81,7 @@ struct ps_worker {
     ev_io gate;
     ev_timer gate_check;
     ev_prepare prepare;
-    ev_signal sigint, sigterm, sigquit, sigusr1;
+    ev_signal sigint, sigterm, sigquit, sigusr1, sighup;
     ev_timer stop_timer;
     /* Under a master (ps_worker_attach_slot): the shared slot, the handler
      * the slot wrapper forwards to, and the master's pid to watch. */

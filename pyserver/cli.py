@@ -9,12 +9,13 @@ the command line wins. WEB_CONCURRENCY sets the worker count when neither
 
 import argparse
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyserver import __version__, config, configfile, hooks, logconfig, workers_proc
+from pyserver import __version__, config, configfile, hooks, logconfig, reexec, workers_proc
 from pyserver.config import Config, StartupError
 from pyserver.importer import split_app_spec
 
@@ -656,6 +657,15 @@ def run(cfg: Config) -> int:
     else:
         logger.info("Running in a single process, 1 thread")
     status = 0
+    reloading = []
+    if not cfg.use_master:
+        # SIGHUP: stop gracefully, then start again on the same sockets (pyserver.reexec).
+
+        def on_hup():
+            reloading.append(True)
+            logger.info("Reloading (SIGHUP): finishing requests in progress")
+
+        cfg.on_hup = on_hup
     try:
         write_pid_file(cfg.pid)
         if cfg.use_master:
@@ -663,19 +673,41 @@ def run(cfg: Config) -> int:
         else:
             status = hooks.serve_single(cfg, server, _core)
     except OSError as exc:
+        reloading.clear()
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        pass
+        reloading.clear()
     except StartupError as exc:
+        reloading.clear()
         print(f"pyserver: {exc}", file=sys.stderr)
         status = exc.exit_code
     finally:
-        cfg.close_sockets()
-        remove_pid_file(cfg.pid)
-        hooks.run(cfg, "on_exit", server)
+        if not (reloading and status == 0):
+            cfg.close_sockets()
+            remove_pid_file(cfg.pid)
+            hooks.run(cfg, "on_exit", server)
+    if reloading and status == 0:
+        logger.info("Reloading: starting again on the same sockets (pid %d)", os.getpid())
+        _flush_logs()
+        try:
+            reexec.exec_again(cfg)
+        except OSError as exc:
+            logger.error("Cannot reload: %s", exc)
+            cfg.close_sockets()
+            remove_pid_file(cfg.pid)
+            hooks.run(cfg, "on_exit", server)
+            return 1
     logger.info("Finished %s process [%d]", role, os.getpid())
     return status
+
+
+def _flush_logs():
+    for handler in logging.getLogger().handlers + logging.getLogger("pyserver").handlers:
+        handler.flush()
+    for name in ("pyserver.error", "pyserver.access"):
+        for handler in logging.getLogger(name).handlers:
+            handler.flush()
 
 
 def write_pid_file(path):
@@ -699,6 +731,7 @@ def remove_pid_file(path):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `pyserver` script and `python -m pyserver`."""
+    reexec.remember(argv)
     kwargs = parse_args(argv)
     app = kwargs.pop("app")
     try:

@@ -344,6 +344,7 @@ class Config:
             parse_bind(b) if isinstance(b, str) else tuple(b) for b in proxy_protocol_bind or ()
         ]
         self.proxy_protocol_fds = []
+        self.addresses = []  # what each of self.sockets was bound or inherited as
         source = "forwarded_allow_ips"
         if forwarded_allow_ips is None:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS")
@@ -407,6 +408,7 @@ class Config:
         self.loaded_app = None
         self.on_tick = None
         self.on_stop_signal = None
+        self.on_hup = None  # a single process: called on SIGHUP (see pyserver/reexec.py)
         self.tick_interval = 1.0
         self.sockets = []
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
@@ -538,6 +540,11 @@ class Config:
 
     def bind_sockets(self):
         """Return listening, non-blocking sockets. Raises StartupError (exit code 1)."""
+        from pyserver import reexec
+
+        handed = reexec.inherited()
+        if handed is not None:
+            return self._take_handed_sockets(handed)
         sockets = []
         addresses = self.bind_addresses()
         inherited = systemd_fds()
@@ -559,11 +566,31 @@ class Config:
             self.sockets = sockets
             self.close_sockets()
             raise
+        self._select_proxy_protocol(addresses, sockets)
+        return sockets
+
+    def _select_proxy_protocol(self, addresses, sockets):
+        self.addresses = addresses
         self.proxy_protocol_fds = [
             sock.fileno()
             for address, sock in zip(addresses, sockets, strict=True)
             if self.proxy_protocol or address in self.proxy_protocol_bind
         ]
+
+    def _take_handed_sockets(self, handed):
+        """The sockets of the server this one replaces after a SIGHUP (pyserver.reexec):
+        served as they are, the ones it bound still counted as bound here."""
+        sockets = []
+        for address, fd, bound in handed:
+            sock = socket.socket(fileno=fd)
+            sock.set_inheritable(False)
+            sock.setblocking(False)
+            sockets.append(sock)
+            if bound:
+                self.bound_fds.append(fd)
+                if address[0] == "unix":
+                    self._unix_paths.append(address[1])
+        self._select_proxy_protocol([address for address, _, _ in handed], sockets)
         return sockets
 
     def speaks_proxy_protocol(self, sock):

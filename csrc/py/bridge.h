@@ -54,6 +54,7 @@ typedef struct {
     /* Supervision by a foreign process manager (the gunicorn worker). */
     PyObject *on_tick;        /* callable, or NULL */
     PyObject *on_stop_signal; /* callable, or NULL */
+    PyObject *on_hup;         /* callable, or NULL: SIGHUP reloads a single process */
     double tick_interval;     /* seconds, positive when supervised */
     uint64_t sup_max_requests;
     int *bound_fds; /* the listeners pyserver bound itself; PyMem_Malloc'd */

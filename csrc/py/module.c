@@ -164,7 +164,9 @@ static void supervisor_free(supervisor_t *sup)
 /* What one serve() call's worker calls back (ps_worker_hooks_t). */
 typedef struct {
     supervisor_t *sup;
-    ps_asgi_t *actx; /* NULL for WSGI */
+    ps_asgi_t *actx;  /* NULL for WSGI */
+    PyObject *on_hup; /* config.on_hup (borrowed from the settings), or NULL */
+    PyObject *logger; /* the error logger (borrowed from the settings) */
 } serve_hooks_data_t;
 
 static void hook_stop_signal(void *data, int signum)
@@ -187,6 +189,25 @@ static const ps_worker_hooks_t serve_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
     .drained = hook_drained,
+};
+
+/* SIGHUP in a single process: config.on_hup() records that the server is
+ * to be started again once serve() returns. */
+static void hook_reload(void *data)
+{
+    serve_hooks_data_t *d = data;
+    PyObject *res = PyObject_CallNoArgs(d->on_hup);
+    if (res == NULL)
+        ps_log_exception(d->logger, "pyserver: config.on_hup failed");
+    Py_XDECREF(res);
+}
+
+/* A single process that reloads on SIGHUP (no master, no foreign manager). */
+static const ps_worker_hooks_t single_hooks = {
+    .reopen_logs = reopen_logs,
+    .stop_signal = hook_stop_signal,
+    .drained = hook_drained,
+    .reload = hook_reload,
 };
 
 static const ps_worker_hooks_t supervised_hooks = {
@@ -214,7 +235,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ps_asgi_t *actx = NULL;
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
-    serve_hooks_data_t hooks_data = {NULL, NULL};
+    serve_hooks_data_t hooks_data = {NULL, NULL, NULL, NULL};
     /* Heap-allocated like the worker: its timer must not move while the loop runs. */
     supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
     if (sup == NULL) {
@@ -235,7 +256,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     hooks_data.sup = sup;
     hooks_data.actx = actx;
-    const ps_worker_hooks_t *hooks = sup->on_tick == NULL ? &serve_hooks : &supervised_hooks;
+    hooks_data.on_hup = set.on_hup;
+    hooks_data.logger = set.error_logger;
+    const ps_worker_hooks_t *hooks = sup->on_tick != NULL                        ? &supervised_hooks
+                                     : worker_slot == NULL && set.on_hup != NULL ? &single_hooks
+                                                                                 : &serve_hooks;
     int rc = asgi ? ps_worker_init(w, &set.core, &ps_asgi_handler, actx, hooks, &hooks_data)
                   : ps_worker_init(w, &set.core, &ps_wsgi_handler, ctx, hooks, &hooks_data);
     if (rc < 0) {
@@ -264,9 +289,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
     ev_set_loop_release_cb(w->loop, release_gil, acquire_gil);
-    struct sigaction saved[4];
-    const int sigs[4] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1};
-    for (int i = 0; i < 4; i++)
+    struct sigaction saved[5];
+    const int sigs[5] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGHUP};
+    for (int i = 0; i < 5; i++)
         sigaction(sigs[i], NULL, &saved[i]);
     if (asgi) {
         ps_asgi_attach(actx, w);
@@ -275,7 +300,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_run(w);
         result = Py_NewRef(Py_None);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         sigaction(sigs[i], &saved[i], NULL);
 done:
     if (sup != NULL) {

@@ -381,6 +381,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     /* Supervision by a foreign process manager (the gunicorn worker). */
     if (get_callable(config, "on_tick", &s->on_tick) < 0 ||
         get_callable(config, "on_stop_signal", &s->on_stop_signal) < 0 ||
+        get_callable(config, "on_hup", &s->on_hup) < 0 ||
         get_double(config, "tick_interval", &s->tick_interval) < 0)
         goto error;
     if ((s->on_tick || s->on_stop_signal) && !(s->tick_interval > 0)) {
@@ -417,4 +418,5 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->access_info);
     Py_CLEAR(s->on_tick);
     Py_CLEAR(s->on_stop_signal);
+    Py_CLEAR(s->on_hup);
 }
