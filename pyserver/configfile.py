@@ -24,6 +24,7 @@ import types
 HOOKS = (
     "on_starting",
     "when_ready",
+    "pre_fork",
     "post_fork",
     "post_worker_init",
     "worker_exit",
@@ -33,7 +34,6 @@ HOOKS = (
 )
 # gunicorn hooks that have no place to run in pyserver yet.
 UNSUPPORTED_HOOKS = {
-    "pre_fork": "the C master forks without calling into Python",
     "pre_exec": "pyserver has no re-exec on USR2",
     "on_reload": "pyserver's master has no SIGHUP reload hook",
     "worker_int": "pyserver's own workers have no SIGINT hook",

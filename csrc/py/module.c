@@ -325,7 +325,21 @@ typedef struct {
     PyObject *spawn_worker; /* borrowed from run_master's arguments */
     PyObject *logger;       /* borrowed from the settings */
     PyObject *poll_reload;  /* borrowed; None without --reload */
+    PyObject *pre_fork;     /* borrowed; None without a pre_fork hook */
 } master_ctx_t;
+
+/* pre_fork(number) before each fork (gunicorn's pre_fork hook); a raising
+ * one is logged and the worker forked all the same. */
+static void m_pre_fork(void *data, int index)
+{
+    master_ctx_t *ctx = data;
+    if (ctx->pre_fork == Py_None)
+        return;
+    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", index + 1);
+    if (res == NULL)
+        ps_log_exception(ctx->logger, "pyserver: pre_fork failed");
+    Py_XDECREF(res);
+}
 
 static void m_before_fork(void *data)
 {
@@ -410,6 +424,7 @@ static void m_prepare_loop(void *data, struct ev_loop *loop)
 }
 
 static const ps_master_ops_t master_ops = {
+    .pre_fork = m_pre_fork,
     .before_fork = m_before_fork,
     .after_fork_parent = m_after_fork_parent,
     .run_worker = m_run_worker,
@@ -419,24 +434,27 @@ static const ps_master_ops_t master_ops = {
     .prepare_loop = m_prepare_loop,
 };
 
-/* run_master(config, spawn_worker, poll_reload=None): forks config.workers
- * workers, each calling spawn_worker(number) in the child, and supervises
- * them until a stop signal. poll_reload(), called once a second when given,
- * returns true to restart the workers. Returns the exit status (0, or 3 when
- * a worker cannot boot and there is no reloader). */
+/* run_master(config, spawn_worker, poll_reload=None, pre_fork=None): forks
+ * config.workers workers, each calling spawn_worker(number) in the child,
+ * and supervises them until a stop signal. poll_reload(), called once a
+ * second when given, returns true to restart the workers; pre_fork(number)
+ * runs in the master before each fork. Returns the exit status (0, or 3
+ * when a worker cannot boot and there is no reloader). */
 static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PS_UNUSED(module);
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run_master(config, spawn_worker, poll_reload=None)");
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_master(config, spawn_worker, poll_reload=None, pre_fork=None)");
         return NULL;
     }
     ps_py_settings_t set;
     if (ps_py_settings_load(args[0], &set) < 0)
         return NULL;
-    PyObject *poll = nargs == 3 ? args[2] : Py_None;
+    PyObject *poll = nargs >= 3 ? args[2] : Py_None;
+    PyObject *pre_fork = nargs == 4 ? args[3] : Py_None;
     set.master.reload = poll != Py_None;
-    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll};
+    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll, pre_fork};
     int rc = ps_master_run(&set.master, &master_ops, &ctx);
     ps_py_settings_free(&set);
     if (rc < 0) {
@@ -454,7 +472,8 @@ static PyMethodDef module_methods[] = {
      "check_forwarded_allow_ips(value)\n--\n\nRaise ValueError if the trust list is "
      "invalid."},
     {"run_master", (PyCFunction)(void (*)(void))run_master, METH_FASTCALL,
-     "run_master(config, spawn_worker, poll_reload=None)\n--\n\nFork and supervise the "
+     "run_master(config, spawn_worker, poll_reload=None, pre_fork=None)\n--\n\nFork and "
+     "supervise the "
      "workers until stopped; "
      "return the exit status."},
     {NULL, NULL, 0, NULL},
