@@ -736,7 +736,8 @@ static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
     const ps_proxy_t *proxy = c->w->cfg.proxy;
     memcpy(&c->peer, &pp->src, pp->src_len);
     c->peer_len = c->x.peer_len = pp->src_len;
-    c->x.is_unix = pp->src.ss_family == AF_UNIX;
+    /* x.is_unix says the client has no address and the server is a path. */
+    c->x.is_unix = c->is_unix && pp->src.ss_family == AF_UNIX;
     c->x.proxy = proxy && ps_proxy_peer_trusted(proxy, (struct sockaddr *)&c->peer, c->peer_len)
                      ? proxy
                      : NULL;

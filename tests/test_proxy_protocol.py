@@ -135,8 +135,13 @@ def test_local_and_unknown_keep_the_socket_peer(server, header):
 
 def test_v2_unix_client_has_no_address(server):
     path = b"/run/haproxy-client.sock".ljust(108, b"\0")
-    client = seen(server, v2(1, 0x31, path + path) + GET)
-    assert client in (None, ("", None)), client  # ASGI None, WSGI REMOTE_ADDR "" (no port)
+    out = exchange(server, v2(1, 0x31, path + path) + GET)
+    data = json.loads(out.partition(b"\r\n\r\n")[2])
+    if "client" in data:  # ASGI: no client; the server is still the TCP listener
+        assert data["client"] is None and data["server"] == ["127.0.0.1", server.port], data
+    else:  # WSGI: REMOTE_ADDR "" and no REMOTE_PORT
+        assert (data["remote_addr"], data["remote_port"]) == ("", None), data
+        assert (data["server_name"], data["server_port"]) == ("127.0.0.1", str(server.port))
 
 
 def test_keep_alive_requests_after_the_header_keep_the_client(server):

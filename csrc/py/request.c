@@ -143,15 +143,6 @@ static int unix_objects(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *
     return a->server ? 0 : -1;
 }
 
-/* A unix-socket connection whose PROXY header named an IP client (then
- * x->is_unix is 0 but the listener is a unix socket's). */
-static int listens_on_unix(ps_exchange_t *x)
-{
-    struct sockaddr_storage local;
-    socklen_t len = sizeof(local);
-    return ps_exchange_local_address(x, &local, &len) == 0 && local.ss_family == AF_UNIX;
-}
-
 /* Over a unix socket, the IP client a PROXY header named replaces the
  * empty one. Returns 0 or -1 with an exception. */
 static int proxied_client(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *a)
@@ -171,21 +162,21 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
         PyErr_NoMemory();
         return NULL;
     }
-    if (x->is_unix || ps_unlikely(listens_on_unix(x))) {
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    local.ss_family = AF_UNIX;
+    int rc = x->is_unix ? 0 : ps_exchange_local_address(x, &local, &len);
+    if (rc < 0) {
+        errno = -rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    if (ps_unlikely(local.ss_family == AF_UNIX)) {
         if (unix_objects(c->kind, x, a) < 0 || proxied_client(c->kind, x, a) < 0)
             goto error;
-    } else {
-        struct sockaddr_storage local;
-        socklen_t len = sizeof(local);
-        int rc = ps_exchange_local_address(x, &local, &len);
-        if (rc < 0) {
-            errno = -rc;
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto error;
-        }
-        if (ip_objects(c->kind, &local, &a->server, &a->server_port) < 0 ||
-            ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0)
-            goto error;
+    } else if (ip_objects(c->kind, &local, &a->server, &a->server_port) < 0 ||
+               ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0) {
+        goto error;
     }
     x->conn_data = a;
     return a;
