@@ -271,3 +271,15 @@ def test_socket_activated_listener_named_by_fd():
         args = ("--proxy-protocol-bind", "fd://3")
         with run_server(WSGI, *args, listen=False, port=port, **activated) as srv:
             assert seen(srv, v1("TCP4", "192.0.2.7", "192.0.2.8", 7, 8) + GET) == ("192.0.2.7", 7)
+
+
+def test_refusal_lines_are_rate_limited(spec):
+    with run_server(spec, "--proxy-protocol") as srv:
+        for _ in range(40):  # trusted peers without a PROXY header, as fast as possible
+            assert exchange(srv, GET) == b""
+        time.sleep(1.2)  # the next second
+        assert exchange(srv, GET) == b""
+        assert srv.wait_for_log("more not logged)"), srv.log_tail()
+        lines = srv.log().count("a trusted peer sent no valid PROXY header")
+        assert 10 < lines < 41, lines
+        assert seen(srv, v1("TCP4", "192.0.2.7", "192.0.2.8", 7, 8) + GET) == ("192.0.2.7", 7)

@@ -121,7 +121,8 @@ struct ps_asgi {
     PyObject *error_logger;
     PyObject *access_info;
     ps_rejects_t rejects;
-    PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
+    ps_py_refusals_t refusals; /* PROXY protocol failures logged (request.c) */
+    PyObject *disconnected;    /* ClientDisconnected, an OSError subclass */
     PyObject *s[S_COUNT];
     PyObject *versions[2]; /* "1.0", "1.1" */
     PyObject *root_path;
@@ -1486,7 +1487,7 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 static void on_refused(ps_exchange_t *x, const char *reason)
 {
     ps_asgi_t *ctx = x->handler_data;
-    ps_py_log_refused(ctx->error_logger, x, reason);
+    ps_py_log_refused(ctx->error_logger, &ctx->refusals, x, reason);
 }
 
 const ps_handler_t ps_asgi_handler = {

@@ -218,9 +218,18 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
 void ps_py_addresses_free(ps_exchange_t *x);
 
 /* A connection closed before its first request (handler on_refused): one
- * WARNING line on error_logger naming the peer and the reason. Never
- * raises; a pending exception stays pending. */
-void ps_py_log_refused(PyObject *error_logger, ps_exchange_t *x, const char *reason);
+ * WARNING line on error_logger naming the peer and the reason, at most
+ * PS_REFUSED_LINES_PER_SECOND a second per worker; the next line after a
+ * second with lines dropped says how many. Never raises; a pending
+ * exception stays pending. */
+#define PS_REFUSED_LINES_PER_SECOND 10
+typedef struct {
+    double window_end; /* CLOCK_MONOTONIC seconds */
+    uint32_t lines;    /* logged in the window */
+    uint32_t dropped;  /* not logged since the last line */
+} ps_py_refusals_t;
+void ps_py_log_refused(PyObject *error_logger, ps_py_refusals_t *r, ps_exchange_t *x,
+                       const char *reason);
 
 /* Reads a trusted proxy's headers into *fwd (all zero when the peer is not
  * trusted). Returns 0, or -1 after rejecting the request with 400 when the

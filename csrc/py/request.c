@@ -3,7 +3,9 @@
  * names and the cached methods. The two interfaces differ only in the
  * Python shapes, chosen by the cache's kind. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -187,21 +189,46 @@ error:
 
 /* ---- connections refused before a request ---- */
 
-void ps_py_log_refused(PyObject *error_logger, ps_exchange_t *x, const char *reason)
+/* 1 when the rate limit lets one more line through. */
+static int refusal_allowed(ps_py_refusals_t *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (now >= r->window_end) {
+        r->window_end = now + 1.0;
+        r->lines = 0;
+    }
+    if (r->lines >= PS_REFUSED_LINES_PER_SECOND) {
+        r->dropped++;
+        return 0;
+    }
+    r->lines++;
+    return 1;
+}
+
+void ps_py_log_refused(PyObject *error_logger, ps_py_refusals_t *r, ps_exchange_t *x,
+                       const char *reason)
 {
     char host[INET6_ADDRSTRLEN];
     int port;
+    if (!refusal_allowed(r))
+        return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb); /* keep a pending exception aside */
+    char more[48] = "";
+    if (r->dropped)
+        snprintf(more, sizeof(more), " (and %u more not logged)", r->dropped);
     PyObject *res;
     if (ps_net_format_address(x->peer, host, &port) < 0)
-        res = PyObject_CallMethod(error_logger, "warning", "ss",
-                                  "Closed a connection on a unix socket: %s", reason);
+        res = PyObject_CallMethod(error_logger, "warning", "sss",
+                                  "Closed a connection on a unix socket: %s%s", reason, more);
     else
-        res = PyObject_CallMethod(error_logger, "warning", "ssis",
-                                  strchr(host, ':') ? "Closed the connection from [%s]:%d: %s"
-                                                    : "Closed the connection from %s:%d: %s",
-                                  host, port, reason);
+        res = PyObject_CallMethod(error_logger, "warning", "ssiss",
+                                  strchr(host, ':') ? "Closed the connection from [%s]:%d: %s%s"
+                                                    : "Closed the connection from %s:%d: %s%s",
+                                  host, port, reason, more);
+    r->dropped = 0;
     if (res == NULL)
         PyErr_WriteUnraisable(error_logger);
     Py_XDECREF(res);

@@ -52,6 +52,7 @@ struct ps_wsgi {
     PyObject *error_logger;
     PyObject *access_info; /* access_logger.info, or NULL when off */
     ps_rejects_t rejects;
+    ps_py_refusals_t refusals;  /* PROXY protocol failures logged (request.c) */
     uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
     PyObject *protocols[2];
@@ -641,7 +642,7 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 static void on_refused(ps_exchange_t *x, const char *reason)
 {
     ps_wsgi_t *ctx = x->handler_data;
-    ps_py_log_refused(ctx->error_logger, x, reason);
+    ps_py_log_refused(ctx->error_logger, &ctx->refusals, x, reason);
 }
 
 const ps_handler_t ps_wsgi_handler = {
