@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "date.h"
+#include "proxyproto.h"
 #include "worker.h"
 #include "spool.h"
 #include "wsconn.h"
@@ -36,6 +37,7 @@
 #define READ_AHEAD (64 * 1024)
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static int take_proxy_header(ps_conn_t *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void process(ps_conn_t *c);
@@ -816,6 +818,77 @@ static int tls_before_write(ps_conn_t *c)
     return 1;
 }
 
+/* ---- the PROXY protocol (--proxy-protocol listeners) ---- */
+
+void ps_conn_expect_proxy_header(ps_conn_t *c)
+{
+    const ps_proxy_t *trust = c->w->cfg.proxyproto_trust;
+    int trusted =
+        c->is_unix ||
+        (trust != NULL && ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->peer, c->peer_len));
+    c->proxyproto = trusted ? PS_CONN_PP_EXPECT : PS_CONN_PP_REFUSE;
+    if (trusted)
+        arm_timer(c, c->w->cfg.timeout_request_header);
+}
+
+/* Closes a connection refused before its first request, after the layer
+ * logged why (one line). */
+static void refuse(ps_conn_t *c, const char *reason)
+{
+    if (c->w->handler->on_refused)
+        c->w->handler->on_refused(&c->x, reason);
+    ps_conn_close(c);
+}
+
+/* The PROXY header's client becomes the peer; whether its own proxy
+ * headers are read is decided again for it. */
+static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
+{
+    const ps_proxy_t *proxy = c->w->cfg.proxy;
+    memcpy(&c->peer, &pp->src, pp->src_len);
+    c->peer_len = c->x.peer_len = pp->src_len;
+    /* x.is_unix says the client has no address and the server is a path. */
+    c->x.is_unix = c->is_unix && pp->src.ss_family == AF_UNIX;
+    c->x.proxy = proxy && ps_proxy_peer_trusted(proxy, (struct sockaddr *)&c->peer, c->peer_len)
+                     ? proxy
+                     : NULL;
+}
+
+/* Settles the PROXY header at the start of rbuf: the one a trusted peer
+ * owes, or the one an untrusted peer may not send. Returns 1 when settled
+ * (the HTTP bytes follow in rbuf), 0 when more bytes are needed, -1 when
+ * the connection was closed. */
+static int take_proxy_header(ps_conn_t *c)
+{
+    const char *b = ps_buf_head(&c->rbuf);
+    size_t n = ps_buf_size(&c->rbuf);
+    if (c->proxyproto == PS_CONN_PP_REFUSE) {
+        int sent = ps_proxyproto_detect(b, n);
+        if (sent == 0)
+            return 0;
+        if (sent > 0) {
+            refuse(c, "an untrusted peer sent a PROXY header");
+            return -1;
+        }
+        c->proxyproto = PS_CONN_PP_NONE; /* a direct client: plain HTTP */
+        return 1;
+    }
+    ps_proxyproto_t pp;
+    int len = ps_proxyproto_parse(b, n, &pp);
+    if (len == 0)
+        return 0;
+    if (len < 0) {
+        refuse(c, "a trusted peer sent no valid PROXY header");
+        return -1;
+    }
+    ps_buf_consume(&c->rbuf, (size_t)len);
+    c->proxyproto = PS_CONN_PP_NONE;
+    if (!pp.local)
+        set_proxied_client(c, &pp);
+    arm_timer(c, c->w->cfg.timeout_keep_alive);
+    return 1;
+}
+
 void ps_conn_accepted(ps_conn_t *c)
 {
     on_read(c->w->loop, &c->rio, EV_READ);
@@ -857,6 +930,8 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
         ps_conn_close(c);
         return;
     }
+    if (ps_unlikely(c->proxyproto) && take_proxy_header(c) <= 0)
+        return;
     /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
     if (w->cfg.h2c && c->requests == 0 && !c->head_started && c->state == PS_CONN_IDLE) {
         int p = ps_h2_is_preface(ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf));
@@ -1129,6 +1204,8 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
     case PS_CONN_IDLE:
         if (c->handshaking) /* --timeout-tls-handshake */
             ps_conn_close(c);
+        else if (c->proxyproto == PS_CONN_PP_EXPECT)
+            refuse(c, "no PROXY header from a trusted peer in time");
         else if (c->head_started)
             answer_error(c, 408, "request head deadline");
         else if (nothing_arrived(c)) /* else sent by the deadline: answered, not reset */

@@ -54,6 +54,7 @@ struct ps_conn {
     unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
     unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
+    unsigned proxyproto : 2;   /* PS_CONN_PP_*: a PROXY header still to settle */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     int spool_fd;              /* the body's spool file (see spool.h), or -1 */
     uint64_t spool_len;        /* bytes written to it */
@@ -98,6 +99,14 @@ static inline const ps_transport_t *ps_conn_transport(const ps_conn_t *c)
 {
     return &c->t;
 }
+/* A connection on a --proxy-protocol listener (call before
+ * ps_conn_accepted): a peer that --forwarded-allow-ips trusts must start
+ * with a PROXY header (v1 or v2) within timeout_request_header, whose
+ * client becomes the connection's peer; any other peer may not send one.
+ * Either failure closes the connection after handler->on_refused. */
+void ps_conn_expect_proxy_header(ps_conn_t *c);
+enum { PS_CONN_PP_NONE, PS_CONN_PP_EXPECT, PS_CONN_PP_REFUSE };
+
 /* A connection just accepted: reads what already arrived (the listener
  * defers accept until data is there) before waiting on the loop. May close c. */
 void ps_conn_accepted(ps_conn_t *c);

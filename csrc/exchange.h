@@ -51,6 +51,9 @@ typedef struct {
      * static words, e.g. "header field too large"). Called outside any
      * parser callback, before the answer is sent; the layer logs it. */
     void (*on_rejected)(ps_exchange_t *x, int status, const char *reason);
+    /* Optional: a connection is closed before its first request (a PROXY
+     * protocol failure; reason: static words). The layer logs one line. */
+    void (*on_refused)(ps_exchange_t *x, const char *reason);
     /* The layer answers from outside these callbacks (ASGI's tasks) and
      * reads the body as it arrives; 0: it answers inside on_request with
      * the whole body buffered first (WSGI). */

@@ -164,6 +164,8 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
             c->local = &l->local;
             c->local_len = l->local_len;
         }
+        if (l->proxy_protocol)
+            ps_conn_expect_proxy_header(c);
         c->next = w->conns;
         if (w->conns)
             w->conns->prev = c;
@@ -326,6 +328,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->shut_at_stop = 0;
     l->released = 0;
     l->gated = 0;
+    l->proxy_protocol = 0;
     l->local_len = 0;
     l->tls = is_unix ? NULL : w->cfg.tls; /* the per-bind rule: TLS is for TCP binds */
     if (!is_unix) {
@@ -341,6 +344,26 @@ void ps_worker_shut_at_stop(ps_worker_t *w, int fd)
     for (uint32_t i = 0; i < w->nlisteners; i++)
         if (w->listeners[i].fd == fd)
             w->listeners[i].shut_at_stop = 1;
+}
+
+/* 1 when two listening sockets are bound to the same address. */
+static int same_address(int a, int b)
+{
+    struct sockaddr_storage sa, sb;
+    socklen_t la = sizeof(sa), lb = sizeof(sb);
+    if (getsockname(a, (struct sockaddr *)&sa, &la) < 0 ||
+        getsockname(b, (struct sockaddr *)&sb, &lb) < 0)
+        return 0;
+    return la == lb && memcmp(&sa, &sb, la) == 0;
+}
+
+void ps_worker_proxy_protocol(ps_worker_t *w, int fd)
+{
+    for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (l->fd == fd || (l->own && same_address(l->fd, fd)))
+            l->proxy_protocol = 1;
+    }
 }
 
 int ps_worker_add_own_listener(ps_worker_t *w, int fd)

@@ -284,6 +284,8 @@ static int spawn(ps_master_t *m, int index, int lane)
         uint64_t jitter = m->cfg.max_requests_jitter;
         s->max_requests = m->cfg.max_requests + (jitter ? (uint64_t)random() % (jitter + 1) : 0);
     }
+    if (m->ops->pre_fork)
+        m->ops->pre_fork(m->data, index);
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);

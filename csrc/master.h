@@ -37,6 +37,9 @@ typedef struct {
 typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARNING, PS_LOG_ERROR } ps_log_level_t;
 
 typedef struct {
+    /* Optional: worker `index` (0-based) is about to be forked; runs with
+     * the master's normal signal mask, before before_fork. */
+    void (*pre_fork)(void *data, int index);
     /* Around fork(): the interpreter's fork hooks. */
     void (*before_fork)(void *data);
     void (*after_fork_parent)(void *data);

@@ -287,32 +287,396 @@ static uint8_t secure_header_scheme(const ps_proxy_t *p, const ps_header_t *h)
     return PS_SCHEME_NONE;
 }
 
-int ps_proxy_apply(const ps_proxy_t *p, const ps_request_t *r, ps_proxy_result_t *out)
+/* ---- RFC 7239 Forwarded ---- */
+
+static int is_tchar(unsigned char ch)
 {
-    uint32_t xff_first = UINT32_MAX, xff_last = 0;
-    const ps_header_t *proto = NULL;
-    out->scheme = PS_SCHEME_NONE;
-    out->client = (ps_slice_t){NULL, 0};
-    for (uint32_t i = 0; i < r->nheaders; i++) {
-        const ps_header_t *h = &r->headers[i];
-        if (h->name.len == 15 && PS_SLICE_IEQ(h->name, "x-forwarded-for")) {
-            xff_first = PS_MIN(xff_first, i);
-            xff_last = i;
+    if ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))
+        return 1;
+    return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+}
+
+/* A port: 1 to 5 digits, at most 65535. Returns it, or -1. */
+static int parse_port(const char *s, size_t n)
+{
+    if (n == 0 || n > 5)
+        return -1;
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    return v <= 65535 ? (int)v : -1;
+}
+
+/* One element: the parameters we read (base NULL when absent). */
+typedef struct {
+    ps_slice_t for_, proto, host;
+    unsigned npairs;
+} element_t;
+
+typedef struct {
+    const char *s, *end;
+} cursor_t;
+
+static void skip_ows(cursor_t *c)
+{
+    while (c->s < c->end && is_space(*c->s))
+        c->s++;
+}
+
+/* A token or a quoted-string, the quotes left out. A quoted-string with a
+ * quoted-pair sets *escaped: its slice still holds the backslashes. Returns
+ * 0 or PS_PROXY_EMALFORMED. */
+static int parse_value(cursor_t *c, ps_slice_t *v, int *escaped)
+{
+    *escaped = 0;
+    if (c->s < c->end && *c->s == '"') {
+        const char *start = ++c->s;
+        for (; c->s < c->end; c->s++) {
+            unsigned char ch = (unsigned char)*c->s;
+            if (ch == '"') {
+                *v = (ps_slice_t){start, (size_t)(c->s - start)};
+                c->s++;
+                return 0;
+            }
+            if (ch == '\\') {
+                *escaped = 1;
+                if (++c->s == c->end)
+                    break;
+                ch = (unsigned char)*c->s;
+            }
+            if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                break;
         }
-        if (p->secure_headers) {
-            uint8_t scheme = secure_header_scheme(p, h);
-            if (scheme == PS_SCHEME_NONE)
-                continue;
-            if (out->scheme != PS_SCHEME_NONE && out->scheme != scheme)
-                return -EPROTO;
-            out->scheme = scheme;
-        } else if (h->name.len == 17 && PS_SLICE_IEQ(h->name, "x-forwarded-proto")) {
-            proto = h;
+        return PS_PROXY_EMALFORMED;
+    }
+    const char *start = c->s;
+    while (c->s < c->end && is_tchar((unsigned char)*c->s))
+        c->s++;
+    *v = (ps_slice_t){start, (size_t)(c->s - start)};
+    return v->len ? 0 : PS_PROXY_EMALFORMED;
+}
+
+/* One forwarded-pair "token=value" into e. A parameter we read may occur
+ * once per element and may not be escaped. Returns 0 or
+ * PS_PROXY_EMALFORMED. */
+static int parse_pair(cursor_t *c, element_t *e)
+{
+    const char *name = c->s;
+    while (c->s < c->end && is_tchar((unsigned char)*c->s))
+        c->s++;
+    ps_slice_t n = {name, (size_t)(c->s - name)}, v;
+    int escaped;
+    if (n.len == 0 || c->s == c->end || *c->s++ != '=' || parse_value(c, &v, &escaped) < 0)
+        return PS_PROXY_EMALFORMED;
+    ps_slice_t *slot = NULL;
+    if (n.len == 3 && PS_SLICE_IEQ(n, "for"))
+        slot = &e->for_;
+    else if (n.len == 5 && PS_SLICE_IEQ(n, "proto"))
+        slot = &e->proto;
+    else if (n.len == 4 && PS_SLICE_IEQ(n, "host"))
+        slot = &e->host;
+    e->npairs++;
+    if (slot == NULL)
+        return 0; /* "by" and extensions: not ours */
+    if (slot->base != NULL || escaped)
+        return PS_PROXY_EMALFORMED;
+    *slot = v;
+    return 0;
+}
+
+/* The next element of a Forwarded list: pairs separated by ';', up to a
+ * ',' or the end (consumed). Returns 0 or PS_PROXY_EMALFORMED. */
+static int parse_element(cursor_t *c, element_t *e)
+{
+    memset(e, 0, sizeof(*e));
+    for (;;) {
+        skip_ows(c);
+        if (c->s == c->end)
+            return 0;
+        if (*c->s == ',') {
+            c->s++;
+            return 0;
+        }
+        if (*c->s != ';' && parse_pair(c, e) < 0)
+            return PS_PROXY_EMALFORMED;
+        skip_ows(c);
+        if (c->s < c->end && *c->s == ';')
+            c->s++;
+        else if (c->s < c->end && *c->s != ',')
+            return PS_PROXY_EMALFORMED;
+    }
+}
+
+/* A node ("for"): "[v6]" or a name with an optional ":port"; a bare IPv6
+ * address is taken whole. The name is an IP literal, "unknown" or an
+ * obfuscated "_identifier"; only IP literals can be trusted. Obfuscated or
+ * invalid ports give 0. */
+static void split_node(ps_slice_t v, ps_slice_t *host, uint16_t *port)
+{
+    *port = 0;
+    *host = v;
+    const char *colon = NULL;
+    if (v.len && v.base[0] == '[') {
+        const char *close = memchr(v.base, ']', v.len);
+        if (close == NULL)
+            return;
+        *host = (ps_slice_t){v.base + 1, (size_t)(close - v.base - 1)};
+        colon = close + 1 < v.base + v.len && close[1] == ':' ? close + 1 : NULL;
+    } else {
+        colon = memchr(v.base, ':', v.len);
+        if (colon && memchr(colon + 1, ':', (size_t)(v.base + v.len - colon - 1)))
+            return; /* a bare IPv6 address */
+        if (colon)
+            host->len = (size_t)(colon - v.base);
+    }
+    if (colon) {
+        int n = parse_port(colon + 1, (size_t)(v.base + v.len - colon - 1));
+        *port = n > 0 ? (uint16_t)n : 0;
+    }
+}
+
+/* What the Forwarded fields of r say (their elements read as one list, from
+ * the right: the first whose "for" is not a trusted proxy, or that has no
+ * "for", is the client's). Returns 0 with the chosen element in *chosen
+ * (npairs 0: no element) or PS_PROXY_EMALFORMED. */
+static int forwarded_element(const ps_proxy_t *p, const ps_request_t *r, uint32_t first,
+                             element_t *chosen)
+{
+    element_t leftmost = {0}, untrusted = {0}, e;
+    for (uint32_t i = first; i < r->nheaders; i++) {
+        const ps_header_t *h = &r->headers[i];
+        if (h->name.len != 9 || !PS_SLICE_IEQ(h->name, "forwarded"))
+            continue;
+        cursor_t c = {h->value.base, h->value.base + h->value.len};
+        while (c.s < c.end) {
+            if (parse_element(&c, &e) < 0)
+                return PS_PROXY_EMALFORMED;
+            if (e.npairs == 0)
+                continue; /* an empty list item */
+            if (leftmost.npairs == 0)
+                leftmost = e;
+            ps_slice_t host = {NULL, 0};
+            uint16_t port;
+            if (e.for_.base)
+                split_node(e.for_, &host, &port);
+            if (e.for_.base == NULL || !ps_proxy_host_trusted(p, host.base, host.len))
+                untrusted = e;
         }
     }
-    if (proto)
-        out->scheme = forwarded_proto(proto->value);
-    if (xff_first != UINT32_MAX)
-        out->client = forwarded_client(p, r, xff_first, xff_last);
+    *chosen = p->trust_all || untrusted.npairs == 0 ? leftmost : untrusted;
     return 0;
+}
+
+/* ---- hosts ---- */
+
+static int is_host_char(unsigned char ch)
+{
+    if ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))
+        return 1;
+    return ch != 0 && strchr("-._~%!$&'()*+;=", ch) != NULL;
+}
+
+int ps_proxy_split_host(ps_slice_t v, ps_slice_t *name, uint16_t *port)
+{
+    const char *end = v.base + v.len, *colon;
+    *port = 0;
+    if (v.len == 0)
+        return -EINVAL;
+    if (v.base[0] == '[') {
+        const char *close = memchr(v.base, ']', v.len);
+        if (close == NULL || close == v.base + 1)
+            return -EINVAL;
+        for (const char *q = v.base + 1; q < close; q++)
+            if (!(is_host_char((unsigned char)*q) || *q == ':'))
+                return -EINVAL;
+        *name = (ps_slice_t){v.base, (size_t)(close + 1 - v.base)};
+        if (close + 1 == end)
+            return 0;
+        if (close[1] != ':')
+            return -EINVAL;
+        colon = close + 1;
+    } else {
+        colon = memchr(v.base, ':', v.len);
+        *name = (ps_slice_t){v.base, colon ? (size_t)(colon - v.base) : v.len};
+        if (name->len == 0)
+            return -EINVAL;
+        for (size_t i = 0; i < name->len; i++)
+            if (!is_host_char((unsigned char)name->base[i]))
+                return -EINVAL;
+        if (colon == NULL)
+            return 0;
+    }
+    if (colon + 1 == end)
+        return 0; /* "host:": an empty port is no port (RFC 3986) */
+    int n = parse_port(colon + 1, (size_t)(end - colon - 1));
+    if (n < 0)
+        return -EINVAL;
+    *port = (uint16_t)n;
+    return 0;
+}
+
+/* The last comma item of a value, trimmed. */
+static ps_slice_t last_item(ps_slice_t value)
+{
+    size_t start = value.len;
+    while (start > 0 && value.base[start - 1] != ',')
+        start--;
+    return trim(value.base + start, value.len - start);
+}
+
+/* ---- all of them ---- */
+
+/* Where the headers of a request we read are (indexes; UINT32_MAX none). */
+typedef struct {
+    uint32_t xff_first, xff_last, forwarded, proto, host, port, own_host;
+} found_t;
+
+/* Scans r once; the secure scheme headers are read on the way. Returns 0 or
+ * PS_PROXY_ESCHEME. */
+static int find_headers(const ps_proxy_t *p, const ps_request_t *r, found_t *f, uint8_t *scheme)
+{
+    memset(f, 0xff, sizeof(*f));
+    *scheme = PS_SCHEME_NONE;
+    f->xff_last = 0;
+    for (uint32_t i = 0; i < r->nheaders; i++) {
+        const ps_header_t *h = &r->headers[i];
+        ps_slice_t n = h->name;
+        if (n.len == 15 && PS_SLICE_IEQ(n, "x-forwarded-for")) {
+            f->xff_first = PS_MIN(f->xff_first, i);
+            f->xff_last = i;
+        } else if (n.len == 9 && PS_SLICE_IEQ(n, "forwarded")) {
+            f->forwarded = PS_MIN(f->forwarded, i);
+        } else if (n.len == 16 && PS_SLICE_IEQ(n, "x-forwarded-host")) {
+            f->host = i;
+        } else if (n.len == 16 && PS_SLICE_IEQ(n, "x-forwarded-port")) {
+            f->port = i;
+        } else if (n.len == 4 && PS_SLICE_IEQ(n, "host")) {
+            f->own_host = i;
+        } else if (!p->secure_headers && n.len == 17 && PS_SLICE_IEQ(n, "x-forwarded-proto")) {
+            f->proto = i;
+        }
+        if (p->secure_headers) {
+            uint8_t s = secure_header_scheme(p, h);
+            if (s == PS_SCHEME_NONE)
+                continue;
+            if (*scheme != PS_SCHEME_NONE && *scheme != s)
+                return PS_PROXY_ESCHEME;
+            *scheme = s;
+        }
+    }
+    return 0;
+}
+
+/* 1 when two forwarded client hosts name the same client: the same address,
+ * or the same text when either is not an address. */
+static int same_client(ps_slice_t a, ps_slice_t b)
+{
+    uint8_t aa[16], ba[16], a6, b6;
+    if (parse_address(a.base, a.len, aa, &a6) == 0 && parse_address(b.base, b.len, ba, &b6) == 0)
+        return a6 == b6 && memcmp(aa, ba, 16) == 0;
+    return a.len == b.len && ps_slice_ieq(a, b.base, b.len);
+}
+
+/* Sets a field from a second source: Returns 0, or PS_PROXY_ECONFLICT when
+ * both are set and differ. */
+static int merge_scheme(uint8_t *into, uint8_t from)
+{
+    if (from == PS_SCHEME_NONE)
+        return 0;
+    if (*into != PS_SCHEME_NONE && *into != from)
+        return PS_PROXY_ECONFLICT;
+    *into = from;
+    return 0;
+}
+
+/* Forwarded's chosen element into out. Returns 0 or PS_PROXY_EMALFORMED. */
+static int apply_forwarded(const ps_proxy_t *p, const ps_request_t *r, uint32_t first,
+                           ps_proxy_result_t *out)
+{
+    element_t e;
+    if (forwarded_element(p, r, first, &e) < 0)
+        return PS_PROXY_EMALFORMED;
+    if (e.for_.base) {
+        ps_slice_t host;
+        split_node(e.for_, &host, &out->client_port);
+        out->client = host.len ? bounded(host) : (ps_slice_t){NULL, 0};
+        if (out->client.base == NULL)
+            out->client_port = 0;
+    }
+    if (e.proto.base)
+        out->scheme = forwarded_proto(e.proto);
+    if (e.host.base && ps_proxy_split_host(e.host, &out->host, &out->port) < 0)
+        out->host = (ps_slice_t){NULL, 0};
+    if (out->host.base == NULL)
+        out->port = 0;
+    return 0;
+}
+
+/* X-Forwarded-Host and -Port over what Forwarded said. Returns 0 or
+ * PS_PROXY_ECONFLICT. */
+static int apply_host_port(const ps_request_t *r, const found_t *f, ps_proxy_result_t *out)
+{
+    ps_slice_t name;
+    uint16_t port;
+    if (f->host != UINT32_MAX &&
+        ps_proxy_split_host(last_item(r->headers[f->host].value), &name, &port) == 0) {
+        if (out->host.base &&
+            ((out->port && port && out->port != port) || name.len != out->host.len ||
+             !ps_slice_ieq(name, out->host.base, out->host.len)))
+            return PS_PROXY_ECONFLICT;
+        out->host = name;
+        out->port = port ? port : out->port;
+    }
+    if (f->port == UINT32_MAX)
+        return 0;
+    ps_slice_t v = last_item(r->headers[f->port].value);
+    int n = parse_port(v.base, v.len);
+    if (n <= 0)
+        return 0;
+    if (out->port && out->port != n)
+        return PS_PROXY_ECONFLICT;
+    out->port = (uint16_t)n;
+    if (out->host.base == NULL && f->own_host != UINT32_MAX &&
+        ps_proxy_split_host(r->headers[f->own_host].value, &name, &port) == 0)
+        out->host = name;
+    return 0;
+}
+
+int ps_proxy_apply(const ps_proxy_t *p, const ps_request_t *r, ps_proxy_result_t *out)
+{
+    found_t f;
+    uint8_t scheme;
+    memset(out, 0, sizeof(*out));
+    int rc = find_headers(p, r, &f, &scheme);
+    if (rc < 0)
+        return rc;
+    if (f.forwarded != UINT32_MAX && (rc = apply_forwarded(p, r, f.forwarded, out)) < 0)
+        return rc;
+    if (f.proto != UINT32_MAX)
+        scheme = forwarded_proto(r->headers[f.proto].value);
+    if (merge_scheme(&out->scheme, scheme) < 0)
+        return PS_PROXY_ECONFLICT;
+    if (f.xff_first != UINT32_MAX) {
+        ps_slice_t client = forwarded_client(p, r, f.xff_first, f.xff_last);
+        if (client.base && out->client.base && !same_client(client, out->client))
+            return PS_PROXY_ECONFLICT;
+        if (out->client.base == NULL)
+            out->client = client;
+    }
+    return apply_host_port(r, &f, out);
+}
+
+const char *ps_proxy_reason(int rc)
+{
+    switch (rc) {
+    case PS_PROXY_ESCHEME:
+        return "secure scheme headers disagree";
+    case PS_PROXY_ECONFLICT:
+        return "proxy headers disagree";
+    default:
+        return "malformed Forwarded header";
+    }
 }

@@ -116,6 +116,19 @@ void ps_worker_stop(ps_worker_t *w)
     }
 }
 
+/* SIGHUP in a single process: a graceful stop that leaves the listening
+ * sockets open and queueing for the server that replaces this one. Ignored
+ * while a stop is under way. */
+static void reload(ps_worker_t *w)
+{
+    if (w->stopping)
+        return;
+    for (uint32_t i = 0; i < w->nlisteners; i++)
+        w->listeners[i].shut_at_stop = 0;
+    w->hooks->reload(w->hooks_data);
+    ps_worker_stop(w);
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
     PS_UNUSED(loop);
@@ -124,6 +137,10 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     if (s->signum == SIGUSR1) {
         if (w->hooks->reopen_logs)
             w->hooks->reopen_logs(w->hooks_data);
+        return;
+    }
+    if (s->signum == SIGHUP) {
+        reload(w);
         return;
     }
     if (w->hooks->stop_signal)
@@ -260,7 +277,8 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     ev_signal_init(&w->sigterm, on_signal, SIGTERM);
     ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
     ev_signal_init(&w->sigusr1, on_signal, SIGUSR1);
-    w->sigint.data = w->sigterm.data = w->sigquit.data = w->sigusr1.data = w;
+    ev_signal_init(&w->sighup, on_signal, SIGHUP);
+    w->sigint.data = w->sigterm.data = w->sigquit.data = w->sigusr1.data = w->sighup.data = w;
     return 0;
 }
 
@@ -271,6 +289,8 @@ void ps_worker_start(ps_worker_t *w)
     ev_signal_start(w->loop, &w->sigquit);
     if (w->hooks->reopen_logs)
         ev_signal_start(w->loop, &w->sigusr1);
+    if (w->hooks->reload)
+        ev_signal_start(w->loop, &w->sighup);
     ps_listener_start(w);
     if (w->slot) {
         beat(w);
@@ -293,6 +313,7 @@ void ps_worker_finish(ps_worker_t *w)
     ev_signal_stop(w->loop, &w->sigterm);
     ev_signal_stop(w->loop, &w->sigquit);
     ev_signal_stop(w->loop, &w->sigusr1);
+    ev_signal_stop(w->loop, &w->sighup);
     ev_timer_stop(w->loop, &w->stop_timer);
 }
 

@@ -30,6 +30,9 @@ typedef struct {
     /* Proxy headers: whose X-Forwarded-* to believe (NULL: nobody's); it
      * must outlive the worker. */
     const ps_proxy_t *proxy;
+    /* --proxy-protocol listeners: whose PROXY headers to take (NULL when no
+     * listener has it); it must outlive the worker. */
+    const ps_proxy_t *proxyproto_trust;
     unsigned server_header : 1;
     unsigned date_header : 1;
     /* WebSockets (asynchronous layers; wsconn.c) */
@@ -61,6 +64,10 @@ typedef struct {
     /* A stop finished its last connection (the ASGI layer stops asyncio's
      * loop, which may be waiting outside libev). */
     void (*drained)(void *data);
+    /* SIGHUP in a single process: the worker stops gracefully, keeping its
+     * listening sockets open, and the code that runs it starts the new
+     * server on them (see pyserver/reexec.py). NULL leaves SIGHUP alone. */
+    void (*reload)(void *data);
 } ps_worker_hooks_t;
 
 struct ps_worker {
@@ -85,7 +92,7 @@ struct ps_worker {
     ev_io gate;
     ev_timer gate_check;
     ev_prepare prepare;
-    ev_signal sigint, sigterm, sigquit, sigusr1;
+    ev_signal sigint, sigterm, sigquit, sigusr1, sighup;
     ev_timer stop_timer;
     /* Under a master (ps_worker_attach_slot): the shared slot, the handler
      * the slot wrapper forwards to, and the master's pid to watch. */
@@ -108,6 +115,9 @@ int ps_worker_add_listener(ps_worker_t *w, int fd);
  * gone): then its queue is accepted to the last connection and the socket
  * shut down, so the kernel sends new connections to the other sockets. */
 int ps_worker_add_own_listener(ps_worker_t *w, int fd);
+/* The listener fd, and the --reuse-port lanes bound to its address, speak
+ * the PROXY protocol (see ps_conn_expect_proxy_header). */
+void ps_worker_proxy_protocol(ps_worker_t *w, int fd);
 /* The listener fd was bound by this server, not inherited: at the server's
  * last stop it is shut down, so that new connections are refused at once. */
 void ps_worker_shut_at_stop(ps_worker_t *w, int fd);

@@ -24,6 +24,7 @@ def run_master(
     config: Config,
     spawn_worker: Callable[[int, tuple[int, ...]], object],
     poll_reload: Callable[[], bool] | None = None,
+    pre_fork: Callable[[int], object] | None = None,
 ) -> int:
     """Fork and supervise config.workers workers; return the exit status."""
 

@@ -9,12 +9,13 @@ the command line wins. WEB_CONCURRENCY sets the worker count when neither
 
 import argparse
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyserver import __version__, config, configfile, hooks, logconfig, workers_proc
+from pyserver import __version__, config, configfile, hooks, logconfig, reexec, workers_proc
 from pyserver.config import Config, StartupError
 from pyserver.importer import split_app_spec
 
@@ -23,7 +24,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 # Whitespace-separated lists in the environment.
-LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env")
+LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env", "proxy_protocol_bind")
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -471,6 +472,22 @@ def build_parser():
         "all (default: $FORWARDED_ALLOW_IPS or 127.0.0.1,::1; unix-socket peers are "
         "always trusted)",
     )
+    add(
+        proxy,
+        "--proxy-protocol",
+        action=argparse.BooleanOptionalAction,
+        help="every listener takes a PROXY protocol header (v1 or v2) before HTTP: trusted "
+        "peers (--forwarded-allow-ips) must send one, others may not (default: off)",
+    )
+    add(
+        proxy,
+        "--proxy-protocol-bind",
+        action="append",
+        metavar="ADDRESS",
+        type=_converter("proxy_protocol_bind", config.parse_bind),
+        help="only this listener takes PROXY headers, written as in --bind (HOST:PORT, "
+        "[IPV6]:PORT, unix:PATH, fd://N); repeatable",
+    )
 
     logs = parser.add_argument_group("logging")
     add(
@@ -758,13 +775,23 @@ def run(cfg: Config) -> int:
     role = "master" if cfg.use_master else "server"
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
-        logger.info("Listening on %s", config.socket_url(sock, cfg.ssl_certfile is not None))
+        proxied = " (PROXY protocol)" if cfg.speaks_proxy_protocol(sock) else ""
+        logger.info("Listening on %s%s", config.socket_url(sock, cfg.ssl_certfile is not None), proxied)
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))
     else:
         logger.info("Running in a single process, %s", _threads_text(cfg))
     status = 0
+    reloading = []
+    if not cfg.use_master:
+        # SIGHUP: stop gracefully, then start again on the same sockets (pyserver.reexec).
+
+        def on_hup():
+            reloading.append(True)
+            logger.info("Reloading (SIGHUP): finishing requests in progress")
+
+        cfg.on_hup = on_hup
     try:
         write_pid_file(cfg.pid)
         if cfg.use_master:
@@ -772,19 +799,41 @@ def run(cfg: Config) -> int:
         else:
             status = hooks.serve_single(cfg, server, _core)
     except OSError as exc:
+        reloading.clear()
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        pass
+        reloading.clear()
     except StartupError as exc:
+        reloading.clear()
         print(f"pyserver: {exc}", file=sys.stderr)
         status = exc.exit_code
     finally:
-        cfg.close_sockets()
-        remove_pid_file(cfg.pid)
-        hooks.run(cfg, "on_exit", server)
+        if not (reloading and status == 0):
+            cfg.close_sockets()
+            remove_pid_file(cfg.pid)
+            hooks.run(cfg, "on_exit", server)
+    if reloading and status == 0:
+        logger.info("Reloading: starting again on the same sockets (pid %d)", os.getpid())
+        _flush_logs()
+        try:
+            reexec.exec_again(cfg)
+        except OSError as exc:
+            logger.error("Cannot reload: %s", exc)
+            cfg.close_sockets()
+            remove_pid_file(cfg.pid)
+            hooks.run(cfg, "on_exit", server)
+            return 1
     logger.info("Finished %s process [%d]", role, os.getpid())
     return status
+
+
+def _flush_logs():
+    for handler in logging.getLogger().handlers + logging.getLogger("pyserver").handlers:
+        handler.flush()
+    for name in ("pyserver.error", "pyserver.access"):
+        for handler in logging.getLogger(name).handlers:
+            handler.flush()
 
 
 def write_pid_file(path):
@@ -808,6 +857,7 @@ def remove_pid_file(path):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `pyserver` script and `python -m pyserver`."""
+    reexec.remember(argv)
     kwargs = parse_args(argv)
     app = kwargs.pop("app")
     try:

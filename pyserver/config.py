@@ -47,7 +47,10 @@ hold final values:
     timeout_tls_handshake     float seconds a TLS handshake may take
     ssl_ticket_rotation       float seconds: under a master, the workers share their session
                               ticket keys and get a new one this often (the last 4 decrypt)
-    proxy_headers             bool: trusted proxies' X-Forwarded-For/-Proto are read
+    proxy_headers             bool: trusted proxies' Forwarded and X-Forwarded-* are read
+    proxy_protocol            bool: every listener takes a PROXY header from trusted peers
+    proxy_protocol_bind       list of parse_bind() addresses that do (when not all do)
+    proxy_protocol_fds        list of the listening fds that do (set by bind_sockets)
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
     secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
                               {header: value meaning https}
@@ -155,6 +158,13 @@ def check_cert_reqs(value):
     if key not in CERT_REQS:
         raise ValueError(f"expected none, optional or required (or 0, 1, 2), got {value!r}")
     return CERT_REQS[key]
+
+
+# The PROXY header comes before the TLS handshake; the TLS listeners do not read it yet.
+PROXY_OVER_TLS = (
+    "error: --proxy-protocol on a TLS listener ({}) is not supported yet; "
+    "serve the proxy on a plain or unix-socket bind"
+)
 
 
 def check_tls_version(value):
@@ -353,6 +363,8 @@ class Config:
         http2_initial_connection_window_size=1024 * 1024,
         proxy_headers=True,
         forwarded_allow_ips=None,
+        proxy_protocol=False,
+        proxy_protocol_bind=None,
         log_level="info",
         log_config=None,
         access_log=True,
@@ -450,6 +462,12 @@ class Config:
             "http2_initial_connection_window_size", http2_initial_connection_window_size
         )
         self.proxy_headers = bool(proxy_headers)
+        self.proxy_protocol = bool(proxy_protocol)
+        self.proxy_protocol_bind = [
+            parse_bind(b) if isinstance(b, str) else tuple(b) for b in proxy_protocol_bind or ()
+        ]
+        self.proxy_protocol_fds = []
+        self.addresses = []  # what each of self.sockets was bound or inherited as
         source = "forwarded_allow_ips"
         if forwarded_allow_ips is None:
             forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS")
@@ -528,6 +546,7 @@ class Config:
         self.loaded_app = None
         self.on_tick = None
         self.on_stop_signal = None
+        self.on_hup = None  # a single process: called on SIGHUP (see pyserver/reexec.py)
         self.tick_interval = 1.0
         self.sockets = []
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
@@ -675,6 +694,11 @@ class Config:
 
     def bind_sockets(self):
         """Return listening, non-blocking sockets. Raises StartupError (exit code 1)."""
+        from pyserver import reexec
+
+        handed = reexec.inherited()
+        if handed is not None:
+            return self._take_handed_sockets(handed)
         sockets = []
         addresses = self.bind_addresses()
         inherited = systemd_fds()
@@ -682,6 +706,19 @@ class Config:
             # Socket activation: the inherited sockets replace the default address.
             explicit = self.bind or self.uds is not None or self.fd is not None
             addresses = (addresses if explicit else []) + [("fd", fd) for fd in inherited]
+        for address in self.proxy_protocol_bind:
+            if address not in addresses:
+                raise StartupError(
+                    f"error: --proxy-protocol-bind {describe_address(address)} is not one of "
+                    f"the addresses served ({', '.join(map(describe_address, addresses))})",
+                    2,
+                )
+            if self.ssl_certfile is not None and address[0] not in ("unix", "fd"):
+                raise StartupError(PROXY_OVER_TLS.format(describe_address(address)), 2)
+        if self.proxy_protocol and self.ssl_certfile is not None:
+            for address in addresses:
+                if address[0] not in ("unix", "fd"):
+                    raise StartupError(PROXY_OVER_TLS.format(describe_address(address)), 2)
         try:
             for address in addresses:
                 sockets.append(self._bind_one(address))
@@ -689,7 +726,35 @@ class Config:
             self.sockets = sockets
             self.close_sockets()
             raise
+        self._select_proxy_protocol(addresses, sockets)
         return sockets
+
+    def _select_proxy_protocol(self, addresses, sockets):
+        self.addresses = addresses
+        self.proxy_protocol_fds = [
+            sock.fileno()
+            for address, sock in zip(addresses, sockets, strict=True)
+            if self.proxy_protocol or address in self.proxy_protocol_bind
+        ]
+
+    def _take_handed_sockets(self, handed):
+        """The sockets of the server this one replaces after a SIGHUP (pyserver.reexec):
+        served as they are, the ones it bound still counted as bound here."""
+        sockets = []
+        for address, fd, bound in handed:
+            sock = socket.socket(fileno=fd)
+            sock.set_inheritable(False)
+            sock.setblocking(False)
+            sockets.append(sock)
+            if bound:
+                self.bound_fds.append(fd)
+                if address[0] == "unix":
+                    self._unix_paths.append(address[1])
+        self._select_proxy_protocol([address for address, _, _ in handed], sockets)
+        return sockets
+
+    def speaks_proxy_protocol(self, sock):
+        return sock.fileno() in self.proxy_protocol_fds
 
     def _bind_one(self, address):
         kind = address[0]

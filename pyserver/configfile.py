@@ -24,6 +24,7 @@ import types
 HOOKS = (
     "on_starting",
     "when_ready",
+    "pre_fork",
     "post_fork",
     "post_worker_init",
     "worker_exit",
@@ -33,7 +34,6 @@ HOOKS = (
 )
 # gunicorn hooks that have no place to run in pyserver yet.
 UNSUPPORTED_HOOKS = {
-    "pre_fork": "the C master forks without calling into Python",
     "pre_exec": "pyserver has no re-exec on USR2",
     "on_reload": "pyserver's master has no SIGHUP reload hook",
     "worker_int": "pyserver's own workers have no SIGINT hook",
@@ -159,8 +159,7 @@ def load_python(path, actions):
         elif name == "access_log_format":
             _set(settings, actions, "access_log_format", value, where)
         elif name == "proxy_protocol":
-            if value:
-                raise ConfigFileError(f"{where}: the PROXY protocol is not supported yet")
+            _set(settings, actions, "proxy_protocol", bool(value), where)
         elif name in GUNICORN:
             dest = GUNICORN[name]
             if dest in GUNICORN_ZERO_IS_MAX and value == 0:

@@ -2,6 +2,8 @@
 
     on_starting(server)        the master or single process, before logging, binding, import
     when_ready(server)         the same process, sockets bound, before the workers are forked
+    pre_fork(server, worker)   the master, just before it forks each worker (worker.pid is
+                               still the master's); never in a single process
     post_fork(server, worker)  each worker, just after the fork (before --user/--group)
     post_worker_init(worker)   each worker, the application imported
     worker_exit(server, worker)  each worker, after its loop stopped, before it exits

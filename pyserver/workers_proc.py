@@ -48,7 +48,16 @@ def run_master(cfg):
             "Watching %s for changes (%s)", ", ".join(dirs), type(reloader).__name__
         )
         poll_reload = reloader.changed
-    return _core.run_master(cfg, functools.partial(spawn_worker, cfg), poll_reload)
+    pre_fork = None
+    if cfg.hooks.get("pre_fork") is not None:
+        from pyserver import hooks
+
+        server = hooks.HookServer(cfg)
+
+        def pre_fork(number):
+            hooks.run(cfg, "pre_fork", server, hooks.HookWorker(cfg, number))
+
+    return _core.run_master(cfg, functools.partial(spawn_worker, cfg), poll_reload, pre_fork)
 
 
 def spawn_worker(cfg, number, own_fds=()):

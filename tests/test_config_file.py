@@ -3,6 +3,7 @@
 CLI > environment > --config file > pyproject.toml > defaults. Real server processes."""
 
 import os
+import signal
 import textwrap
 from collections import Counter
 
@@ -131,8 +132,7 @@ def test_threads_setting_is_the_threads_option(tmp_path):
 
 def test_unsupported_settings_and_hooks(tmp_path):
     cases = {
-        "proxy_protocol = True\n": "proxy_protocol: the PROXY protocol is not supported yet",
-        "def pre_fork(server, worker):\n    pass\n": "pre_fork: this server hook is not supported",
+        "def pre_exec(server):\n    pass\n": "pre_exec: this server hook is not supported",
         "worker_class = 'sync'\n": "worker_class: unknown setting",
         "def helper():\n    pass\n": "helper: unknown setting",
         "on_starting = 3\n": "on_starting: a server hook must be a function",
@@ -201,6 +201,7 @@ def test_pyproject_errors_name_the_key(tmp_path):
 
 HOOKS_CONF = """
 import os
+import signal
 _OUT = {out!r}
 
 
@@ -215,6 +216,10 @@ def on_starting(server):
 
 def when_ready(server):
     _note("when_ready")
+
+
+def pre_fork(server, worker):
+    _note("pre_fork", worker.number)
 
 
 def post_fork(server, worker):
@@ -264,6 +269,7 @@ def test_hooks_fire_once_in_the_right_process_under_a_master(tmp_path):
         "on_starting": 1,
         "when_ready": 1,
         "on_exit": 1,
+        "pre_fork": 2,
         "post_fork": 2,
         "post_worker_init": 2,
         "worker_exit": 2,
@@ -275,6 +281,8 @@ def test_hooks_fire_once_in_the_right_process_under_a_master(tmp_path):
         by_name.setdefault(n[0], []).append(n)
     for name in ("on_starting", "when_ready", "on_exit"):
         assert int(by_name[name][0][1]) == master, notes
+    assert all(int(n[1]) == master for n in by_name["pre_fork"]), notes  # in the master
+    assert sorted(n[2] for n in by_name["pre_fork"]) == ["1", "2"]
     assert int(by_name["on_starting"][0][2]) == master
     workers = {int(n[1]) for n in by_name["post_fork"]}
     assert len(workers) == 2 and master not in workers
@@ -287,7 +295,8 @@ def test_hooks_fire_once_in_the_right_process_under_a_master(tmp_path):
     assert pre[2:] == ["GET", "/hello"] and post[2:] == ["/hello", "200", "11"]
     # Order in each process.
     names = [n[0] for n in notes]
-    assert names.index("on_starting") < names.index("when_ready") < names.index("post_fork")
+    assert names.index("on_starting") < names.index("when_ready") < names.index("pre_fork")
+    assert names.index("pre_fork") < names.index("post_fork")
     assert names[-1] == "on_exit"
 
 
@@ -332,3 +341,22 @@ def test_request_hooks_with_an_asgi_app_warn(tmp_path):
     with run_server("apps.asgi_basic:app", "-c", conf, "--lifespan", "off") as srv:
         assert fetch(srv.port, "GET", "/").status in (200, 404)
         assert "pre_request/post_request hooks are for WSGI applications" in srv.log()
+
+
+def test_pre_fork_runs_for_every_fork_and_a_failing_one_is_logged(tmp_path):
+    out = tmp_path / "forks.txt"
+    conf = write(
+        tmp_path / "conf.py",
+        f"def pre_fork(server, worker):\n"
+        f"    with open({str(out)!r}, 'a') as f:\n"
+        f"        f.write(str(worker.number) + '\\n')\n"
+        f"    raise RuntimeError('pre_fork says no')\n",
+    )
+    with run_server("apps.basic:app", "-c", conf, "--workers", "2") as srv:
+        assert fetch(srv.port, "GET", "/hello").status == 200  # forked all the same
+        assert wait_for(lambda: srv.log().count("Exception in the pre_fork hook") == 2)
+        assert "pre_fork says no" in srv.log()
+        os.kill(srv.pid, signal.SIGHUP)  # a rolling restart forks two replacements
+        assert wait_for(lambda: len(read_notes(out)) == 4, 15), read_notes(out)
+    numbers = [n[0] for n in read_notes(out)]
+    assert sorted(numbers[:2]) == ["1", "2"] and len(set(numbers[2:])) == 2, numbers

@@ -121,7 +121,8 @@ struct ps_asgi {
     PyObject *error_logger;
     ps_access_log_t *access_log; /* NULL when off (borrowed from the settings) */
     ps_rejects_t rejects;
-    PyObject *disconnected; /* ClientDisconnected, an OSError subclass */
+    ps_py_refusals_t refusals; /* PROXY protocol failures logged (request.c) */
+    PyObject *disconnected;    /* ClientDisconnected, an OSError subclass */
     PyObject *s[S_COUNT];
     PyObject *versions[3]; /* "1.0", "1.1", "2" */
     PyObject *root_path;
@@ -395,8 +396,55 @@ static int add_tls(PyObject *scope, PyObject *key, const ps_transport_t *t)
     return rc;
 }
 
+/* The host a trusted proxy said the client asked for: the "host" field of
+ * headers becomes "name[:port]" (added when the request had none), and the
+ * scope's server (name, port), the port the scheme's default when only a
+ * name came. Returns 0 or -1 with an exception. */
+static int forwarded_host(ps_asgi_t *ctx, PyObject *scope, const ps_proxy_result_t *fwd, int https)
+{
+    PyObject *headers = PyDict_GetItemWithError(scope, ctx->s[S_HEADERS]); /* borrowed */
+    if (headers == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int port = fwd->port ? fwd->port : (https ? 443 : 80);
+    ps_slice_t name = fwd->host;
+    if (name.base == NULL) { /* a port alone, and the request has no Host field */
+        PyObject *server = PyDict_GetItemWithError(scope, ctx->s[S_SERVER]); /* borrowed */
+        if (server == NULL || !PyTuple_Check(server) || PyTuple_GET_SIZE(server) != 2)
+            return PyErr_Occurred() ? -1 : 0;
+        return ps_py_set_new(scope, ctx->s[S_SERVER],
+                             Py_BuildValue("(Oi)", PyTuple_GET_ITEM(server, 0), port));
+    }
+    char suffix[8] = "";
+    int slen = fwd->port ? snprintf(suffix, sizeof(suffix), ":%d", port) : 0;
+    PyObject *value = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)name.len + slen);
+    if (value) {
+        memcpy(PyBytes_AS_STRING(value), name.base, name.len);
+        memcpy(PyBytes_AS_STRING(value) + name.len, suffix, (size_t)slen);
+    }
+    PyObject *pair = value ? Py_BuildValue("(y#N)", "host", (Py_ssize_t)4, value) : NULL;
+    if (pair == NULL)
+        return -1;
+    Py_ssize_t i, n = PyList_GET_SIZE(headers);
+    for (i = 0; i < n; i++) {
+        PyObject *h = PyTuple_GET_ITEM(PyList_GET_ITEM(headers, i), 0);
+        if (PyBytes_GET_SIZE(h) == 4 && memcmp(PyBytes_AS_STRING(h), "host", 4) == 0)
+            break;
+    }
+    int rc = i < n ? PyList_SetItem(headers, i, pair) : PyList_Append(headers, pair);
+    if (i == n)
+        Py_DECREF(pair);
+    if (rc < 0)
+        return -1;
+    if (name.len >= 2 && name.base[0] == '[') { /* the server's host is an address, unbracketed */
+        name.base++;
+        name.len -= 2;
+    }
+    return ps_py_set_new(scope, ctx->s[S_SERVER],
+                         Py_BuildValue("(s#i)", name.base, (Py_ssize_t)name.len, port));
+}
+
 /* fwd: what a trusted proxy said (the scheme, the client: then kept by the
- * cycle for the access log). */
+ * cycle for the access log; the host). */
 static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
                              const ps_proxy_result_t *fwd)
 {
@@ -410,7 +458,8 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
     PyObject *client = a->client, *forwarded = NULL; /* borrowed; owned */
     if (ps_unlikely(fwd->client.base != NULL)) {
         cycle->fwd_client = fwd->client;
-        if ((forwarded = ps_py_forwarded_client(&ctx->cache, fwd->client)) == NULL)
+        if ((forwarded = ps_py_forwarded_client(&ctx->cache, fwd->client, fwd->client_port)) ==
+            NULL)
             return NULL;
         client = forwarded;
     }
@@ -440,6 +489,9 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         (ctx->state && ps_py_set_new(scope, s[S_STATE], PyDict_Copy(ctx->state)) < 0))
         goto error;
     cycle->te_trailers = te || x->http2; /* HTTP/2 carries trailers whatever TE says */
+    if (ps_unlikely(fwd->host.base || fwd->port) &&
+        forwarded_host(ctx, scope, fwd, scheme == s[S_HTTPS]) < 0)
+        goto error;
     if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0)
         goto error;
     if (ps_unlikely(x->tls != NULL) && add_tls(scope, s[S_EXTENSIONS], x->tls) < 0)
@@ -1451,6 +1503,12 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
+static void on_refused(ps_exchange_t *x, const char *reason)
+{
+    ps_asgi_t *ctx = x->handler_data;
+    ps_py_log_refused(ctx->error_logger, &ctx->refusals, x, reason);
+}
+
 const ps_handler_t ps_asgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
@@ -1458,6 +1516,7 @@ const ps_handler_t ps_asgi_handler = {
     .dispose = dispose,
     .on_body = on_body,
     .on_rejected = on_rejected,
+    .on_refused = on_refused,
     .async = 1,
 };
 

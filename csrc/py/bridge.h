@@ -46,8 +46,9 @@ typedef struct ps_access_log ps_access_log_t;
 
 /* What serve() and run_master() take from a Config. */
 typedef struct {
-    ps_config_t core;           /* the worker's; core.proxy is &proxy or NULL */
-    ps_proxy_t proxy;           /* initialised when core.proxy is set */
+    ps_config_t core; /* the worker's; core.proxy is &proxy or NULL */
+    ps_proxy_t proxy; /* initialised when proxy_ready */
+    int proxy_ready;
     ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
     double tls_ticket_rotation; /* seconds between a master's new ticket keys */
     ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
@@ -63,10 +64,13 @@ typedef struct {
     /* Supervision by a foreign process manager (the gunicorn worker). */
     PyObject *on_tick;        /* callable, or NULL */
     PyObject *on_stop_signal; /* callable, or NULL */
+    PyObject *on_hup;         /* callable, or NULL: SIGHUP reloads a single process */
     double tick_interval;     /* seconds, positive when supervised */
     uint64_t sup_max_requests;
     int *bound_fds; /* the listeners pyserver bound itself; PyMem_Malloc'd */
     uint32_t nbound;
+    int *proxyproto_fds; /* the listeners that speak the PROXY protocol; PyMem_Malloc'd */
+    uint32_t nproxyproto;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s
@@ -286,18 +290,32 @@ typedef struct {
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);
 void ps_py_addresses_free(ps_exchange_t *x);
 
-/* Reads a trusted proxy's headers into *fwd (PS_SCHEME_NONE and no client
- * when the peer is not trusted). Returns 0, or -1 after rejecting the
- * request with 400 when two secure scheme headers disagree. */
+/* A connection closed before its first request (handler on_refused): one
+ * WARNING line on error_logger naming the peer and the reason, at most
+ * PS_REFUSED_LINES_PER_SECOND a second per worker; the next line after a
+ * second with lines dropped says how many. Never raises; a pending
+ * exception stays pending. */
+#define PS_REFUSED_LINES_PER_SECOND 10
+typedef struct {
+    double window_end; /* CLOCK_MONOTONIC seconds */
+    uint32_t lines;    /* logged in the window */
+    uint32_t dropped;  /* not logged since the last line */
+} ps_py_refusals_t;
+void ps_py_log_refused(PyObject *error_logger, ps_py_refusals_t *r, ps_exchange_t *x,
+                       const char *reason);
+
+/* Reads a trusted proxy's headers into *fwd (all zero when the peer is not
+ * trusted). Returns 0, or -1 after rejecting the request with 400 when the
+ * headers disagree or a Forwarded field is malformed. */
 int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd);
 static inline int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
 {
-    *fwd = (ps_proxy_result_t){PS_SCHEME_NONE, {NULL, 0}};
+    memset(fwd, 0, sizeof(*fwd));
     return x->proxy ? ps_py_forwarded_apply(x, fwd) : 0;
 }
-/* The forwarded client: WSGI its host as str, ASGI (host, 0). New
- * reference, or NULL with an exception. */
-PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client);
+/* The forwarded client: WSGI its host as str, ASGI (host, port), port 0
+ * when none was forwarded. New reference, or NULL with an exception. */
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int port);
 
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */

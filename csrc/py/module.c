@@ -164,7 +164,9 @@ static void supervisor_free(supervisor_t *sup)
 /* What one serve() call's worker calls back (ps_worker_hooks_t). */
 typedef struct {
     supervisor_t *sup;
-    ps_asgi_t *actx; /* NULL for WSGI */
+    ps_asgi_t *actx;  /* NULL for WSGI */
+    PyObject *on_hup; /* config.on_hup (borrowed from the settings), or NULL */
+    PyObject *logger; /* the error logger (borrowed from the settings) */
 } serve_hooks_data_t;
 
 static void hook_stop_signal(void *data, int signum)
@@ -187,6 +189,25 @@ static const ps_worker_hooks_t serve_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
     .drained = hook_drained,
+};
+
+/* SIGHUP in a single process: config.on_hup() records that the server is
+ * to be started again once serve() returns. */
+static void hook_reload(void *data)
+{
+    serve_hooks_data_t *d = data;
+    PyObject *res = PyObject_CallNoArgs(d->on_hup);
+    if (res == NULL)
+        ps_log_exception(d->logger, "pyserver: config.on_hup failed");
+    Py_XDECREF(res);
+}
+
+/* A single process that reloads on SIGHUP (no master, no foreign manager). */
+static const ps_worker_hooks_t single_hooks = {
+    .reopen_logs = reopen_logs,
+    .stop_signal = hook_stop_signal,
+    .drained = hook_drained,
+    .reload = hook_reload,
 };
 
 static const ps_worker_hooks_t supervised_hooks = {
@@ -214,7 +235,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ps_asgi_t *actx = NULL;
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
-    serve_hooks_data_t hooks_data = {NULL, NULL};
+    serve_hooks_data_t hooks_data = {NULL, NULL, NULL, NULL};
     /* Heap-allocated like the worker: its timer must not move while the loop runs. */
     supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
     if (sup == NULL) {
@@ -235,7 +256,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     hooks_data.sup = sup;
     hooks_data.actx = actx;
-    const ps_worker_hooks_t *hooks = sup->on_tick == NULL ? &serve_hooks : &supervised_hooks;
+    hooks_data.on_hup = set.on_hup;
+    hooks_data.logger = set.error_logger;
+    const ps_worker_hooks_t *hooks = sup->on_tick != NULL                        ? &supervised_hooks
+                                     : worker_slot == NULL && set.on_hup != NULL ? &single_hooks
+                                                                                 : &serve_hooks;
     int rc = asgi ? ps_worker_init(w, &set.core, &ps_asgi_handler, actx, hooks, &hooks_data)
                   : ps_worker_init(w, &set.core, &ps_wsgi_handler, ctx, hooks, &hooks_data);
     if (rc < 0) {
@@ -255,6 +280,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     for (uint32_t i = 0; i < set.nbound; i++)
         ps_worker_shut_at_stop(w, set.bound_fds[i]);
+    for (uint32_t i = 0; i < set.nproxyproto; i++)
+        ps_worker_proxy_protocol(w, set.proxyproto_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     ps_py_tls_ring_attach(w->loop, set.tls); /* under a master: its shared ticket keys */
@@ -265,9 +292,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     gil_state_t gil = {NULL};
     ev_set_userdata(w->loop, &gil);
     ev_set_loop_release_cb(w->loop, release_gil, acquire_gil);
-    struct sigaction saved[4];
-    const int sigs[4] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1};
-    for (int i = 0; i < 4; i++)
+    struct sigaction saved[5];
+    const int sigs[5] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGHUP};
+    for (int i = 0; i < 5; i++)
         sigaction(sigs[i], NULL, &saved[i]);
     if (asgi) {
         ps_asgi_attach(actx, w);
@@ -276,7 +303,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_run(w);
         result = Py_NewRef(Py_None);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         sigaction(sigs[i], &saved[i], NULL);
 done:
     if (sup != NULL) {
@@ -303,7 +330,21 @@ typedef struct {
     PyObject *logger;       /* borrowed from the settings */
     PyObject *poll_reload;  /* borrowed; None without --reload */
     PyObject *config;       /* borrowed: run_master's */
+    PyObject *pre_fork;     /* borrowed; None without a pre_fork hook */
 } master_ctx_t;
+
+/* pre_fork(number) before each fork (gunicorn's pre_fork hook); a raising
+ * one is logged and the worker forked all the same. */
+static void m_pre_fork(void *data, int index)
+{
+    master_ctx_t *ctx = data;
+    if (ctx->pre_fork == Py_None)
+        return;
+    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", index + 1);
+    if (res == NULL)
+        ps_log_exception(ctx->logger, "pyserver: pre_fork failed");
+    Py_XDECREF(res);
+}
 
 static void m_before_fork(void *data)
 {
@@ -416,6 +457,7 @@ static void m_on_tick(void *data)
 }
 
 static const ps_master_ops_t master_ops = {
+    .pre_fork = m_pre_fork,
     .before_fork = m_before_fork,
     .after_fork_parent = m_after_fork_parent,
     .run_worker = m_run_worker,
@@ -427,24 +469,27 @@ static const ps_master_ops_t master_ops = {
     .on_tick = m_on_tick,
 };
 
-/* run_master(config, spawn_worker, poll_reload=None): forks config.workers
- * workers, each calling spawn_worker(number) in the child, and supervises
- * them until a stop signal. poll_reload(), called once a second when given,
- * returns true to restart the workers. Returns the exit status (0, or 3 when
- * a worker cannot boot and there is no reloader). */
+/* run_master(config, spawn_worker, poll_reload=None, pre_fork=None): forks
+ * config.workers workers, each calling spawn_worker(number) in the child,
+ * and supervises them until a stop signal. poll_reload(), called once a
+ * second when given, returns true to restart the workers; pre_fork(number)
+ * runs in the master before each fork. Returns the exit status (0, or 3
+ * when a worker cannot boot and there is no reloader). */
 static PyObject *run_master(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PS_UNUSED(module);
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run_master(config, spawn_worker, poll_reload=None)");
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_master(config, spawn_worker, poll_reload=None, pre_fork=None)");
         return NULL;
     }
     ps_py_settings_t set;
     if (ps_py_settings_load(args[0], &set) < 0)
         return NULL;
-    PyObject *poll = nargs == 3 ? args[2] : Py_None;
+    PyObject *poll = nargs >= 3 ? args[2] : Py_None;
+    PyObject *pre_fork = nargs == 4 ? args[3] : Py_None;
     set.master.reload = poll != Py_None;
-    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll, args[0]};
+    master_ctx_t ctx = {{NULL}, args[1], set.error_logger, poll, args[0], pre_fork};
     if (set.tls != NULL && ps_py_tls_ring_create(set.tls_ticket_rotation) < 0) {
         ps_py_settings_free(&set);
         return NULL;
@@ -479,7 +524,8 @@ static PyMethodDef module_methods[] = {
      "check_access_log_format(fmt)\n--\n\nRaise ValueError if fmt (gunicorn's atoms, or "
      "\"json\") does not compile."},
     {"run_master", (PyCFunction)(void (*)(void))run_master, METH_FASTCALL,
-     "run_master(config, spawn_worker, poll_reload=None)\n--\n\nFork and supervise the "
+     "run_master(config, spawn_worker, poll_reload=None, pre_fork=None)\n--\n\nFork and "
+     "supervise the "
      "workers until stopped; "
      "return the exit status."},
     {NULL, NULL, 0, NULL},

@@ -3,7 +3,9 @@
  * names and the cached methods. The two interfaces differ only in the
  * Python shapes, chosen by the cache's kind. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -143,6 +145,16 @@ static int unix_objects(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *
     return a->server ? 0 : -1;
 }
 
+/* Over a unix socket, the IP client a PROXY header named replaces the
+ * empty one. Returns 0 or -1 with an exception. */
+static int proxied_client(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *a)
+{
+    if (x->peer->ss_family != AF_INET && x->peer->ss_family != AF_INET6)
+        return 0;
+    Py_CLEAR(a->client);
+    return ip_objects(kind, x->peer, &a->client, &a->client_port);
+}
+
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
 {
     if (x->conn_data)
@@ -152,21 +164,21 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
         PyErr_NoMemory();
         return NULL;
     }
-    if (x->is_unix) {
-        if (unix_objects(c->kind, x, a) < 0)
+    struct sockaddr_storage local;
+    socklen_t len = sizeof(local);
+    local.ss_family = AF_UNIX;
+    int rc = x->is_unix ? 0 : ps_exchange_local_address(x, &local, &len);
+    if (rc < 0) {
+        errno = -rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    if (ps_unlikely(local.ss_family == AF_UNIX)) {
+        if (unix_objects(c->kind, x, a) < 0 || proxied_client(c->kind, x, a) < 0)
             goto error;
-    } else {
-        struct sockaddr_storage local;
-        socklen_t len = sizeof(local);
-        int rc = ps_exchange_local_address(x, &local, &len);
-        if (rc < 0) {
-            errno = -rc;
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto error;
-        }
-        if (ip_objects(c->kind, &local, &a->server, &a->server_port) < 0 ||
-            ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0)
-            goto error;
+    } else if (ip_objects(c->kind, &local, &a->server, &a->server_port) < 0 ||
+               ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0) {
+        goto error;
     }
     x->conn_data = a;
     return a;
@@ -175,21 +187,70 @@ error:
     return NULL;
 }
 
+/* ---- connections refused before a request ---- */
+
+/* 1 when the rate limit lets one more line through. */
+static int refusal_allowed(ps_py_refusals_t *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (now >= r->window_end) {
+        r->window_end = now + 1.0;
+        r->lines = 0;
+    }
+    if (r->lines >= PS_REFUSED_LINES_PER_SECOND) {
+        r->dropped++;
+        return 0;
+    }
+    r->lines++;
+    return 1;
+}
+
+void ps_py_log_refused(PyObject *error_logger, ps_py_refusals_t *r, ps_exchange_t *x,
+                       const char *reason)
+{
+    char host[INET6_ADDRSTRLEN];
+    int port;
+    if (!refusal_allowed(r))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* keep a pending exception aside */
+    char more[48] = "";
+    if (r->dropped)
+        snprintf(more, sizeof(more), " (and %u more not logged)", r->dropped);
+    PyObject *res;
+    if (ps_net_format_address(x->peer, host, &port) < 0)
+        res = PyObject_CallMethod(error_logger, "warning", "sss",
+                                  "Closed a connection on a unix socket: %s%s", reason, more);
+    else
+        res = PyObject_CallMethod(error_logger, "warning", "ssiss",
+                                  strchr(host, ':') ? "Closed the connection from [%s]:%d: %s%s"
+                                                    : "Closed the connection from %s:%d: %s%s",
+                                  host, port, reason, more);
+    r->dropped = 0;
+    if (res == NULL)
+        PyErr_WriteUnraisable(error_logger);
+    Py_XDECREF(res);
+    PyErr_Restore(type, value, tb);
+}
+
 /* ---- what a trusted proxy forwarded ---- */
 
 int ps_py_forwarded_apply(ps_exchange_t *x, ps_proxy_result_t *fwd)
 {
-    if (ps_proxy_apply(x->proxy, x->req, fwd) < 0) {
-        ps_exchange_reject(x, 400, "secure scheme headers disagree");
+    int rc = ps_proxy_apply(x->proxy, x->req, fwd);
+    if (rc < 0) {
+        ps_exchange_reject(x, 400, ps_proxy_reason(rc));
         return -1;
     }
     return 0;
 }
 
-PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client)
+PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int port)
 {
     PyObject *host = PyUnicode_DecodeLatin1(client.base, (Py_ssize_t)client.len, NULL);
     if (host == NULL || c->kind == PS_PY_WSGI)
         return host;
-    return Py_BuildValue("(Ni)", host, 0);
+    return Py_BuildValue("(Ni)", host, port);
 }

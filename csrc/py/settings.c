@@ -189,15 +189,18 @@ static int read_scheme_headers(PyObject *mapping, ps_proxy_t *p)
     return 0;
 }
 
-/* proxy_headers, forwarded_allow_ips and secure_scheme_headers: s->proxy is
- * initialised and s->core.proxy points at it when proxy headers are on.
+/* proxy_headers, forwarded_allow_ips, secure_scheme_headers and
+ * proxy_protocol_fds: s->proxy is initialised when proxy headers are on or
+ * a listener speaks the PROXY protocol, and s->core.proxy and
+ * s->core.proxyproto_trust point at it when they are.
  * Returns 0 or -1 with an exception. */
 static int load_proxy(PyObject *config, ps_py_settings_t *s)
 {
     int on;
-    if (get_bool(config, "proxy_headers", &on) < 0)
+    if (get_bool(config, "proxy_headers", &on) < 0 ||
+        get_fds(config, "proxy_protocol_fds", &s->proxyproto_fds, &s->nproxyproto) < 0)
         return -1;
-    if (!on)
+    if (!on && s->nproxyproto == 0)
         return 0;
     PyObject *ips = get_obj(config, "forwarded_allow_ips");
     if (ips == NULL || ps_py_parse_trust_list(ips, &s->proxy) < 0) {
@@ -205,7 +208,12 @@ static int load_proxy(PyObject *config, ps_py_settings_t *s)
         return -1;
     }
     Py_DECREF(ips);
-    s->core.proxy = &s->proxy; /* from here on, ps_py_settings_free frees it */
+    s->proxy_ready = 1; /* from here on, ps_py_settings_free frees it */
+    if (s->nproxyproto)
+        s->core.proxyproto_trust = &s->proxy;
+    if (!on)
+        return 0;
+    s->core.proxy = &s->proxy;
     PyObject *table = get_obj(config, "secure_scheme_headers");
     int rc = table == NULL ? -1 : table == Py_None ? 0 : read_scheme_headers(table, &s->proxy);
     Py_XDECREF(table);
@@ -482,6 +490,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     /* Supervision by a foreign process manager (the gunicorn worker). */
     if (get_callable(config, "on_tick", &s->on_tick) < 0 ||
         get_callable(config, "on_stop_signal", &s->on_stop_signal) < 0 ||
+        get_callable(config, "on_hup", &s->on_hup) < 0 ||
         get_double(config, "tick_interval", &s->tick_interval) < 0)
         goto error;
     if ((s->on_tick || s->on_stop_signal) && !(s->tick_interval > 0)) {
@@ -501,11 +510,15 @@ error:
 
 void ps_py_settings_free(ps_py_settings_t *s)
 {
-    if (s->core.proxy != NULL)
+    if (s->proxy_ready)
         ps_proxy_free(&s->proxy);
+    s->proxy_ready = 0;
     s->core.proxy = NULL;
     ps_tls_ctx_free(s->tls);
     s->tls = s->core.tls = NULL;
+    s->core.proxyproto_trust = NULL;
+    PyMem_Free(s->proxyproto_fds);
+    s->proxyproto_fds = NULL;
     PyMem_Free((void *)s->master.listen_fds);
     s->master.listen_fds = NULL;
     PyMem_Free(s->bound_fds);
@@ -517,4 +530,5 @@ void ps_py_settings_free(ps_py_settings_t *s)
     s->access_log = NULL;
     Py_CLEAR(s->on_tick);
     Py_CLEAR(s->on_stop_signal);
+    Py_CLEAR(s->on_hup);
 }

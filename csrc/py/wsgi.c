@@ -54,6 +54,7 @@ struct ps_wsgi {
     PyObject *error_logger;
     ps_access_log_t *access_log; /* NULL when off (borrowed from the settings) */
     ps_rejects_t rejects;
+    ps_py_refusals_t refusals;  /* PROXY protocol failures logged (request.c) */
     uint32_t limit_concurrency; /* open connections above it get 503 (0: no limit) */
     PyObject *keys[K_COUNT];
     PyObject *protocols[3]; /* "HTTP/1.0", "HTTP/1.1", "HTTP/2" */
@@ -249,9 +250,42 @@ static int add_forwarded(ps_wsgi_t *ctx, PyObject *env, RequestObject *req,
     if (fwd->client.base == NULL)
         return 0;
     req->fwd_client = fwd->client;
-    if (set_item(env, k[K_REMOTE_ADDR], ps_py_forwarded_client(&ctx->cache, fwd->client)) < 0)
+    if (set_item(env, k[K_REMOTE_ADDR], ps_py_forwarded_client(&ctx->cache, fwd->client, 0)) < 0)
         return -1;
+    if (fwd->client_port)
+        return set_item(env, k[K_REMOTE_PORT], port_str(fwd->client_port));
     return PyDict_SetItem(env, k[K_REMOTE_PORT], ctx->zero);
+}
+
+/* The host a trusted proxy said the client asked for, as werkzeug's ProxyFix
+ * sets it: HTTP_HOST "name[:port]", SERVER_NAME the name, SERVER_PORT the
+ * forwarded port or the scheme's default. Runs after the headers are in env.
+ * Returns 0 or -1 with an exception. */
+static int add_forwarded_host(ps_wsgi_t *ctx, PyObject *env, const ps_proxy_result_t *fwd)
+{
+    PyObject **k = ctx->keys;
+    int port = fwd->port;
+    if (fwd->host.base) {
+        PyObject *name = latin1(fwd->host.base, fwd->host.len);
+        PyObject *full =
+            name && port ? PyUnicode_FromFormat("%U:%d", name, port) : Py_XNewRef(name);
+        if (full == NULL || PyDict_SetItemString(env, "HTTP_HOST", full) < 0) {
+            Py_XDECREF(name);
+            Py_XDECREF(full);
+            return -1;
+        }
+        Py_DECREF(full);
+        if (set_item(env, k[K_SERVER_NAME], name) < 0)
+            return -1;
+    }
+    if (port == 0) {
+        PyObject *scheme = PyDict_GetItemWithError(env, k[K_URL_SCHEME]); /* borrowed */
+        if (scheme == NULL && PyErr_Occurred())
+            return -1;
+        int https = scheme && PyUnicode_Compare(scheme, ctx->schemes[PS_SCHEME_HTTPS]) == 0;
+        port = https ? 443 : 80;
+    }
+    return set_item(env, k[K_SERVER_PORT], port_str(port));
 }
 
 static int add_server(PyObject *env, PyObject **k, const ps_py_addresses_t *a)
@@ -303,6 +337,8 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *
     for (uint32_t i = 0; i < r->nheaders; i++)
         if (add_header(ctx, env, &r->headers[i]) < 0)
             goto error;
+    if (ps_unlikely(fwd->host.base || fwd->port) && add_forwarded_host(ctx, env, fwd) < 0)
+        goto error;
     return env;
 error:
     Py_DECREF(env);
@@ -1122,12 +1158,19 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
+static void on_refused(ps_exchange_t *x, const char *reason)
+{
+    ps_wsgi_t *ctx = x->handler_data;
+    ps_py_log_refused(ctx->error_logger, &ctx->refusals, x, reason);
+}
+
 const ps_handler_t ps_wsgi_handler = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_disconnect = on_disconnect,
     .dispose = dispose,
     .on_rejected = on_rejected,
+    .on_refused = on_refused,
 };
 
 /* ---- start_response (the Request type) ---- */

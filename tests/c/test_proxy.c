@@ -1,5 +1,6 @@
 /* Unit tests of csrc/proxy.c: trust lists, peer trust, X-Forwarded-For,
- * X-Forwarded-Proto and gunicorn's secure_scheme_headers. */
+ * X-Forwarded-Proto, gunicorn's secure_scheme_headers, RFC 7239 Forwarded,
+ * X-Forwarded-Host and X-Forwarded-Port. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -338,6 +339,266 @@ static void test_empty_secure_scheme_table_sets_no_scheme(void)
     ps_proxy_free(&p);
 }
 
+/* ps_proxy_apply's whole result, or its error in rc. */
+static int apply(const ps_proxy_t *p, request_t *t, ps_proxy_result_t *res)
+{
+    return ps_proxy_apply(p, &t->r, res);
+}
+
+static ps_slice_t or_none(ps_slice_t s)
+{
+    return s.base ? s : PS_SLICE_LIT("(none)");
+}
+
+static void test_rfc7239_forwarded_for_proto_host(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1,10.0.0.0/8"), 0);
+    REQUEST(&t, "Forwarded", "for=192.0.2.60;proto=https;host=example.com;by=203.0.113.43");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "192.0.2.60");
+    CHECK_EQ(res.client_port, 0);
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    CHECK_SLICE_EQ(or_none(res.host), "example.com");
+    CHECK_EQ(res.port, 0);
+    /* Names are case-insensitive, spaces around ';' and ',' are allowed. */
+    REQUEST(&t, "forwarded", "For=\"192.0.2.61\" ; PROTO=http ; Host=\"a.example:8080\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "192.0.2.61");
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTP);
+    CHECK_SLICE_EQ(or_none(res.host), "a.example");
+    CHECK_EQ(res.port, 8080);
+    /* Unknown protos are ignored, like X-Forwarded-Proto's. */
+    REQUEST(&t, "Forwarded", "for=192.0.2.1;proto=gopher");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_EQ(res.scheme, PS_SCHEME_NONE);
+    ps_proxy_free(&p);
+}
+
+static void test_rfc7239_ipv6_nodes_and_ports(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1"), 0);
+    REQUEST(&t, "Forwarded", "for=\"[2001:db8:cafe::17]:4711\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "2001:db8:cafe::17");
+    CHECK_EQ(res.client_port, 4711);
+    REQUEST(&t, "Forwarded", "for=\"[2001:db8::1]\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "2001:db8::1");
+    CHECK_EQ(res.client_port, 0);
+    REQUEST(&t, "Forwarded", "for=\"192.0.2.43:47011\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "192.0.2.43");
+    CHECK_EQ(res.client_port, 47011);
+    REQUEST(&t, "Forwarded", "for=\"192.0.2.43:_hidden\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "192.0.2.43");
+    CHECK_EQ(res.client_port, 0);
+    REQUEST(&t, "Forwarded", "for=\"192.0.2.43:99999\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_EQ(res.client_port, 0);
+    /* A bare IPv6 address (not RFC 7239, some proxies send it) is taken whole. */
+    REQUEST(&t, "Forwarded", "for=\"2001:db8::9\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "2001:db8::9");
+    REQUEST(&t, "Forwarded", "for=1.2.3.4;host=\"[2001:db8::5]:8443\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "[2001:db8::5]");
+    CHECK_EQ(res.port, 8443);
+    ps_proxy_free(&p);
+}
+
+static void test_rfc7239_obfuscated_and_unknown_stop_the_walk(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1,10.0.0.0/8"), 0);
+    REQUEST(&t, "Forwarded", "for=1.1.1.1, for=unknown;proto=https, for=10.0.0.2");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "unknown");
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    REQUEST(&t, "Forwarded", "for=1.1.1.1, for=_gazonk, for=10.0.0.2");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "_gazonk");
+    /* An element without "for" is the nearest hop we cannot look past. */
+    REQUEST(&t, "Forwarded", "for=1.1.1.1, proto=https;host=h.example");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "(none)");
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    CHECK_SLICE_EQ(or_none(res.host), "h.example");
+    ps_proxy_free(&p);
+}
+
+static void test_rfc7239_takes_the_hop_the_trust_rule_selects(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1,10.0.0.0/8"), 0);
+    /* From the right: 10.0.0.2 is a trusted proxy, 5.5.5.5 the client; its
+     * element's proto and host are the ones taken. */
+    REQUEST(&t, "Forwarded", "for=9.9.9.9;proto=http;host=spoofed", "Forwarded",
+            "for=5.5.5.5;proto=https;host=real.example, for=10.0.0.2;proto=http");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "5.5.5.5");
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    CHECK_SLICE_EQ(or_none(res.host), "real.example");
+    /* All trusted: the leftmost. Empty list items are skipped. */
+    REQUEST(&t, "Forwarded", ", for=10.0.0.7;proto=https,, for=10.0.0.8 ,");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "10.0.0.7");
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    ps_proxy_free(&p);
+    CHECK_EQ(init_str(&p, "*"), 0);
+    REQUEST(&t, "Forwarded", "for=1.1.1.1, for=2.2.2.2");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "1.1.1.1");
+    ps_proxy_free(&p);
+}
+
+static void test_rfc7239_malformed_is_an_error(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1"), 0);
+    static const char *const bad[] = {
+        "for",                      /* no value */
+        "for=",                     /* empty value */
+        "=1.2.3.4",                 /* no name */
+        "for=\"1.2.3.4",            /* unterminated quote */
+        "for=[::1]",                /* brackets need quotes */
+        "for=1.2.3.4 proto=http",   /* no separator */
+        "for=1.2.3.4;for=5.6.7.8",  /* a parameter twice in an element */
+        "for=\"1.2.\\3.4\"",        /* a quoted-pair in a value we read */
+        "for = 1.2.3.4",            /* spaces around '=' */
+        "for=\"a\x01b\"",           /* a control character */
+        "for=1.2.3.4;proto=\"http", /* unterminated, second pair */
+    };
+    for (size_t i = 0; i < PS_ARRAY_LEN(bad); i++) {
+        const char *pairs[] = {"Forwarded", bad[i]};
+        request_init(&t, 1, pairs);
+        if (!CHECK_EQ(apply(&p, &t, &res), PS_PROXY_EMALFORMED))
+            fprintf(stderr, "  value: %s\n", bad[i]);
+    }
+    /* A quoted-pair elsewhere is fine, and so are extensions. */
+    REQUEST(&t, "Forwarded", "for=1.2.3.4;by=\"\\_x\";ext=\"a,b;c\"");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "1.2.3.4");
+    CHECK(strcmp(ps_proxy_reason(PS_PROXY_EMALFORMED), "malformed Forwarded header") == 0);
+    ps_proxy_free(&p);
+}
+
+static void test_x_forwarded_host_and_port(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1"), 0);
+    REQUEST(&t, "Host", "internal:8000", "X-Forwarded-Host", "www.example.com");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "www.example.com");
+    CHECK_EQ(res.port, 0);
+    REQUEST(&t, "X-Forwarded-Host", "a.example, b.example:8443");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "b.example"); /* the last hop's */
+    CHECK_EQ(res.port, 8443);
+    REQUEST(&t, "X-Forwarded-Host", "www.example.com", "X-Forwarded-Port", "8443");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "www.example.com");
+    CHECK_EQ(res.port, 8443);
+    /* A port alone keeps the request's own host name. */
+    REQUEST(&t, "Host", "internal:8000", "X-Forwarded-Port", "443");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "internal");
+    CHECK_EQ(res.port, 443);
+    REQUEST(&t, "X-Forwarded-Port", "443");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.host), "(none)");
+    CHECK_EQ(res.port, 443);
+    /* Values that are not hosts or ports are ignored. */
+    static const char *const bad_hosts[] = {"",   "a b",     "a/b", "x:y", "[::1",
+                                            "[]", "a:70000", ":80", "a@b", "[::1]x"};
+    for (size_t i = 0; i < PS_ARRAY_LEN(bad_hosts); i++) {
+        const char *pairs[] = {"X-Forwarded-Host", bad_hosts[i]};
+        request_init(&t, 1, pairs);
+        CHECK_EQ(apply(&p, &t, &res), 0);
+        if (!CHECK(res.host.base == NULL))
+            fprintf(stderr, "  value: %s\n", bad_hosts[i]);
+    }
+    static const char *const bad_ports[] = {"", "0", "x", "65536", "-1", "1 2"};
+    for (size_t i = 0; i < PS_ARRAY_LEN(bad_ports); i++) {
+        const char *pairs[] = {"X-Forwarded-Port", bad_ports[i]};
+        request_init(&t, 1, pairs);
+        CHECK_EQ(apply(&p, &t, &res), 0);
+        CHECK_EQ(res.port, 0);
+    }
+    ps_proxy_free(&p);
+}
+
+static void test_forwarded_and_x_forwarded_must_agree(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1"), 0);
+    /* Agreeing: fine (nginx set both from the same hop). */
+    REQUEST(&t, "Forwarded", "for=\"[2001:db8::1]:5000\";proto=https;host=w.example",
+            "X-Forwarded-For", "2001:DB8:0::1", "X-Forwarded-Proto", "https", "X-Forwarded-Host",
+            "W.example");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_SLICE_EQ(or_none(res.client), "2001:db8::1");
+    CHECK_EQ(res.client_port, 5000);
+    REQUEST(&t, "Forwarded", "for=1.2.3.4", "X-Forwarded-For", "1.2.3.4");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    REQUEST(&t, "Forwarded", "for=1.2.3.4", "X-Forwarded-For", "5.6.7.8");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    REQUEST(&t, "Forwarded", "proto=https", "X-Forwarded-Proto", "http");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    REQUEST(&t, "Forwarded", "host=a.example", "X-Forwarded-Host", "b.example");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    REQUEST(&t, "Forwarded", "host=\"a.example:8443\"", "X-Forwarded-Host", "a.example:8080");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    REQUEST(&t, "X-Forwarded-Host", "a.example:8443", "X-Forwarded-Port", "8080");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    /* A port on one side only is no conflict. */
+    REQUEST(&t, "Forwarded", "host=a.example", "X-Forwarded-Host", "a.example:8443");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_EQ(res.port, 8443);
+    CHECK(strcmp(ps_proxy_reason(PS_PROXY_ECONFLICT), "proxy headers disagree") == 0);
+    ps_proxy_free(&p);
+    /* gunicorn's table against Forwarded's proto. */
+    gunicorn_defaults(&p);
+    REQUEST(&t, "Forwarded", "proto=https", "X-Forwarded-Ssl", "on");
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_EQ(res.scheme, PS_SCHEME_HTTPS);
+    REQUEST(&t, "Forwarded", "proto=http", "X-Forwarded-Ssl", "on");
+    CHECK_EQ(apply(&p, &t, &res), PS_PROXY_ECONFLICT);
+    ps_proxy_free(&p);
+}
+
+static void test_forwarded_client_is_bounded(void)
+{
+    ps_proxy_t p;
+    request_t t;
+    ps_proxy_result_t res;
+    CHECK_EQ(init_str(&p, "127.0.0.1"), 0);
+    static char big[4000];
+    memcpy(big, "for=", 4);
+    memset(big + 4, 'a', sizeof(big) - 5);
+    const char *pairs[] = {"Forwarded", big};
+    request_init(&t, 1, pairs);
+    CHECK_EQ(apply(&p, &t, &res), 0);
+    CHECK_EQ(res.client.len, PS_PROXY_MAX_HOST);
+    ps_proxy_free(&p);
+}
+
 int main(void)
 {
     test_trust_list_parses_addresses_and_networks();
@@ -353,5 +614,13 @@ int main(void)
     test_forwarded_proto_sets_scheme();
     test_secure_scheme_headers_like_gunicorn();
     test_empty_secure_scheme_table_sets_no_scheme();
+    test_rfc7239_forwarded_for_proto_host();
+    test_rfc7239_ipv6_nodes_and_ports();
+    test_rfc7239_obfuscated_and_unknown_stop_the_walk();
+    test_rfc7239_takes_the_hop_the_trust_rule_selects();
+    test_rfc7239_malformed_is_an_error();
+    test_x_forwarded_host_and_port();
+    test_forwarded_and_x_forwarded_must_agree();
+    test_forwarded_client_is_bounded();
     return check_finish("test_proxy");
 }
