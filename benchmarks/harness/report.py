@@ -8,7 +8,8 @@ import statistics
 SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
 SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
 SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
-SCENARIO_ORDER += ["instructions"]
+SCENARIO_ORDER += [f"hello-tls-{n}" for n in ("wsgi", "asgi", "wsgi-newconn", "asgi-newconn")]
+SCENARIO_ORDER += ["hello-h2c", "hello-h2-tls", "instructions"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -428,15 +429,24 @@ def _scenario_markdown(data, chart):
             f"wsload, {p['connections']} WebSocket connections, one message in flight on "
             f"each, {p['warmup']} s warm-up + {p['duration']} s measured"
         )
+    elif p["load"] == "h2load":
+        over = "HTTP/2 over TLS 1.3 (ALPN h2)" if p.get("tls") else "h2c (prior knowledge)"
+        load = (
+            f"h2load, {over}, {p['connections']} connections × {p.get('h2_streams')} "
+            f"concurrent streams, {p['warmup']} s warm-up + {p['duration']} s measured"
+        )
     elif p["load"] == "wrk":
         load = (
-            f"wrk, {p['connections']} connections, keep-alive, "
-            f"{p['warmup']} s warm-up + {p['duration']} s measured"
+            f"wrk, {p['connections']} connections, keep-alive"
+            + (" over TLS 1.3 (https://)" if p.get("tls") else "")
+            + f", {p['warmup']} s warm-up + {p['duration']} s measured"
         )
     else:
         load = (
             f"ab, {p['connections']} concurrent, {p['requests']:,} requests, a new "
-            f"connection per request, after a warm-up of {p['warmup_requests']:,}"
+            "connection"
+            + (" and a full TLS 1.3 handshake (`-f TLS1.3`)" if p.get("tls") else "")
+            + f" per request, after a warm-up of {p['warmup_requests']:,}"
         )
     mode = "full run" if data["mode"] == "full" else "**quick smoke run: indicative only**"
     out = [
@@ -465,6 +475,13 @@ def _scenario_markdown(data, chart):
             "of per-round ratios).",
             "",
         ]
+    if p["load"] == "h2load":
+        out += [
+            "*errors* h2load's failed requests (which include errored and timed-out ones) "
+            "plus non-2xx answers; *p50/p99/max* from h2load's per-request log "
+            "(`--log-file`: time from sending a request to its last byte).",
+            "",
+        ]
     failed = [s for s in data["summary"] if s["status"] != "ok"]
     for s in failed:
         out.append(f"- **{s['server']}** {s['status']}: {s.get('error', '').strip()}")
@@ -490,6 +507,21 @@ def _scenario_markdown(data, chart):
             out.append(_cmd(info["fixed_rate"]))
         out.append(_cmd(info["load"]) if info.get("load") else "# (not run)")
     out += ["```", ""]
+    if data.get("tls"):
+        t = data["tls"]
+        out += [
+            "The run's certificates (in `" + os.path.dirname(t["files"]["ca"]) + "`, "
+            "`server.ext` holding the extensions below):",
+            "",
+            "```sh",
+            *[_cmd(argv) for argv in t["commands"]],
+            "```",
+            "",
+            "```",
+            t["server.ext"].rstrip(),
+            "```",
+            "",
+        ]
     for name, info in data["commands"].items():
         for path, text in info.get("files", {}).items():
             out += [
