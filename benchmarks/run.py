@@ -337,7 +337,8 @@ def load(sc, args, port, warmup):
         duration = args.warmup if warmup else args.duration
         log_file = None if warmup else os.path.join(LOGS_DIR, f"{sc.name}-h2load.tsv")
         conns, streams = connections(sc, args), sc.h2_streams
-        return loadgen.run_h2load(url, duration, conns, streams, sc.client_cpus, log_file)
+        res = loadgen.run_h2load(url, duration, conns, streams, sc.client_cpus, log_file)
+        return count_short_bodies(res, sc.body)
     if sc.load == "wsload":
         duration = args.warmup if warmup else args.duration
         conns = connections(sc, args)
@@ -350,6 +351,17 @@ def load(sc, args, port, warmup):
     requests = warmup_requests(args) if warmup else args.requests
     res = loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
     return forgive_ab_length(res, sc.body)
+
+
+def count_short_bodies(res, body):
+    """h2load counts a 2xx answer as a success whatever its body: answers the DATA bytes
+    it got (body_bytes) cannot cover with BODY each are added to `errors`."""
+    if body and res.get("body_bytes") is not None and res["requests"]:
+        short = res["requests"] - res["body_bytes"] // len(body)
+        if short > 0:
+            res["errors"] += short
+            res["short_bodies"] = short
+    return res
 
 
 def forgive_ab_length(res, body):

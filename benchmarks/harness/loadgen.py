@@ -191,6 +191,8 @@ def parse_h2load(out):
     m = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out, re.M)
     res["non_2xx"] = sum(map(int, m.groups()[1:])) if m else 0
     res["errors"] = failed + res["non_2xx"]
+    m = re.search(r"^traffic: .*\((\d+)\) data", out, re.M)
+    res["body_bytes"] = int(m.group(1)) if m else None
     m = re.search(r"^Application protocol: (\S+)", out, re.M)
     res["protocol"] = m.group(1) if m else None
     m = re.search(r"^TLS Protocol: (\S+)", out, re.M)

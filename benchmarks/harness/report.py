@@ -478,8 +478,19 @@ def _scenario_markdown(data, chart):
     if p["load"] == "h2load":
         out += [
             "*errors* h2load's failed requests (which include errored and timed-out ones) "
-            "plus non-2xx answers; *p50/p99/max* from h2load's per-request log "
+            "plus non-2xx answers plus answers whose body was short (h2load's DATA bytes ÷ "
+            "12 below the requests done); *p50/p99/max* from h2load's per-request log "
             "(`--log-file`: time from sending a request to its last byte).",
+            "",
+        ]
+    miscounted = sorted({r["server"] for r in data["runs"] if r.get("ab_length_miscounted")})
+    if miscounted:
+        out += [
+            "ab counted every answer of " + ", ".join(miscounted) + " as a *Length* failure: "
+            "over TLS it took the first answer's body as empty (that server sends the head "
+            "and the body in separate TLS records), while the body bytes it got were exactly "
+            "12 per request; those are left out of *errors* (`ab_length_miscounted` in the "
+            "results).",
             "",
         ]
     failed = [s for s in data["summary"] if s["status"] != "ok"]
