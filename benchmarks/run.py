@@ -333,6 +333,10 @@ def measure_fixed_rate(sc, args, port, server):
 def load(sc, args, port, warmup):
     """Run the scenario's load generator once; warm-up runs are shorter."""
     url = tls.url(sc, port, HOST)
+    if sc.load == "tlsload":
+        duration = args.warmup if warmup else args.duration
+        conns = connections(sc, args)
+        return loadgen.run_tlsload(port, sc.path, conns, duration, sc.tls_resume, sc.client_cpus)
     if sc.load == "h2load":
         duration = args.warmup if warmup else args.duration
         log_file = None if warmup else os.path.join(LOGS_DIR, f"{sc.name}-h2load.tsv")
@@ -541,10 +545,9 @@ def progress_line(n, total, rec):
             f" {rec['fr_rate']:g} req/s: p50 {rec['fr_p50_ms']:.1f} p95 {rec['fr_p95_ms']:.1f}"
             f" p99 {rec['fr_p99_ms']:.1f} ms, errors {rec['fr_errors']};  max:"
         )
-    unit = "req"
+    unit = "msg" if rec.get("ws") else "req"
     if rec.get("client_cpu_pct") is not None:
-        unit = "msg"
-        cpu += f" msg/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
+        cpu += f" {unit}/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
     else:
         cpu += " req/CPU-s"
     return (
@@ -761,6 +764,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             "tls": sc.tls,
             "http2": sc.http2,
             "h2_streams": sc.h2_streams,
+            "tls_resume": sc.tls_resume,
         },
         "tls": tls_info,
         "server_cpus": sc.server_cpus,
@@ -863,6 +867,7 @@ def scenario_versions(sc, names, versions):
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
     loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
+    loads["tlsload"] = []
     loads["instructions"] = ["valgrind"]
     loads["max+fixed-rate"] = ["wrk"]
     if "psycopg" in sc.modules:

@@ -295,6 +295,51 @@ def run_wsload(port, path, connections, size, duration, deflate, cpus=None):
     return res
 
 
+TLSLOAD_SRC = os.path.join(os.path.dirname(HARNESS_DIR), "tlsload", "tlsload.c")
+TLSLOAD = os.path.join(os.path.dirname(HARNESS_DIR), ".build", "tlsload")
+
+
+def build_tlsload():
+    """Compile benchmarks/tlsload/tlsload.c (cc -O2, OpenSSL) when missing or older than its
+    source; the binary's path.  Raises LoadError when it does not compile."""
+    if os.path.exists(TLSLOAD) and os.path.getmtime(TLSLOAD) >= os.path.getmtime(TLSLOAD_SRC):
+        return TLSLOAD
+    os.makedirs(os.path.dirname(TLSLOAD), exist_ok=True)
+    argv = ["cc", "-O2", "-Wall", "-Wextra", "-o", TLSLOAD, TLSLOAD_SRC, "-lssl", "-lcrypto"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LoadError(f"{' '.join(argv)}: {proc.stderr[-400:]}")
+    return TLSLOAD
+
+
+def run_tlsload(port, path, connections, duration, resume, cpus=None, host="127.0.0.1"):
+    """A new TLS 1.3 connection per request (tlsload.c), resuming sessions when RESUME:
+    rps, latency from connect to the last byte, errors, handshakes resumed, client CPU."""
+    build_tlsload()
+    argv = [TLSLOAD, "-h", host, "-p", str(port), "-u", path, "-c", str(connections)]
+    argv = pinned(cpus, argv + ["-d", f"{duration:g}"] + (["-r"] if resume else []))
+    try:
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=duration + 60
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LoadError(f"tlsload did not finish in {duration + 60} s") from exc
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise LoadError(
+            f"unreadable tlsload output: {(proc.stdout + proc.stderr)[-300:]!r}"
+        ) from exc
+    if out["requests"] == 0:
+        raise LoadError(f"no request answered: {out['first_error']}")
+    res = {k: out[k] for k in ("rps", "requests", "p50_ms", "p99_ms", "max_ms")}
+    res.update(errors=out["errors"] + out["non_2xx"], elapsed_s=out["duration_s"])
+    res.update(client_cpu_pct=out["client_cpu_pct"], tls=out["tls"], tlsload=out)
+    rel = os.path.relpath(TLSLOAD, os.path.dirname(os.path.dirname(HARNESS_DIR)))
+    res["load_command"] = [rel if a == TLSLOAD else a for a in argv]
+    return res
+
+
 FIXEDRATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixedrate.py")
 
 

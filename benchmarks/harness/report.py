@@ -9,6 +9,7 @@ SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle"
 SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
 SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
 SCENARIO_ORDER += [f"hello-tls-{n}" for n in ("wsgi", "asgi", "wsgi-newconn", "asgi-newconn")]
+SCENARIO_ORDER += ["hello-tls-wsgi-resume", "hello-tls-asgi-resume"]
 SCENARIO_ORDER += ["hello-h2c", "hello-h2-tls", "instructions"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
@@ -40,6 +41,7 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
         row["errors"] = sum(r.get("errors", 0) for r in good.values())
         if any(r.get("client_cpu_pct") is not None for r in good.values()):
             row["client_cpu_pct"] = _median([r.get("client_cpu_pct") for r in good.values()])
+            row["unit"] = "msg" if any(r.get("ws") for r in good.values()) else "req"
         if any(r.get("fr_p50_ms") is not None for r in good.values()):
             for key in FIXED_RATE_KEYS + ("fr_rate",):
                 row[key] = _median([r.get(key) for r in good.values()])
@@ -100,6 +102,13 @@ WS_COLUMNS += ["client CPU", "pyserver ÷ it", "pyserver ÷ it (CPU)", "rounds"]
 
 def _ws(summary):
     return any(s.get("client_cpu_pct") is not None for s in summary)
+
+
+def _ws_columns(summary):
+    """WS_COLUMNS, in requests for a load client that reports its CPU too (tlsload)."""
+    if any(s.get("unit") == "msg" for s in summary):
+        return WS_COLUMNS
+    return [c.replace("msg", "req") for c in WS_COLUMNS]
 
 
 def ws_table_rows(summary, reference="pyserver"):
@@ -295,7 +304,7 @@ def text_table(summary):
     if _fixed_rate(summary):
         return _text(FR_COLUMNS, fr_table_rows(summary))
     if _ws(summary):
-        return _text(WS_COLUMNS, ws_table_rows(summary))
+        return _text(_ws_columns(summary), ws_table_rows(summary))
     return _text(COLUMNS, table_rows(summary))
 
 
@@ -324,7 +333,7 @@ def markdown_table(summary):
     if _fixed_rate(summary):
         columns, body = FR_COLUMNS, fr_table_rows(summary)
     elif _ws(summary):
-        columns, body = WS_COLUMNS, ws_table_rows(summary)
+        columns, body = _ws_columns(summary), ws_table_rows(summary)
     else:
         columns, body = COLUMNS, table_rows(summary)
     lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
@@ -429,6 +438,13 @@ def _scenario_markdown(data, chart):
             f"wsload, {p['connections']} WebSocket connections, one message in flight on "
             f"each, {p['warmup']} s warm-up + {p['duration']} s measured"
         )
+    elif p["load"] == "tlsload":
+        load = (
+            f"tlsload, {p['connections']} connections at a time, a new TLS 1.3 connection per "
+            "request"
+            + (", resuming the newest session ticket" if p.get("tls_resume") else "")
+            + f", {p['warmup']} s warm-up + {p['duration']} s measured"
+        )
     elif p["load"] == "h2load":
         over = "HTTP/2 over TLS 1.3 (ALPN h2)" if p.get("tls") else "h2c (prior knowledge)"
         load = (
@@ -481,6 +497,19 @@ def _scenario_markdown(data, chart):
             "plus non-2xx answers plus answers whose body was short (h2load's DATA bytes ÷ "
             "12 below the requests done); *p50/p99/max* from h2load's per-request log "
             "(`--log-file`: time from sending a request to its last byte).",
+            "",
+        ]
+    if p["load"] == "tlsload":
+        shares = []
+        for srv in dict.fromkeys(r["server"] for r in data["runs"] if r.get("tlsload")):
+            got = [r["tlsload"] for r in data["runs"] if r["server"] == srv and r.get("tlsload")]
+            hs = sum(t["handshakes"] for t in got)
+            if hs:
+                shares.append(f"{srv} {sum(t['resumed'] for t in got) / hs:.0%}")
+        out += [
+            "Handshakes resumed (all measured rounds): " + (", ".join(shares) or "none") + ". "
+            "*client CPU* is tlsload's own CPU share; latency is from connect() to the "
+            "answer's last byte.",
             "",
         ]
     miscounted = sorted({r["server"] for r in data["runs"] if r.get("ab_length_miscounted")})

@@ -76,6 +76,7 @@ class Scenario:
     tls: bool = False
     http2: str = ""
     h2_streams: int = 10
+    tls_resume: bool = False  # load "tlsload": offer the newest session ticket (-r)
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -251,6 +252,16 @@ def _hello_tls(interface, load):
                 ". gunicorn's sync worker closes after every response, so its row is in "
                 "effect a new connection (and handshake) per request"
             )
+    elif load == "tlsload":
+        how = (
+            "a new connection per request with TLS 1.3 session resumption: "
+            "benchmarks/tlsload/tlsload.c (C, epoll, one thread, OpenSSL) keeps 100 "
+            "connections going, each connects, offers the newest session ticket the server "
+            "sent, sends one GET with `Connection: close`, reads the answer and closes; "
+            "*resumed* is the share of handshakes the server resumed (PSK with a fresh ECDHE "
+            "key exchange: no certificate, no signature), *client CPU* the client's own CPU "
+            "share (near 100%: the client limits the figure)"
+        )
     else:
         how = (
             "a new connection per request: `ab -f TLS1.3` without -k, a full TLS 1.3 "
@@ -266,7 +277,7 @@ def _hello_tls(interface, load):
         else ""
     )
     return Scenario(
-        f"hello-tls-{interface}" + ("" if load == "wrk" else "-newconn"),
+        f"hello-tls-{interface}" + {"wrk": "", "ab": "-newconn", "tlsload": "-resume"}[load],
         f"Issue 12: the hello-{interface} app over TLS 1.3, {how}. One worker process per "
         f"server. {TLS_WHY}{goal}",
         app=app,
@@ -274,6 +285,7 @@ def _hello_tls(interface, load):
         servers=list(TLS_SERVERS[interface]),
         load=load,
         tls=True,
+        tls_resume=load == "tlsload",
     )
 
 
@@ -310,7 +322,7 @@ def _hello_h2(http2):
     )
 
 
-HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab") for i in ("wsgi", "asgi")]
+HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
 HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
 SCENARIO_GROUPS = {
     "websocket-echo": [sc.name for sc in WEBSOCKET_ECHO],
