@@ -442,7 +442,7 @@ def _scenario_markdown(data, chart):
         load = (
             f"tlsload, {p['connections']} connections at a time, a new TLS 1.3 connection per "
             "request"
-            + (", resuming the newest session ticket" if p.get("tls_resume") else "")
+            + (", resuming with a session ticket used once" if p.get("tls_resume") else "")
             + f", {p['warmup']} s warm-up + {p['duration']} s measured"
         )
     elif p["load"] == "h2load":

@@ -256,11 +256,15 @@ def _hello_tls(interface, load):
         how = (
             "a new connection per request with TLS 1.3 session resumption: "
             "benchmarks/tlsload/tlsload.c (C, epoll, one thread, OpenSSL) keeps 100 "
-            "connections going, each connects, offers the newest session ticket the server "
-            "sent, sends one GET with `Connection: close`, reads the answer and closes; "
+            "connections going, each connects, offers a session ticket the server sent "
+            "earlier (the newest unused one; each ticket is offered once, as RFC 8446 asks "
+            "of clients), sends one GET with `Connection: close`, reads the answer and "
+            "closes; "
             "*resumed* is the share of handshakes the server resumed (PSK with a fresh ECDHE "
             "key exchange: no certificate, no signature), *client CPU* the client's own CPU "
-            "share (near 100%: the client limits the figure)"
+            "share (near 100%: the client limits the figure; OpenSSL 3.0's per-connection "
+            "cost on the client side is several hundred microseconds here, in libcrypto and "
+            "the kernel's TCP setup, so req/CPU-s is the figure to compare)"
         )
     else:
         how = (

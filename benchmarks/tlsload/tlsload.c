@@ -4,9 +4,11 @@
  *
  * C connection slots, each in a loop: connect, TLS 1.3 handshake, one
  * `GET PATH HTTP/1.1` with `Connection: close`, read the answer to its end (Content-Length
- * or EOF), send close_notify, close, start again. With -r each handshake offers the newest
- * session ticket a server sent (TLS 1.3 resumption, PSK with a fresh ECDHE: no
- * certificate, no signature); without it every handshake is a full one. The server's
+ * or EOF), send close_notify, close, start again. With -r each handshake offers a session
+ * ticket the server sent earlier, the newest one not used yet, each ticket once (as RFC 8446
+ * C.4 asks of clients; servers may accept a ticket only once): TLS 1.3 resumption, PSK
+ * with a fresh ECDHE, no certificate, no signature. A handshake with no unused ticket
+ * left is a full one. Without -r every handshake is a full one. The server's
  * certificate is not checked against a CA (its CertificateVerify signature is, as in every
  * handshake). One thread, epoll, non-blocking sockets; it prints its own CPU time so a
  * reader can see when the client limits the figure.
@@ -52,7 +54,9 @@ struct slot {
 };
 
 static SSL_CTX *ctx;
-static SSL_SESSION *latest; /* the newest ticket a server sent (-r) */
+#define TICKETS 4096
+static SSL_SESSION *tickets[TICKETS]; /* unused tickets the server sent (-r), a stack */
+static int n_tickets;
 static int resume;
 static struct sockaddr_in addr;
 static char request[1024];
@@ -84,13 +88,17 @@ static void note_error(const char *what)
     ERR_clear_error();
 }
 
-/* Keeps the newest session (ticket) the server sent; returns 1: OpenSSL must not free it. */
+/* Keeps a session (ticket) the server sent, dropping the oldest when full; returns 1:
+ * OpenSSL must not free it. */
 static int new_session(SSL *ssl, SSL_SESSION *sess)
 {
     (void)ssl;
-    if (latest)
-        SSL_SESSION_free(latest);
-    latest = sess;
+    if (n_tickets == TICKETS) {
+        SSL_SESSION_free(tickets[0]);
+        memmove(tickets, tickets + 1, (TICKETS - 1) * sizeof *tickets);
+        n_tickets--;
+    }
+    tickets[n_tickets++] = sess;
     return 1;
 }
 
@@ -193,8 +201,11 @@ static void step(struct slot *s)
             }
             s->ssl = SSL_new(ctx);
             SSL_set_fd(s->ssl, s->fd);
-            if (resume && latest)
-                SSL_set_session(s->ssl, latest);
+            if (resume && n_tickets > 0) { /* the newest unused ticket, used once */
+                SSL_SESSION *t = tickets[--n_tickets];
+                SSL_set_session(s->ssl, t);
+                SSL_SESSION_free(t);
+            }
             s->state = HANDSHAKE;
         }
         if (s->state == HANDSHAKE) {
