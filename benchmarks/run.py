@@ -550,6 +550,9 @@ def progress_line(n, total, rec):
         cpu += f" {unit}/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
     else:
         cpu += " req/CPU-s"
+    if rec.get("tlsload", {}).get("resume_offered"):
+        t = rec["tlsload"]
+        cpu += f" resumed {t['resumed']:,}/{t['handshakes']:,} (ticket offered {t['offered']:,}),"
     return (
         f"{head} {rec['rps']:>10,.0f} {unit}/s  p50 {p50} ms  p99 {p99} ms  "
         f"errors {rec['errors']:,}  {cpu}  (load avg {rec['loadavg_before']:.1f})"

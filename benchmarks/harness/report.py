@@ -505,9 +505,13 @@ def _scenario_markdown(data, chart):
             got = [r["tlsload"] for r in data["runs"] if r["server"] == srv and r.get("tlsload")]
             hs = sum(t["handshakes"] for t in got)
             if hs:
-                shares.append(f"{srv} {sum(t['resumed'] for t in got) / hs:.0%}")
+                offered = sum(t.get("offered", 0) for t in got) / hs
+                resumed = sum(t["resumed"] for t in got) / hs
+                shares.append(f"{srv} {resumed:.0%} (a ticket offered in {offered:.0%})")
         out += [
-            "Handshakes resumed (all measured rounds): " + (", ".join(shares) or "none") + ". "
+            "Handshakes resumed (all measured rounds; a handshake offers a ticket when the "
+            "client holds an unused one, so a server that sends fewer new tickets than it "
+            "accepts gets fewer offers): " + (", ".join(shares) or "none") + ". "
             "*client CPU* is tlsload's own CPU share; latency is from connect() to the "
             "answer's last byte.",
             "",

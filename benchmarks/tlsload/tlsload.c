@@ -15,7 +15,8 @@
  *
  * Prints one JSON object: requests answered in the measured period, requests/s, latency
  * from the connect() to the last byte of the answer (p50/p99/max ms), errors (failed
- * connects, handshakes and reads), non-2xx answers, handshakes resumed, the protocol
+ * connects, handshakes and reads), non-2xx answers, handshakes that offered a ticket and
+ * that the server resumed, the protocol
  * version, the client's CPU seconds and CPU share. Exit status 0 when at least one
  * request was answered.
  */
@@ -46,6 +47,7 @@ enum state { CONNECTING, HANDSHAKE, WRITING, READING };
 struct slot {
     int fd;
     SSL *ssl;
+    int offered; /* a ticket was offered in this handshake */
     enum state state;
     double started;
     size_t out_off;
@@ -63,7 +65,7 @@ static char request[1024];
 static size_t request_len;
 static int ep;
 static unsigned long *hist;
-static long answered, errors, non_2xx, resumed, handshakes;
+static long answered, errors, non_2xx, resumed, handshakes, offered;
 static double measure_from, measure_to;
 static char first_error[256];
 static char version[32];
@@ -134,6 +136,7 @@ static int slot_start(struct slot *s)
         return -1;
     }
     s->state = CONNECTING;
+    s->offered = 0;
     struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = s};
     epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev);
     return 0;
@@ -177,6 +180,7 @@ static void finish(struct slot *s)
         long b = us / HIST_US;
         hist[b < HIST_BUCKETS ? b : HIST_BUCKETS - 1]++;
         handshakes++;
+        offered += s->offered;
         if (SSL_session_reused(s->ssl))
             resumed++;
     }
@@ -203,6 +207,7 @@ static void step(struct slot *s)
             SSL_set_fd(s->ssl, s->fd);
             if (resume && n_tickets > 0) { /* the newest unused ticket, used once */
                 SSL_SESSION *t = tickets[--n_tickets];
+                s->offered = 1;
                 SSL_set_session(s->ssl, t);
                 SSL_SESSION_free(t);
             }
@@ -377,10 +382,11 @@ int main(int argc, char **argv)
             *c = ' ';
     printf("{\"requests\": %ld, \"rps\": %.1f, \"duration_s\": %.3f, \"p50_ms\": %.3f, "
            "\"p99_ms\": %.3f, \"max_ms\": %.3f, \"errors\": %ld, \"non_2xx\": %ld, "
-           "\"handshakes\": %ld, \"resumed\": %ld, \"resume_offered\": %s, \"tls\": \"%s\", "
+           "\"handshakes\": %ld, \"offered\": %ld, \"resumed\": %ld, \"resume_offered\": %s, "
+           "\"tls\": \"%s\", "
            "\"client_cpu_s\": %.3f, \"client_cpu_pct\": %.1f, \"first_error\": \"%s\"}\n",
            answered, (double)answered / elapsed, elapsed, percentile((unsigned long)answered, 0.5),
-           percentile((unsigned long)answered, 0.99), max_ms, errors, non_2xx, handshakes, resumed,
-           resume ? "true" : "false", version, cpu, 100.0 * cpu / elapsed, first_error);
+           percentile((unsigned long)answered, 0.99), max_ms, errors, non_2xx, handshakes, offered,
+           resumed, resume ? "true" : "false", version, cpu, 100.0 * cpu / elapsed, first_error);
     return answered > 0 ? 0 : 1;
 }
