@@ -106,7 +106,8 @@ def _ws(summary):
 
 def _ws_columns(summary):
     """WS_COLUMNS, in requests for a load client that reports its CPU too (tlsload)."""
-    if any(s.get("unit") == "msg" for s in summary):
+    units = {s.get("unit") for s in summary if s.get("client_cpu_pct") is not None}
+    if units != {"req"}:  # results written before "unit" existed are WebSocket ones
         return WS_COLUMNS
     return [c.replace("msg", "req") for c in WS_COLUMNS]
 
