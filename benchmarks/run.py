@@ -25,9 +25,16 @@ import sys
 import tempfile
 import time
 
-from harness import environment, instructions, loadgen, memory, procs, report
+from harness import environment, instructions, loadgen, memory, procs, report, tls
 from harness.scenarios import SCENARIO_GROUPS, SCENARIOS, Target
-from harness.servers import HOST, SERVERS, Context, register_baseline
+from harness.servers import (
+    HOST,
+    SERVERS,
+    Context,
+    protocol_argv,
+    protocol_unsupported,
+    register_baseline,
+)
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
@@ -325,7 +332,17 @@ def measure_fixed_rate(sc, args, port, server):
 
 def load(sc, args, port, warmup):
     """Run the scenario's load generator once; warm-up runs are shorter."""
-    url = f"http://{HOST}:{port}{sc.path}"
+    url = tls.url(sc, port, HOST)
+    if sc.load == "tlsload":
+        duration = args.warmup if warmup else args.duration
+        conns = connections(sc, args)
+        return loadgen.run_tlsload(port, sc.path, conns, duration, sc.tls_resume, sc.client_cpus)
+    if sc.load == "h2load":
+        duration = args.warmup if warmup else args.duration
+        log_file = None if warmup else os.path.join(LOGS_DIR, f"{sc.name}-h2load.tsv")
+        conns, streams = connections(sc, args), sc.h2_streams
+        res = loadgen.run_h2load(url, duration, conns, streams, sc.client_cpus, log_file)
+        return count_short_bodies(res, sc.body)
     if sc.load == "wsload":
         duration = args.warmup if warmup else args.duration
         conns = connections(sc, args)
@@ -336,7 +353,32 @@ def load(sc, args, port, warmup):
         duration = args.warmup if warmup else args.duration
         return loadgen.run_wrk(url, duration, connections(sc, args), cpus=sc.client_cpus)
     requests = warmup_requests(args) if warmup else args.requests
-    return loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
+    res = loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
+    return forgive_ab_length(res, sc.body)
+
+
+def count_short_bodies(res, body):
+    """h2load counts a 2xx answer as a success whatever its body: answers the DATA bytes
+    it got (body_bytes) cannot cover with BODY each are added to `errors`."""
+    if body and res.get("body_bytes") is not None and res["requests"]:
+        short = res["requests"] - res["body_bytes"] // len(body)
+        if short > 0:
+            res["errors"] += short
+            res["short_bodies"] = short
+    return res
+
+
+def forgive_ab_length(res, body):
+    """ab takes the first answer's body length as the right one for all; over TLS it reads
+    0 when a server sends the head and the body in separate records (gunicorn), and then
+    counts every later answer as a "Length" failure. When the bytes ab got are exactly
+    BODY's length times the requests completed, those failures are ab's, not the server's:
+    they leave `errors` and are kept as `ab_length_miscounted`."""
+    length = res.get("failed_detail", {}).get("length", 0)
+    if body and length and res.get("body_bytes") == len(body) * (res["requests"] or 0):
+        res["errors"] -= length
+        res["ab_length_miscounted"] = length
+    return res
 
 
 def warmup_requests(args):
@@ -347,7 +389,7 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
     argv, files = spec.argv(ctx, sc, port)
-    argv += sc.server_args.get(spec.name, [])
+    argv += sc.server_args.get(spec.name, []) + protocol_argv(spec, ctx, sc)
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
     log_name = spec.name.replace("/", "_")
@@ -362,7 +404,11 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
         if not os.path.exists(os.path.join(ROOT, exe)) and not shutil.which(exe):
             raise procs.LaunchError(f"{exe} not found")
         server.start()
-        server.wait_ready(HOST, port, sc.path, sc.body)
+        if sc.tls or sc.http2:
+            get = tls.probe(sc, tls.cert_paths(ctx.tmpdir)["ca"])
+            server.wait_ready(HOST, port, sc.path, sc.body, get=get)
+        else:
+            server.wait_ready(HOST, port, sc.path, sc.body)
         if spec.loads and not procs.tree_maps(server.pid, spec.loads):
             raise procs.LaunchError(
                 f"answers, but {os.path.relpath(spec.loads, ROOT)} is not loaded"
@@ -499,12 +545,14 @@ def progress_line(n, total, rec):
             f" {rec['fr_rate']:g} req/s: p50 {rec['fr_p50_ms']:.1f} p95 {rec['fr_p95_ms']:.1f}"
             f" p99 {rec['fr_p99_ms']:.1f} ms, errors {rec['fr_errors']};  max:"
         )
-    unit = "req"
+    unit = "msg" if rec.get("ws") else "req"
     if rec.get("client_cpu_pct") is not None:
-        unit = "msg"
-        cpu += f" msg/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
+        cpu += f" {unit}/CPU-s, client CPU {rec['client_cpu_pct']:.0f}%,"
     else:
         cpu += " req/CPU-s"
+    if rec.get("tlsload", {}).get("resume_offered"):
+        t = rec["tlsload"]
+        cpu += f" resumed {t['resumed']:,}/{t['handshakes']:,} (ticket offered {t['offered']:,}),"
     return (
         f"{head} {rec['rps']:>10,.0f} {unit}/s  p50 {p50} ms  p99 {p99} ms  "
         f"errors {rec['errors']:,}  {cpu}  (load avg {rec['loadavg_before']:.1f})"
@@ -518,12 +566,53 @@ def _which(binary):
     return shutil.which(binary) or os.path.exists(os.path.join("/usr/sbin", binary))
 
 
-def available(sc, names, peer_modules, install_status):
+PYSERVER_OPTIONS = {"tls": "--ssl-certfile", "http2": "--http"}
+_project_help = {}
+
+
+def project_lacks(ctx, sc):
+    """Why this tree's pyserver cannot serve the scenario's protocol (its CLI has no
+    --ssl-certfile or --http yet), or "" when it has the options."""
+    if not (sc.tls or sc.http2):
+        return ""
+    if ctx.project_python not in _project_help:
+        try:
+            proc = subprocess.run(
+                [ctx.project_python, "-m", "pyserver", "--help"],
+                cwd=ROOT,
+                env=server_env(SERVERS["pyserver"]),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            _project_help[ctx.project_python] = proc.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            _project_help[ctx.project_python] = ""
+    text = _project_help[ctx.project_python]
+    missing = [
+        opt
+        for what, opt in PYSERVER_OPTIONS.items()
+        if getattr(sc, what) and not re.search(re.escape(opt) + r"(?![\w-])", text)
+    ]
+    if not missing:
+        return ""
+    return (
+        f"this tree's pyserver has no {' or '.join(missing)} option "
+        "(TLS / HTTP/2 not merged into it yet)"
+    )
+
+
+def available(sc, names, peer_modules, install_status, ctx=None):
     """Split NAMES into runnable servers and {name: reason} for the others."""
     ok, skipped = [], {}
     for name in names:
         spec = SERVERS[name]
-        if spec.max_workers and sc.workers > spec.max_workers:
+        lacks = protocol_unsupported(spec, sc)
+        if not lacks and spec.role == "project" and ctx is not None:
+            lacks = project_lacks(ctx, sc)
+        if lacks:
+            skipped[name] = lacks
+        elif spec.max_workers and sc.workers > spec.max_workers:
             skipped[name] = f"runs {spec.max_workers} process only, scenario needs {sc.workers}"
         elif spec.binary and not _which(spec.binary):
             skipped[name] = f"{spec.binary} not found"
@@ -548,7 +637,7 @@ def _untmp(text, ctx):
 
 def run_scenario(ctx, sc, args, peer_modules, install_status):
     names = [n for n in sc.servers if args.server_filter is None or n in args.server_filter]
-    servers, skipped = available(sc, names, peer_modules, install_status)
+    servers, skipped = available(sc, names, peer_modules, install_status, ctx)
     missing_app_modules = [m for m in sc.modules if m not in peer_modules]
     for m in missing_app_modules:
         log(f"  warning: {m} is missing in the peers venv; peers will fail to load the app")
@@ -565,7 +654,13 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     started = time.monotonic()
     versions = collect_versions(ctx.project_python)
     sidecar = None
+    tls_info = None
     try:
+        if sc.tls:
+            paths, cert_cmds = tls.make_certs(ctx.tmpdir)
+            tls_info = {"files": {k: _untmp(v, ctx) for k, v in paths.items()}}
+            tls_info["commands"] = cert_cmds
+            tls_info["server.ext"] = tls.SERVER_EXT
         extra_env = scenario_env(ctx, sc)
         sidecar = start_sidecar(ctx, sc, extra_env)
         scenario_setup(ctx, sc, extra_env)
@@ -627,7 +722,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
                     files = rec.get("files", {}).items()
                     cmd["files"] = {_untmp(p, ctx): _untmp(t, ctx) for p, t in files}
                 if rec.get("load_command"):
-                    cmd.setdefault("load", rec["load_command"])
+                    cmd.setdefault("load", [_untmp(a, ctx) for a in rec["load_command"]])
                 if rec.get("fixed_rate_command"):
                     cmd.setdefault("fixed_rate", rec["fixed_rate_command"])
                 log(progress_line(n, total, rec))
@@ -669,7 +764,12 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
             "workers": sc.workers,
             "app": sc.app,
             "path": sc.path,
+            "tls": sc.tls,
+            "http2": sc.http2,
+            "h2_streams": sc.h2_streams,
+            "tls_resume": sc.tls_resume,
         },
+        "tls": tls_info,
         "server_cpus": sc.server_cpus,
         "client_cpus": sc.client_cpus,
         "machine": environment.machine_info(),
@@ -737,6 +837,8 @@ def collect_versions(project_python):
     v["wrk"] = environment.tool_version(["wrk", "-v"], r"wrk (\S+)")
     v["ab"] = environment.tool_version(["ab", "-V"], r"Version (\S+)")
     v["curl"] = environment.tool_version(["curl", "--version"], r"curl (\S+)")
+    v["h2load"] = environment.tool_version(["h2load", "--version"], r"nghttp2/(\S+)")
+    v["openssl"] = environment.tool_version(["openssl", "version"], r"OpenSSL (\S+)")
     v["valgrind"] = environment.tool_version(["valgrind", "--version"], r"valgrind-(\S+)")
     postgres = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
     if postgres:
@@ -768,11 +870,14 @@ def scenario_versions(sc, names, versions):
     if "bottle" in sc.modules:
         wanted += ["bottle", "bottle (project .venv)"]
     loads = {"fixed-rate+wrk": ["wrk"], "idle": [], "streams": ["curl"], "wsload": []}
+    loads["tlsload"] = []
     loads["instructions"] = ["valgrind"]
     loads["max+fixed-rate"] = ["wrk"]
     if "psycopg" in sc.modules:
         wanted += ["psycopg (project .venv)", "psycopg", "postgresql"]
     wanted += loads.get(sc.load, [sc.load])
+    if sc.tls or sc.http2:
+        wanted += ["openssl", "curl"]
     seen = []
     for key in wanted:
         if key not in seen:

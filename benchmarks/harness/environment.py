@@ -23,6 +23,10 @@ APT_PACKAGES = [
     "zlib1g-dev",
     "valgrind",
     "postgresql",
+    # hello-tls and hello-h2: certificates (openssl), readiness (curl), HTTP/2 load (h2load).
+    "openssl",
+    "curl",
+    "nghttp2-client",
 ]
 
 # Peer servers and tools installed from PyPI into benchmarks/.venv-peers, never into

@@ -87,8 +87,10 @@ def run_wrk(url, duration, connections, cpus=None, threads=1, script=None):
 
 def ab_command(url, requests, connections, cpus=None):
     # -r: keep going on socket receive errors (they are counted, not fatal).
-    argv = ["ab", "-r", "-q", "-c", str(connections), "-n", str(requests), url]
-    return pinned(cpus, argv)
+    argv = ["ab", "-r", "-q", "-c", str(connections), "-n", str(requests)]
+    if url.startswith("https:"):  # a full TLS 1.3 handshake per request (ab keeps no sessions)
+        argv += ["-f", "TLS1.3"]
+    return pinned(cpus, argv + [url])
 
 
 def parse_ab(out):
@@ -112,9 +114,14 @@ def parse_ab(out):
     m = re.search(r"\(Connect: (\d+), Receive: (\d+), Length: (\d+), Exceptions: (\d+)\)", out)
     kinds = ("connect", "receive", "length", "exceptions")
     res["failed_detail"] = dict(zip(kinds, map(int, m.groups()), strict=True)) if m else {}
+    m = re.search(r"^HTML transferred:\s+(\d+) bytes", out, re.M)
+    res["body_bytes"] = int(m.group(1)) if m else None
     m = re.search(r"^Non-2xx responses:\s+(\d+)", out, re.M)
     res["non_2xx"] = int(m.group(1)) if m else 0
     res["errors"] = res["failed"] + res["non_2xx"]
+    m = re.search(r"^SSL/TLS Protocol:\s+(\S+)", out, re.M)
+    if m:  # "TLSv1.3,TLS_AES_256_GCM_SHA384,256,256"
+        res["tls"] = m.group(1)
     return res
 
 
@@ -127,7 +134,93 @@ def run_ab(url, requests, connections, cpus=None, timeout=600):
     return res
 
 
-def _run(argv, timeout):
+def h2load_command(url, duration, connections, streams, cpus=None, log_file=None):
+    """h2load for DURATION seconds: CONNECTIONS clients of STREAMS concurrent streams each;
+    h2c by prior knowledge on http://, ALPN h2 on https://."""
+    argv = ["h2load", "-t", "1", "-c", str(connections), "-m", str(streams)]
+    argv += ["-D", f"{duration:g}"]
+    if log_file:
+        argv.append(f"--log-file={log_file}")
+    return pinned(cpus, argv + [url])
+
+
+def _h2load_latencies(log_file):
+    """(p50, p99, max) in ms of the per-request durations (3rd column, microseconds) of
+    h2load's --log-file; Nones when it has none."""
+    durations = []
+    try:
+        with open(log_file) as f:
+            for line in f:
+                fields = line.split("\t")
+                if len(fields) >= 3:
+                    durations.append(int(fields[2]))
+    except (OSError, ValueError):
+        return None, None, None
+    if not durations:
+        return None, None, None
+    durations.sort()
+    n = len(durations)
+
+    def q(p):
+        return durations[min(n - 1, int(p * n))] / 1e3
+
+    return q(0.50), q(0.99), durations[-1] / 1e3
+
+
+def parse_h2load(out):
+    """Results of h2load output: rps, requests done, errors (failed, which counts errored and
+    timed-out requests too, plus non-2xx answers), protocol and TLS version."""
+    res = {}
+    m = re.search(r"^finished in ([\d.]+)(\w+), ([\d.]+) req/s", out, re.M)
+    if not m:
+        raise LoadError(f"no 'finished in' in h2load output: {out.strip()[-300:]!r}")
+    res["elapsed_s"] = _ms(m.group(1) + m.group(2)) / 1e3
+    res["rps"] = float(m.group(3))
+    m = re.search(
+        r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+        r"(\d+) errored, (\d+) timeout",
+        out,
+        re.M,
+    )
+    if not m:
+        raise LoadError(f"no 'requests:' line in h2load output: {out.strip()[-300:]!r}")
+    total, started, done, ok, failed, errored, timeout = map(int, m.groups())
+    res["requests"] = done
+    res["h2load_requests"] = {"done": done, "succeeded": ok, "failed": failed}
+    res["h2load_requests"].update(errored=errored, timeout=timeout)
+    m = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out, re.M)
+    res["non_2xx"] = sum(map(int, m.groups()[1:])) if m else 0
+    res["errors"] = failed + res["non_2xx"]
+    m = re.search(r"^traffic: .*\((\d+)\) data", out, re.M)
+    res["body_bytes"] = int(m.group(1)) if m else None
+    m = re.search(r"^Application protocol: (\S+)", out, re.M)
+    res["protocol"] = m.group(1) if m else None
+    m = re.search(r"^TLS Protocol: (\S+)", out, re.M)
+    if m:
+        res["tls"] = m.group(1)
+    if res["protocol"] not in ("h2", "h2c"):
+        raise LoadError(f"h2load negotiated no HTTP/2 ({res['protocol']}): {out.strip()[-300:]}")
+    if res["requests"] == 0:
+        raise LoadError(f"h2load completed no request: {out.strip()[-300:]}")
+    return res
+
+
+def run_h2load(url, duration, connections, streams, cpus=None, log_file=None):
+    """Run h2load for DURATION seconds; parse_h2load() of it plus latency percentiles from
+    its per-request log (when LOG_FILE) and the command."""
+    argv = h2load_command(url, duration, connections, streams, cpus, log_file)
+    out = _run(argv, timeout=duration + 60, done_marker="finished in")
+    res = parse_h2load(out)
+    res["p50_ms"], res["p99_ms"], res["max_ms"] = (
+        _h2load_latencies(log_file) if log_file else (None, None, None)
+    )
+    if log_file:
+        os.unlink(log_file)
+    res["load_command"] = argv
+    return res
+
+
+def _run(argv, timeout, done_marker="Requests"):
     try:
         proc = subprocess.run(
             argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
@@ -136,7 +229,7 @@ def _run(argv, timeout):
         raise LoadError(f"{argv[0]} did not finish in {timeout} s") from exc
     except FileNotFoundError as exc:
         raise LoadError(f"{exc.filename} is not installed") from exc
-    if proc.returncode != 0 and "Requests" not in proc.stdout:
+    if proc.returncode != 0 and done_marker not in proc.stdout:
         raise LoadError(
             f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
         )
@@ -199,6 +292,51 @@ def run_wsload(port, path, connections, size, duration, deflate, cpus=None):
     }
     rel = os.path.relpath(WSLOAD, os.path.dirname(os.path.dirname(HARNESS_DIR)))
     res["load_command"] = [rel if a == WSLOAD else a for a in argv]
+    return res
+
+
+TLSLOAD_SRC = os.path.join(os.path.dirname(HARNESS_DIR), "tlsload", "tlsload.c")
+TLSLOAD = os.path.join(os.path.dirname(HARNESS_DIR), ".build", "tlsload")
+
+
+def build_tlsload():
+    """Compile benchmarks/tlsload/tlsload.c (cc -O2, OpenSSL) when missing or older than its
+    source; the binary's path.  Raises LoadError when it does not compile."""
+    if os.path.exists(TLSLOAD) and os.path.getmtime(TLSLOAD) >= os.path.getmtime(TLSLOAD_SRC):
+        return TLSLOAD
+    os.makedirs(os.path.dirname(TLSLOAD), exist_ok=True)
+    argv = ["cc", "-O2", "-Wall", "-Wextra", "-o", TLSLOAD, TLSLOAD_SRC, "-lssl", "-lcrypto"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LoadError(f"{' '.join(argv)}: {proc.stderr[-400:]}")
+    return TLSLOAD
+
+
+def run_tlsload(port, path, connections, duration, resume, cpus=None, host="127.0.0.1"):
+    """A new TLS 1.3 connection per request (tlsload.c), resuming sessions when RESUME:
+    rps, latency from connect to the last byte, errors, handshakes resumed, client CPU."""
+    build_tlsload()
+    argv = [TLSLOAD, "-h", host, "-p", str(port), "-u", path, "-c", str(connections)]
+    argv = pinned(cpus, argv + ["-d", f"{duration:g}"] + (["-r"] if resume else []))
+    try:
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=duration + 60
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LoadError(f"tlsload did not finish in {duration + 60} s") from exc
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise LoadError(
+            f"unreadable tlsload output: {(proc.stdout + proc.stderr)[-300:]!r}"
+        ) from exc
+    if out["requests"] == 0:
+        raise LoadError(f"no request answered: {out['first_error']}")
+    res = {k: out[k] for k in ("rps", "requests", "p50_ms", "p99_ms", "max_ms")}
+    res.update(errors=out["errors"] + out["non_2xx"], elapsed_s=out["duration_s"])
+    res.update(client_cpu_pct=out["client_cpu_pct"], tls=out["tls"], tlsload=out)
+    rel = os.path.relpath(TLSLOAD, os.path.dirname(os.path.dirname(HARNESS_DIR)))
+    res["load_command"] = [rel if a == TLSLOAD else a for a in argv]
     return res
 
 

@@ -146,8 +146,9 @@ class Server:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, host, port, path, body, timeout=30.0):
-        """Poll until HOST:PORT answers PATH with 200 (and BODY); raise LaunchError if not."""
+    def wait_ready(self, host, port, path, body, timeout=30.0, get=http_get):
+        """Poll until HOST:PORT answers PATH with 200 (and BODY); raise LaunchError if not.
+        GET(host, port, path) -> (status, body) asks (default: plain HTTP/1.1)."""
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
@@ -158,7 +159,7 @@ class Server:
                 why = reason[-1].strip() if reason else last
                 raise LaunchError(f"exited with code {self.proc.returncode}: {why}")
             try:
-                status, got = http_get(host, port, path)
+                status, got = get(host, port, path)
             except OSError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             except http.client.HTTPException as exc:

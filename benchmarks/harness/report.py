@@ -8,7 +8,9 @@ import statistics
 SCENARIO_ORDER = ["hello-wsgi", "hello-asgi", "bottle-ab", "django-asgi", "idle", "streams"]
 SCENARIO_ORDER += ["django-sync", "django-wsgi-db", "sync-to-async", "outgoing-io"]
 SCENARIO_ORDER += [f"websocket-echo-{n}" for n in ("64", "16k", "64-deflate", "16k-deflate")]
-SCENARIO_ORDER += ["instructions"]
+SCENARIO_ORDER += [f"hello-tls-{n}" for n in ("wsgi", "asgi", "wsgi-newconn", "asgi-newconn")]
+SCENARIO_ORDER += ["hello-tls-wsgi-resume", "hello-tls-asgi-resume"]
+SCENARIO_ORDER += ["hello-h2c", "hello-h2-tls", "instructions"]
 FIXED_RATE_KEYS = ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms", "fr_max_ms")
 
 
@@ -39,6 +41,7 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
         row["errors"] = sum(r.get("errors", 0) for r in good.values())
         if any(r.get("client_cpu_pct") is not None for r in good.values()):
             row["client_cpu_pct"] = _median([r.get("client_cpu_pct") for r in good.values()])
+            row["unit"] = "msg" if any(r.get("ws") for r in good.values()) else "req"
         if any(r.get("fr_p50_ms") is not None for r in good.values()):
             for key in FIXED_RATE_KEYS + ("fr_rate",):
                 row[key] = _median([r.get(key) for r in good.values()])
@@ -99,6 +102,14 @@ WS_COLUMNS += ["client CPU", "pyserver ÷ it", "pyserver ÷ it (CPU)", "rounds"]
 
 def _ws(summary):
     return any(s.get("client_cpu_pct") is not None for s in summary)
+
+
+def _ws_columns(summary):
+    """WS_COLUMNS, in requests for a load client that reports its CPU too (tlsload)."""
+    units = {s.get("unit") for s in summary if s.get("client_cpu_pct") is not None}
+    if units != {"req"}:  # results written before "unit" existed are WebSocket ones
+        return WS_COLUMNS
+    return [c.replace("msg", "req") for c in WS_COLUMNS]
 
 
 def ws_table_rows(summary, reference="pyserver"):
@@ -294,7 +305,7 @@ def text_table(summary):
     if _fixed_rate(summary):
         return _text(FR_COLUMNS, fr_table_rows(summary))
     if _ws(summary):
-        return _text(WS_COLUMNS, ws_table_rows(summary))
+        return _text(_ws_columns(summary), ws_table_rows(summary))
     return _text(COLUMNS, table_rows(summary))
 
 
@@ -323,7 +334,7 @@ def markdown_table(summary):
     if _fixed_rate(summary):
         columns, body = FR_COLUMNS, fr_table_rows(summary)
     elif _ws(summary):
-        columns, body = WS_COLUMNS, ws_table_rows(summary)
+        columns, body = _ws_columns(summary), ws_table_rows(summary)
     else:
         columns, body = COLUMNS, table_rows(summary)
     lines = ["| " + " | ".join(columns) + " |", "| --- |" + " ---: |" * (len(columns) - 1)]
@@ -428,15 +439,31 @@ def _scenario_markdown(data, chart):
             f"wsload, {p['connections']} WebSocket connections, one message in flight on "
             f"each, {p['warmup']} s warm-up + {p['duration']} s measured"
         )
+    elif p["load"] == "tlsload":
+        load = (
+            f"tlsload, {p['connections']} connections at a time, a new TLS 1.3 connection per "
+            "request"
+            + (", resuming with a session ticket used once" if p.get("tls_resume") else "")
+            + f", {p['warmup']} s warm-up + {p['duration']} s measured"
+        )
+    elif p["load"] == "h2load":
+        over = "HTTP/2 over TLS 1.3 (ALPN h2)" if p.get("tls") else "h2c (prior knowledge)"
+        load = (
+            f"h2load, {over}, {p['connections']} connections × {p.get('h2_streams')} "
+            f"concurrent streams, {p['warmup']} s warm-up + {p['duration']} s measured"
+        )
     elif p["load"] == "wrk":
         load = (
-            f"wrk, {p['connections']} connections, keep-alive, "
-            f"{p['warmup']} s warm-up + {p['duration']} s measured"
+            f"wrk, {p['connections']} connections, keep-alive"
+            + (" over TLS 1.3 (https://)" if p.get("tls") else "")
+            + f", {p['warmup']} s warm-up + {p['duration']} s measured"
         )
     else:
         load = (
             f"ab, {p['connections']} concurrent, {p['requests']:,} requests, a new "
-            f"connection per request, after a warm-up of {p['warmup_requests']:,}"
+            "connection"
+            + (" and a full TLS 1.3 handshake (`-f TLS1.3`)" if p.get("tls") else "")
+            + f" per request, after a warm-up of {p['warmup_requests']:,}"
         )
     mode = "full run" if data["mode"] == "full" else "**quick smoke run: indicative only**"
     out = [
@@ -465,6 +492,41 @@ def _scenario_markdown(data, chart):
             "of per-round ratios).",
             "",
         ]
+    if p["load"] == "h2load":
+        out += [
+            "*errors* h2load's failed requests (which include errored and timed-out ones) "
+            "plus non-2xx answers plus answers whose body was short (h2load's DATA bytes ÷ "
+            "12 below the requests done); *p50/p99/max* from h2load's per-request log "
+            "(`--log-file`: time from sending a request to its last byte).",
+            "",
+        ]
+    if p["load"] == "tlsload":
+        shares = []
+        for srv in dict.fromkeys(r["server"] for r in data["runs"] if r.get("tlsload")):
+            got = [r["tlsload"] for r in data["runs"] if r["server"] == srv and r.get("tlsload")]
+            hs = sum(t["handshakes"] for t in got)
+            if hs:
+                offered = sum(t.get("offered", 0) for t in got) / hs
+                resumed = sum(t["resumed"] for t in got) / hs
+                shares.append(f"{srv} {resumed:.0%} (a ticket offered in {offered:.0%})")
+        out += [
+            "Handshakes resumed (all measured rounds; a handshake offers a ticket when the "
+            "client holds an unused one, so a server that sends fewer new tickets than it "
+            "accepts gets fewer offers): " + (", ".join(shares) or "none") + ". "
+            "*client CPU* is tlsload's own CPU share; latency is from connect() to the "
+            "answer's last byte.",
+            "",
+        ]
+    miscounted = sorted({r["server"] for r in data["runs"] if r.get("ab_length_miscounted")})
+    if miscounted:
+        out += [
+            "ab counted every answer of " + ", ".join(miscounted) + " as a *Length* failure: "
+            "over TLS it took the first answer's body as empty (that server sends the head "
+            "and the body in separate TLS records), while the body bytes it got were exactly "
+            "12 per request; those are left out of *errors* (`ab_length_miscounted` in the "
+            "results).",
+            "",
+        ]
     failed = [s for s in data["summary"] if s["status"] != "ok"]
     for s in failed:
         out.append(f"- **{s['server']}** {s['status']}: {s.get('error', '').strip()}")
@@ -490,6 +552,21 @@ def _scenario_markdown(data, chart):
             out.append(_cmd(info["fixed_rate"]))
         out.append(_cmd(info["load"]) if info.get("load") else "# (not run)")
     out += ["```", ""]
+    if data.get("tls"):
+        t = data["tls"]
+        out += [
+            "The run's certificates (in `" + os.path.dirname(t["files"]["ca"]) + "`, "
+            "`server.ext` holding the extensions below):",
+            "",
+            "```sh",
+            *[_cmd(argv) for argv in t["commands"]],
+            "```",
+            "",
+            "```",
+            t["server.ext"].rstrip(),
+            "```",
+            "",
+        ]
     for name, info in data["commands"].items():
         for path, text in info.get("files", {}).items():
             out += [

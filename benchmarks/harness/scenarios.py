@@ -70,6 +70,13 @@ class Scenario:
     rate_fraction: float = 0.0
     project_requires: tuple = ()  # pip requirements the project .venv needs for the app
     ready_timeout: float = 30.0  # seconds a server has to answer its first request
+    # TLS 1.3 with the run's ECDSA P-256 certificate (harness/tls.py) on every server; HTTP/2:
+    # "h2c" (cleartext, prior knowledge) or "h2" (over TLS, ALPN); load "h2load" runs
+    # `connections` clients of h2_streams concurrent streams each.
+    tls: bool = False
+    http2: str = ""
+    h2_streams: int = 10
+    tls_resume: bool = False  # load "tlsload": offer the newest session ticket (-r)
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -219,7 +226,113 @@ WEBSOCKET_ECHO = [
     for deflate in (False, True)
     for size, label in ((64, "64"), (16384, "16k"))
 ]
-SCENARIO_GROUPS = {"websocket-echo": [sc.name for sc in WEBSOCKET_ECHO]}
+TLS_WHY = (
+    "Every server gets the same ECDSA P-256 certificate, made for the run by the openssl "
+    "CLI (a CA and a server certificate for 127.0.0.1 and localhost, in the run's temporary "
+    "directory) and answers only after a TLS 1.3 GET with curl (the certificate checked "
+    "against the CA) returned 200 and b'Hello World!'. nginx is limited to TLS 1.3; the "
+    "others negotiate it with every client used here (ab and h2load report the version)."
+)
+TLS_SERVERS = {
+    "wsgi": ["pyserver", "granian", "gunicorn", "nginx"],
+    "asgi": ["pyserver", "uvicorn", "granian", "hypercorn", "nginx"],
+}
+
+
+def _hello_tls(interface, load):
+    app = HELLO_WSGI if interface == "wsgi" else HELLO_ASGI
+    if load == "wrk":
+        how = (
+            "keep-alive: wrk against https:// (Debian's wrk links OpenSSL; it offers no ALPN, "
+            "so every server speaks HTTP/1.1), one TLS handshake per connection, then "
+            "requests on it"
+        )
+        if interface == "wsgi":
+            how += (
+                ". gunicorn's sync worker closes after every response, so its row is in "
+                "effect a new connection (and handshake) per request"
+            )
+    elif load == "tlsload":
+        how = (
+            "a new connection per request with TLS 1.3 session resumption: "
+            "benchmarks/tlsload/tlsload.c (C, epoll, one thread, OpenSSL) keeps 100 "
+            "connections going, each connects, offers a session ticket the server sent "
+            "earlier (the newest unused one; each ticket is offered once, as RFC 8446 asks "
+            "of clients), sends one GET with `Connection: close`, reads the answer and "
+            "closes; "
+            "*resumed* is the share of handshakes the server resumed (PSK with a fresh ECDHE "
+            "key exchange: no certificate, no signature), *client CPU* the client's own CPU "
+            "share (near 100%: the client limits the figure; OpenSSL 3.0's per-connection "
+            "cost on the client side is several hundred microseconds here, in libcrypto and "
+            "the kernel's TCP setup, so req/CPU-s is the figure to compare)"
+        )
+    else:
+        how = (
+            "a new connection per request: `ab -f TLS1.3` without -k, a full TLS 1.3 "
+            "handshake (ECDHE X25519 + ECDSA P-256 signature) for every request; ab keeps no "
+            "session cache, so no handshake is resumed (resumption is not measured). ab's "
+            "single thread also verifies every handshake's signature, so it can limit the "
+            "figure: req/CPU-s is the one to compare"
+        )
+    goal = (
+        " Goal in issue 12: keep-alive throughput >= 0.85x nginx, and ahead of every Python "
+        "peer in requests per CPU-second."
+        if load == "wrk"
+        else ""
+    )
+    return Scenario(
+        f"hello-tls-{interface}" + {"wrk": "", "ab": "-newconn", "tlsload": "-resume"}[load],
+        f"Issue 12: the hello-{interface} app over TLS 1.3, {how}. One worker process per "
+        f"server. {TLS_WHY}{goal}",
+        app=app,
+        interface=interface,
+        servers=list(TLS_SERVERS[interface]),
+        load=load,
+        tls=True,
+        tls_resume=load == "tlsload",
+    )
+
+
+def _hello_h2(http2):
+    over = (
+        "cleartext HTTP/2 by prior knowledge (h2c): h2load against http://"
+        if http2 == "h2c"
+        else "HTTP/2 over TLS 1.3, negotiated by ALPN: h2load against https://"
+    )
+    tls_note = f" {TLS_WHY}" if http2 == "h2" else ""
+    return Scenario(
+        "hello-h2c" if http2 == "h2c" else "hello-h2-tls",
+        f"Issue 13: the hello-asgi app over {over}, 100 connections with 10 concurrent "
+        "streams each (`h2load -c 100 -m 10 -D ...`); latency percentiles from h2load's "
+        "per-request log. pyserver-wsgi serves the hello-wsgi app the same way, for reference. "
+        "pyserver runs with `--http auto`, granian with `--http 2` (HTTP/2 only), hypercorn "
+        "with its defaults, nginx with "
+        + (
+            "`listen ... http2` (nginx 1.22: without ssl, h2c by prior knowledge only). "
+            if http2 == "h2c"
+            else "`listen ... ssl http2`. "
+        )
+        + "uvicorn "
+        "and gunicorn implement no HTTP/2 and are not in this table. Every server must "
+        "answer curl's HTTP/2 GET in HTTP/2 before it is measured (a server whose ALPN does "
+        f"not select h2 is shown as failed).{tls_note}",
+        app=HELLO_ASGI,
+        wsgi_app=HELLO_WSGI,
+        interface="asgi",
+        servers=["pyserver", "pyserver-wsgi", "hypercorn", "granian", "nginx"],
+        load="h2load",
+        tls=http2 == "h2",
+        http2=http2,
+    )
+
+
+HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
+HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
+SCENARIO_GROUPS = {
+    "websocket-echo": [sc.name for sc in WEBSOCKET_ECHO],
+    "hello-tls": [sc.name for sc in HELLO_TLS],
+    "hello-h2": [sc.name for sc in HELLO_H2],
+}
 
 SCENARIOS = {
     s.name: s
@@ -487,6 +600,8 @@ SCENARIOS = {
             project_requires=("psycopg[binary]",),
         ),
         *WEBSOCKET_ECHO,
+        *HELLO_TLS,
+        *HELLO_H2,
         Scenario(
             "instructions",
             "CPU instructions per request of pyserver (and, with --baseline REF, of the build "

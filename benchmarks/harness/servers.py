@@ -10,6 +10,8 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness import tls
+
 HOST = "127.0.0.1"
 
 
@@ -47,6 +49,10 @@ class ServerSpec:
     # A file that must be mapped in one of the server's processes once it answers (the
     # baseline build's extension: proof that the old build is the one running).
     loads: str = ""
+    # TLS: the options naming the certificate and key files (cert flag, key flag); HTTP/2:
+    # {"h2c": argv for prior-knowledge cleartext HTTP/2, "h2": argv for HTTP/2 over TLS}.
+    tls: tuple = ()
+    h2: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.binary:
@@ -59,6 +65,33 @@ class ServerSpec:
 
 # Distribution (and import) name of peers whose name differs from the server's.
 PEER_DISTS = {"uwsgi": "pyuwsgi"}
+PYSERVER_TLS = ("--ssl-certfile", "--ssl-keyfile")
+PYSERVER_H2 = {"h2c": ["--http", "auto"], "h2": ["--http", "auto"]}
+
+
+def protocol_argv(spec, ctx, sc):
+    """SPEC's extra options for the scenario's TLS and HTTP/2 (nginx: in its config)."""
+    if spec.binary == "nginx":
+        return []
+    argv = []
+    if sc.tls:
+        paths = tls.cert_paths(ctx.tmpdir)
+        argv += [spec.tls[0], paths["cert"], spec.tls[1], paths["key"]]
+    if sc.http2:
+        argv += spec.h2[sc.http2]
+    return argv
+
+
+def protocol_unsupported(spec, sc):
+    """Why SPEC cannot serve the scenario's protocol, or "" when it can."""
+    if spec.binary == "nginx":
+        return ""
+    if sc.tls and not spec.tls:
+        return f"{spec.name} has no TLS support here"
+    if sc.http2 and sc.http2 not in spec.h2:
+        proto = "HTTP/2 over TLS" if sc.http2 == "h2" else "cleartext HTTP/2 (h2c)"
+        return f"{spec.name} does not implement {proto}"
+    return ""
 
 
 def _workers_flag(flag, scenario):
@@ -207,7 +240,7 @@ http {{
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
     server {{
-        listen {host}:{port};
+        listen {host}:{port}{listen};
         location / {{ return 200 "Hello World!"; }}
 {server}    }}
 }}
@@ -224,7 +257,14 @@ def nginx_argv(ctx, sc, port):
     os.makedirs(tmp, exist_ok=True)
     conf = os.path.join(tmp, "nginx.conf")
     extra = {k: v.replace("{tmp}", ctx.tmpdir) for k, v in sc.nginx.items()}
+    listen = (" ssl" if sc.tls else "") + (" http2" if sc.http2 else "")
+    server = extra.get("server", "")
+    if sc.tls:  # TLS 1.3 only, the run's certificate (nginx 1.22: `listen ... ssl http2`)
+        paths = tls.cert_paths(ctx.tmpdir)
+        server += f"\nssl_certificate {paths['cert']};\nssl_certificate_key {paths['key']};"
+        server += "\nssl_protocols TLSv1.3;"
     text = NGINX_CONF.format(
+        listen=listen,
         workers=sc.workers,
         tmp=tmp,
         host=HOST,
@@ -232,7 +272,7 @@ def nginx_argv(ctx, sc, port):
         main=_nginx_lines(extra.get("main", ""), ""),
         worker_connections=extra.get("worker_connections", "4096"),
         http=_nginx_lines(extra.get("http", ""), "    "),
-        server=_nginx_lines(extra.get("server", ""), "        "),
+        server=_nginx_lines(server, "        "),
     )
     with open(conf, "w") as f:
         f.write(text)
@@ -241,7 +281,14 @@ def nginx_argv(ctx, sc, port):
 
 
 _SPECS = [
-    ServerSpec("pyserver", "project", "pyserver (this project)", pyserver_argv),
+    ServerSpec(
+        "pyserver",
+        "project",
+        "pyserver (this project)",
+        pyserver_argv,
+        tls=PYSERVER_TLS,
+        h2=PYSERVER_H2,
+    ),
     ServerSpec(
         "pyserver-gunicorn",
         "project",
@@ -255,6 +302,8 @@ _SPECS = [
         "pyserver serving the same project as WSGI",
         pyserver_wsgi_argv,
         dist="pyserver",
+        tls=PYSERVER_TLS,
+        h2=PYSERVER_H2,
     ),
     ServerSpec(
         "pyserver-asgi",
@@ -262,6 +311,8 @@ _SPECS = [
         "pyserver serving the same project as ASGI",
         pyserver_asgi_argv,
         dist="pyserver",
+        tls=PYSERVER_TLS,
+        h2=PYSERVER_H2,
     ),
     ServerSpec(
         "gunicorn-gthread",
@@ -291,11 +342,30 @@ _SPECS = [
         "socketify (uWebSockets, libuv) --interface wsgi|asgi --ws none",
         socketify_argv,
     ),
-    ServerSpec("granian", "peer", "granian (Rust/hyper), default threads", granian_argv),
+    ServerSpec(
+        "granian",
+        "peer",
+        "granian (Rust/hyper), default threads",
+        granian_argv,
+        tls=("--ssl-certificate", "--ssl-keyfile"),
+        h2={"h2c": ["--http", "2"], "h2": ["--http", "2"]},
+    ),
     ServerSpec("uwsgi", "peer", "uwsgi --http-socket (closes after each response)", uwsgi_argv),
-    ServerSpec("gunicorn", "peer", "gunicorn sync worker (no keep-alive)", gunicorn_argv),
+    ServerSpec(
+        "gunicorn",
+        "peer",
+        "gunicorn sync worker (no keep-alive)",
+        gunicorn_argv,
+        tls=("--certfile", "--keyfile"),
+    ),
     ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
-    ServerSpec("uvicorn", "peer", "uvicorn --loop uvloop --http httptools", uvicorn_argv),
+    ServerSpec(
+        "uvicorn",
+        "peer",
+        "uvicorn --loop uvloop --http httptools",
+        uvicorn_argv,
+        tls=("--ssl-certfile", "--ssl-keyfile"),
+    ),
     ServerSpec(
         "uvicorn-websockets",
         "peer",
@@ -311,7 +381,14 @@ _SPECS = [
         dist="uvicorn",
         module="wsproto",
     ),
-    ServerSpec("hypercorn", "peer", "hypercorn (asyncio)", hypercorn_argv),
+    ServerSpec(
+        "hypercorn",
+        "peer",
+        "hypercorn (asyncio; HTTP/2 by ALPN, h2c by prior knowledge or Upgrade)",
+        hypercorn_argv,
+        tls=("--certfile", "--keyfile"),
+        h2={"h2c": [], "h2": []},
+    ),
     ServerSpec(
         "uvicorn-worker",
         "peer",
