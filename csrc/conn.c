@@ -783,11 +783,24 @@ static int handshake(ps_conn_t *c)
         ps_conn_close(c);
         return 1;
     }
-    /* Only http/1.1 is advertised; an HTTP/2 carrier takes over here when
-     * ps_conn_alpn(c) says "h2". */
     c->handshaking = 0;
     c->x.secure = 1;
     c->x.tls = &c->t;
+    ps_slice_t alpn = ps_conn_alpn(c);
+    if (alpn.len == 2 && memcmp(alpn.base, "h2", 2) == 0) {
+        /* HTTP/2 takes the connection over; input the session already
+         * decrypted (the client preface can come with its Finished) is
+         * read by its first read event. */
+        if (ps_h2conn_start(c, NULL, 0) < 0)
+            ps_conn_close(c);
+        else if (ps_transport_pending(&c->t))
+            ev_feed_event(c->w->loop, &c->rio, EV_READ);
+        return 1;
+    }
+    if (c->w->cfg.h2_only) {
+        answer_error(c, 505, "HTTP/1 is off (--http 2)");
+        return 1;
+    }
     arm_timer(c, c->w->cfg.timeout_keep_alive);
     return 0;
 }

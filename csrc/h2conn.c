@@ -92,29 +92,21 @@ static inline h2x_t *h2x_of(ps_exchange_t *x)
 
 /* ---- socket I/O: the one read and the one writev of HTTP/2 mode ----------- */
 
-/* Reads once. Returns bytes read, 0 at EOF, -errno (-EAGAIN: nothing yet). */
+/* Reads once, through the connection's transport (plain or TLS). Returns
+ * bytes read, 0 at EOF, -errno (-EAGAIN: nothing yet; over TLS also a read
+ * that waits for the socket to take a write, which renegotiation being off
+ * leaves to post-handshake messages only). */
 static ssize_t h2_read(ps_h2conn_t *hc, char *dst, size_t cap)
 {
-    for (;;) {
-        ssize_t n = read(hc->c->fd, dst, cap);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return -errno;
-    }
+    ssize_t n = ps_transport_read(&hc->c->t, dst, cap);
+    return n == PS_IO_WANT_WRITE ? -EAGAIN : n;
 }
 
 /* Writes once. Returns bytes written or -errno (-EAGAIN: the socket is full). */
 static ssize_t h2_writev(ps_h2conn_t *hc, const struct iovec *iov, int n)
 {
-    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
-    for (;;) {
-        ssize_t r = sendmsg(hc->c->fd, &msg, MSG_NOSIGNAL);
-        if (r >= 0)
-            return r;
-        if (errno != EINTR)
-            return -errno;
-    }
+    ssize_t r = ps_transport_writev(&hc->c->t, iov, n);
+    return r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ ? -EAGAIN : r;
 }
 
 /* ---- output ---------------------------------------------------------------- */
@@ -219,7 +211,7 @@ static void start_linger(ps_h2conn_t *hc)
 {
     ps_conn_t *c = hc->c;
     struct ev_loop *loop = c->w->loop;
-    shutdown(c->fd, SHUT_WR);
+    ps_transport_shutdown(&c->t);
     hc->lingering = 1;
     hc->linger_until = ev_now(loop) + LINGER_SECONDS;
     ev_io_stop(loop, &c->wio);
@@ -439,6 +431,9 @@ static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents)
     if (hc->fatal)
         ev_io_stop(loop, &c->rio);
     progress(hc);
+    /* TLS input already decrypted would not wake the loop: read it now. */
+    if (ps_unlikely(c->state == PS_CONN_H2 && !hc->fatal && ps_transport_pending(&c->t)))
+        ev_feed_event(loop, &c->rio, EV_READ);
 }
 
 static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
@@ -551,6 +546,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
         .peer_len = c->peer_len,
         .is_unix = c->is_unix,
         .secure = c->x.secure,
+        .tls = c->x.tls,
         .http2 = 1,
     };
     /* The layer's per-connection state (the addresses) is built by the
@@ -861,10 +857,12 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
         if (ps_buf_size(&hc->out))
             pfd.events |= POLLOUT;
-        int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
+        /* TLS may hold decrypted input that a poll of the socket misses. */
+        int pending = ps_transport_pending(&c->t);
+        int pr = pending ? 1 : poll(&pfd, 1, (int)(left * 1000) + 1);
         if (pr < 0 && errno != EINTR)
             return -errno;
-        if (pr > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+        if (pending || (pr > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)))) {
             ssize_t n = h2_read(hc, c->w->scratch, sizeof(c->w->scratch));
             if (n == 0 || (n < 0 && n != -EAGAIN) ||
                 (n > 0 && ps_h2_feed(hc->s, c->w->scratch, (size_t)n, ev_time()) < 0)) {

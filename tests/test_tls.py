@@ -195,9 +195,11 @@ def test_rsa_certificate(certs):
 # ---- ALPN ----
 
 
-def test_alpn_negotiates_http11(certs):
+def test_alpn_prefers_h2_and_serves_http2_over_tls(certs):
     with serve_tls(WSGI, certs) as srv:
-        with tls_connect(srv, certs.client_context(alpn=["h2", "http/1.1"])) as s:
+        with tls_connect(srv, certs.client_context(alpn=["http/1.1", "h2"])) as s:
+            assert s.selected_alpn_protocol() == "h2"  # the server's order
+        with tls_connect(srv, certs.client_context(alpn=["http/1.1"])) as s:
             assert s.selected_alpn_protocol() == "http/1.1"
             s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_responses(s, 1) == [b"hello"]
@@ -205,9 +207,40 @@ def test_alpn_negotiates_http11(certs):
             assert s.selected_alpn_protocol() is None
             s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_responses(s, 1) == [b"hello"]
+        ctx = certs.client_context()
+        with httpx.Client(verify=ctx, http2=True) as client:
+            responses = [client.get(https(srv) + "/env") for _ in range(3)]
+        assert {r.http_version for r in responses} == {"HTTP/2"}
+        env = responses[0].json()
+        assert env["SERVER_PROTOCOL"] == "HTTP/2"
+        assert env["HTTPS"] == "on" and env["wsgi.url_scheme"] == "https"
+        assert env["SSL_PROTOCOL"].startswith("TLSv1")
+
+
+def test_alpn_http1_only_with_http_1(certs):
+    with serve_tls(WSGI, certs, "--http", "1") as srv:
+        with tls_connect(srv, certs.client_context(alpn=["h2", "http/1.1"])) as s:
+            assert s.selected_alpn_protocol() == "http/1.1"
+            s.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_responses(s, 1) == [b"hello"]
         # Only protocols the server does not speak: refused (RFC 7301).
         with pytest.raises(ssl.SSLError, match="no application protocol"):
             tls_connect(srv, certs.client_context(alpn=["h2"]))
+
+
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load is not installed")
+@pytest.mark.parametrize("spec", [WSGI, ASGI], ids=["wsgi", "asgi"])
+def test_h2load_over_tls(certs, spec):
+    with serve_tls(spec, certs) as srv:
+        out = subprocess.run(
+            ["h2load", "-n", "2000", "-c", "10", "-m", "10", https(srv) + "/hello"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    assert "Application protocol: h2" in out, out
+    assert "2000 succeeded, 0 failed" in out, out
+    assert "status codes: 2000 2xx" in out, out
 
 
 # ---- keep-alive and pipelining ----

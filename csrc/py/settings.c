@@ -365,6 +365,21 @@ static int load_tls(PyObject *config, ps_py_settings_t *s)
         goto done;
     ts.cert_reqs = (int)reqs;
     ts.min_version = version && strcmp(version, "TLSv1.3") == 0 ? 0x0304 : 0x0303;
+    /* ALPN follows --http: h2 first unless HTTP/1.1 only; h2 alone for "2". */
+    PyObject *mode = get_obj(config, "http");
+    if (mode == NULL)
+        goto done;
+    int only1 = PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "1") == 0;
+    int only2 = PyUnicode_Check(mode) && PyUnicode_CompareWithASCIIString(mode, "2") == 0;
+    Py_DECREF(mode);
+    static const char alpn_both[] = "\x02h2\x08http/1.1", alpn_h2[] = "\x02h2";
+    if (only2) {
+        ts.alpn = alpn_h2;
+        ts.alpn_len = sizeof(alpn_h2) - 1;
+    } else if (!only1) {
+        ts.alpn = alpn_both;
+        ts.alpn_len = sizeof(alpn_both) - 1;
+    }
     char err[512];
     s->tls = ps_tls_ctx_new(&ts, err, sizeof(err));
     if (s->tls == NULL) {

@@ -11,6 +11,7 @@ import json
 import os
 
 ENV_KEYS = (
+    "SERVER_PROTOCOL",
     "wsgi.url_scheme",
     "HTTPS",
     "SSL_PROTOCOL",
