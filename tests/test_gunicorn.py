@@ -9,6 +9,7 @@ import itertools
 import os
 import re
 import signal
+import shutil
 import socket
 import subprocess
 import sys
