@@ -465,6 +465,15 @@ def test_cli_rejects_bad_tls_option_values():
     assert out.returncode == 2 and "TLSv1.2 or TLSv1.3" in out.stderr
 
 
+def test_proxy_protocol_on_a_tls_listener_is_a_clear_error(certs):
+    base = (WSGI, "--port", "0", *certs.server_args())
+    out = run_cli(*base, "--proxy-protocol")
+    assert out.returncode == 2, out.stderr
+    assert "--proxy-protocol on a TLS listener" in out.stderr and "Traceback" not in out.stderr
+    out = run_cli(*base, "--bind", "127.0.0.1:0", "--proxy-protocol-bind", "127.0.0.1:0")
+    assert out.returncode == 2 and "--proxy-protocol on a TLS listener" in out.stderr, out.stderr
+
+
 def test_minimum_version_tls13(certs):
     with serve_tls(WSGI, certs, "--ssl-version", "TLSv1.3") as srv:
         with pytest.raises(ssl.SSLError):
