@@ -98,11 +98,11 @@ struct ps_exchange {
     /* The TLS session carrying it (its facts: transport.h's ps_tls_*), or
      * NULL over a plain socket. */
     const ps_transport_t *tls;
-    int status;           /* the response status once started, else 0 */
-    uint64_t body_sent;   /* response body bytes given to the calls below (reset per request) */
-    uint64_t log_start;   /* the interface layer's: when it took the request (access log) */
-    void *app_data;       /* the interface layer's per-request state */
-    void *conn_data;      /* the interface layer's per-connection state */
+    int status;         /* the response status once started, else 0 */
+    uint64_t body_sent; /* response body bytes given to the calls below (reset per request) */
+    uint64_t log_start; /* the interface layer's: when it took the request (access log) */
+    void *app_data;     /* the interface layer's per-request state */
+    void *conn_data;    /* the interface layer's per-connection state */
     /* Set by a synchronous layer in on_request when it answers later, from
      * outside the handler callbacks (its application runs on another
      * thread): the protocol then waits without a write or read watcher

@@ -776,7 +776,9 @@ def run(cfg: Config) -> int:
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         proxied = " (PROXY protocol)" if cfg.speaks_proxy_protocol(sock) else ""
-        logger.info("Listening on %s%s", config.socket_url(sock, cfg.ssl_certfile is not None), proxied)
+        logger.info(
+            "Listening on %s%s", config.socket_url(sock, cfg.ssl_certfile is not None), proxied
+        )
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))
