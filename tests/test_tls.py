@@ -645,9 +645,11 @@ def _get(srv, ctx, target, session=None):
 
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
 def test_ticket_keys_shared_by_workers_and_rotated(certs, version):
-    args = ("--workers", "2", "--ssl-ticket-rotation", "1")
-    with serve_tls(WSGI, certs, *args) as srv:
-        ctx = certs.client_context(version=version)
+    ctx = certs.client_context(version=version)
+    # Shared: a ticket one worker issued resumes on the other. No rotation runs meanwhile:
+    # in the second after one, a worker that has not yet read the new key refuses the
+    # tickets another worker already issues with it (a full handshake instead).
+    with serve_tls(WSGI, certs, "--workers", "2") as srv:
         assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
         _, reused, session, _ = _get(srv, ctx, "/pid")
         assert not reused
@@ -657,14 +659,15 @@ def test_ticket_keys_shared_by_workers_and_rotated(certs, version):
             assert reused, f"ticket of one worker refused by worker {pid}"
             pids.add(pid)
         assert len(pids) == 2, pids
-        # A fresh ticket (the loop above may have taken several rotations on a loaded
-        # machine): a rotation or two later its key still decrypts.
+    # Rotated every second: a ticket still resumes a rotation or two later (every worker
+    # has read the ring since), and four rotations later its key is out of every worker's
+    # ring at once.
+    with serve_tls(WSGI, certs, "--workers", "2", "--ssl-ticket-rotation", "1") as srv:
+        assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
         _, reused, session, _ = _get(srv, ctx, "/pid")
         assert not reused
         time.sleep(1.6)
-        assert _get(srv, ctx, "/pid", session)[1]
-        # Four rotations later (the master ticks once a second) its key is out of the ring,
-        # on every worker at once.
+        assert all(_get(srv, ctx, "/pid", session)[1] for _ in range(4))
         assert wait_for(lambda: not _get(srv, ctx, "/pid", session)[1], 20)
         assert not any(_get(srv, ctx, "/pid", session)[1] for _ in range(6))
 
