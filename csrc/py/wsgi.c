@@ -545,9 +545,10 @@ static void pump(RequestObject *req)
     }
 }
 
-/* A wsgi.file_wrapper over a regular file goes out with sendfile(2) from
- * the file's current position. Returns 1 when handled, 0 to iterate it. */
-static int try_sendfile(RequestObject *req)
+/* The regular file under req's wsgi.file_wrapper: its fd and current
+ * position, and req->known_length set to the bytes left. Returns 1, or 0
+ * (no exception) when it is not a regular file to sendfile(2) from. */
+static int sendfile_source(RequestObject *req, int *fd_out, long long *off_out)
 {
     FileWrapperObject *fw = (FileWrapperObject *)req->result;
     PyObject *res = PyObject_CallMethod(fw->filelike, "fileno", NULL);
@@ -569,9 +570,22 @@ static int try_sendfile(RequestObject *req)
             return 0;
     }
     req->known_length = st.st_size > off ? st.st_size - off : 0;
+    *fd_out = (int)fd;
+    *off_out = off;
+    return 1;
+}
+
+/* A wsgi.file_wrapper over a regular file goes out with sendfile(2) from
+ * the file's current position. Returns 1 when handled, 0 to iterate it. */
+static int try_sendfile(RequestObject *req)
+{
+    int fd;
+    long long off;
+    if (!sendfile_source(req, &fd, &off))
+        return 0;
     int rc = send_head(req, NULL, 0);
     if (rc >= 0)
-        rc = map_write(ps_exchange_sendfile(req->x, (int)fd, off, (uint64_t)req->known_length));
+        rc = map_write(ps_exchange_sendfile(req->x, fd, off, (uint64_t)req->known_length));
     if (rc == SEND_ERROR)
         fail(req);
     else if (rc == SEND_GONE)
@@ -854,29 +868,14 @@ static void t_fail(RequestObject *req)
  * close() closes the file). Returns 1 when handled, 0 to iterate it. */
 static int t_try_sendfile(RequestObject *req)
 {
-    FileWrapperObject *fw = (FileWrapperObject *)req->result;
-    PyObject *res = PyObject_CallMethod(fw->filelike, "fileno", NULL);
-    long fd = res ? PyLong_AsLong(res) : -1;
-    Py_XDECREF(res);
-    struct stat st;
-    if (fd < 0 || fstat((int)fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        PyErr_Clear();
+    int fd;
+    long long off;
+    if (!sendfile_source(req, &fd, &off))
         return 0;
-    }
-    res = PyObject_CallMethod(fw->filelike, "tell", NULL);
-    long long off = res ? PyLong_AsLongLong(res) : -1;
-    Py_XDECREF(res);
-    if (off < 0) {
-        PyErr_Clear();
-        off = lseek((int)fd, 0, SEEK_CUR);
-        if (off < 0)
-            return 0;
-    }
     if (req->x == NULL)
         return 1;
-    req->known_length = st.st_size > off ? st.st_size - off : 0;
     req->t_sf_off = off;
-    req->t_sf_fd = (int)fd;
+    req->t_sf_fd = fd;
     schedule(req);
     t_wait(req, WAIT_DONE);
     return 1;
