@@ -280,6 +280,7 @@ static int spawn(ps_master_t *m, int index, int lane)
     ps_slot_t *s = &m->slots[index];
     memset((void *)s, 0, sizeof(*s));
     s->heartbeat = ps_master_now();
+    s->master_pid = (int32_t)getpid();
     if (m->cfg.max_requests > 0) {
         uint64_t jitter = m->cfg.max_requests_jitter;
         s->max_requests = m->cfg.max_requests + (jitter ? (uint64_t)random() % (jitter + 1) : 0);
@@ -498,9 +499,20 @@ static void handle_signal(ps_master_t *m, int signo)
         break;
     case SIGUSR1:
         m->ops->reopen_logs(m->data);
-        for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
-            if (m->workers[i].pid)
+        /* A booting worker ignores USR1 until its loop handles it: the slot
+         * tells it to reopen as it starts, or it would keep writing to the
+         * rotated file. The worker sets ready, then reads the flag; the
+         * master sets the flag, then reads ready: one of them sees the
+         * other's store (both sequentially consistent), so none is missed. */
+        for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+            ps_slot_t *s = &m->slots[i];
+            if (m->workers[i].pid == 0)
+                continue;
+            if (!__atomic_load_n(&s->ready, __ATOMIC_SEQ_CST))
+                __atomic_store_n(&s->reopen_logs, 1, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&s->ready, __ATOMIC_SEQ_CST))
                 kill(m->workers[i].pid, SIGUSR1);
+        }
         break;
     }
 }

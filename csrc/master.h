@@ -30,6 +30,8 @@ typedef struct {
     volatile uint32_t busy;         /* a request is being dispatched */
     volatile uint32_t release;      /* 1: release the --reuse-port lane (master.c); 2: done */
     volatile uint32_t final_stop;   /* the master is stopping: no worker comes after */
+    volatile int32_t master_pid;    /* the master's pid, set before the fork */
+    volatile uint32_t reopen_logs;  /* USR1 came before ready: the worker reopens at start */
     char method[PS_SLOT_METHOD_LEN];
     char path[PS_SLOT_PATH_LEN];
 } ps_slot_t;

@@ -245,7 +245,9 @@ static const ps_handler_t slot_handler_async = {
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
 {
     w->slot = slot;
-    w->ppid = getppid();
+    /* The master's pid from before the fork: a master killed while this
+     * worker booted already made getppid() another process's. */
+    w->ppid = slot->master_pid ? (pid_t)slot->master_pid : getppid();
     w->inner_handler = w->handler;
     w->handler = w->async ? &slot_handler_async : &slot_handler;
     ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
@@ -296,7 +298,10 @@ void ps_worker_start(ps_worker_t *w)
         beat(w);
         ev_timer_start(w->loop, &w->heartbeat);
         ev_unref(w->loop); /* the heartbeat alone does not keep the loop alive */
-        w->slot->ready = 1;
+        __atomic_store_n(&w->slot->ready, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_exchange_n(&w->slot->reopen_logs, 0, __ATOMIC_SEQ_CST) &&
+            w->hooks->reopen_logs)
+            w->hooks->reopen_logs(w->hooks_data); /* a USR1 sent while it booted */
     }
 }
 

@@ -68,11 +68,13 @@ def sleeping_in_a_view(pid: int) -> int:
 
 
 def alive(pid: int) -> bool:
+    """Whether pid runs: a zombie that nobody reaps (an orphan's, under a
+    PID 1 that does not wait) has exited."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def get(port: int, path: str = "/", timeout: float = 10.0) -> tuple[int, bytes]:
@@ -653,6 +655,16 @@ def test_workers_exit_when_the_master_is_killed():
         assert wait_for(lambda: not any(alive(p) for p in workers), 5)
 
 
+def test_workers_exit_when_the_master_is_killed_while_they_boot():
+    # They learn the master's pid before the fork: after it died, getppid() is
+    # another process's and would pass for the master.
+    with master(env={"PROC_APP_IMPORT_SLEEP": "2"}) as srv:
+        workers = wait_workers(srv.pid, 2)
+        os.kill(srv.pid, signal.SIGKILL)
+        srv.proc.wait(5)
+        assert wait_for(lambda: not any(alive(p) for p in workers), 10)
+
+
 def test_second_int_stops_at_once():
     with master() as srv:
         workers = wait_workers(srv.pid, 2)
@@ -750,6 +762,41 @@ def test_usr1_reopens_log_files(tmp_path, workers):
             return wait_for(lambda: access_log.read_text().count("GET /hello") - before == 20, 2)
 
         assert wait_for(a_batch_lands_in_the_new_file, 15)
+
+
+def test_usr1_sent_while_the_workers_boot_reaches_them(tmp_path):
+    # A booting worker ignores USR1; the master sends it again once the worker
+    # is ready, or that worker would write to the rotated file for good.
+    access_log = tmp_path / "access.log"
+    log_config = tmp_path / "logging.json"
+    log_config.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "disable_existing_loggers": False,
+                "handlers": {"file": {"class": "logging.FileHandler", "filename": str(access_log)}},
+                "loggers": {"pyserver.access": {"handlers": ["file"], "propagate": False}},
+            }
+        )
+    )
+    with master("--log-config", str(log_config), env={"PROC_APP_IMPORT_SLEEP": "2"}) as srv:
+        wait_workers(srv.pid, 2)
+        assert wait_for(access_log.exists, 5)
+        access_log.rename(tmp_path / "access.log.1")
+        os.kill(srv.pid, signal.SIGUSR1)  # the workers are still importing the app
+        wait_serving(srv.port)
+        assert wait_for(access_log.exists, 5), "the log file was not reopened"
+        pids, sent = set(), 0
+        deadline = time.monotonic() + 10
+        while (len(pids) < 2 or sent < 40) and time.monotonic() < deadline:
+            status, body = get(srv.port, "/pid")
+            assert status == 200
+            pids.add(int(body))
+            sent += 1
+        assert len(pids) == 2, "both workers answered"
+        # wait_serving's request adds one line, written after its response went
+        assert wait_for(lambda: access_log.read_text().count("GET /pid") >= sent, 5)
+        assert "GET /pid" not in (tmp_path / "access.log.1").read_text()
 
 
 def test_worker_sigint_is_an_immediate_stop_and_it_is_replaced():
