@@ -760,10 +760,13 @@ static void answer_plaintext(ps_conn_t *c)
     after_handler(c);
 }
 
+static void refuse(ps_conn_t *c, const char *reason);
+
 /* One step of the TLS handshake, on either watcher. Returns 0 when it is
  * done and the caller goes on reading (a TLS 1.3 client's request can come
  * with its Finished), 1 when it waits or c was answered or closed. A
- * failed handshake (garbage, a refused client certificate) costs only c. */
+ * failed handshake (garbage, a refused client certificate) costs only c,
+ * and one line (the reason) in the error log. */
 static int handshake(ps_conn_t *c)
 {
     struct ev_loop *loop = c->w->loop;
@@ -779,7 +782,13 @@ static int handshake(ps_conn_t *c)
         answer_plaintext(c);
         return 1;
     }
-    if (rc != PS_TLS_DONE) {
+    if (rc == -EPROTO) { /* garbage, no shared version or cipher, a refused certificate */
+        char why[192];
+        snprintf(why, sizeof(why), "TLS handshake failed: %s", c->t.reason);
+        refuse(c, why);
+        return 1;
+    }
+    if (rc != PS_TLS_DONE) { /* the peer left */
         ps_conn_close(c);
         return 1;
     }

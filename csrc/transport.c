@@ -33,6 +33,8 @@ struct ps_tls_ctx {
     size_t alpn_len;
     ps_tls_ticket_key_t keys[PS_TLS_MAX_TICKET_KEYS];
     int nkeys;
+    void (*refresh_keys)(void *data); /* see ps_tls_set_key_refresh */
+    void *refresh_data;
     struct {
         X509 *x509; /* borrowed from ssl */
         char *pem;
@@ -93,8 +95,24 @@ static int alpn_cb(SSL *s, const unsigned char **out, unsigned char *outlen,
     return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
+/* The key of the ring named `name`, or NULL; *current is set when it is
+ * keys[0]. */
+static const ps_tls_ticket_key_t *find_key(const ps_tls_ctx_t *ctx, const unsigned char *name,
+                                           int *current)
+{
+    for (int i = 0; i < ctx->nkeys; i++) {
+        if (memcmp(name, ctx->keys[i].name, sizeof(ctx->keys[i].name)) == 0) {
+            *current = i == 0;
+            return &ctx->keys[i];
+        }
+    }
+    return NULL;
+}
+
 /* Encrypts new tickets under keys[0]; decrypts under any key of the ring,
- * asking for a renewed ticket (2) when it was not the current one. Returns
+ * asking for a renewed ticket (2) when it was not the current one. A name
+ * not in the ring makes the context refresh its keys once (another worker
+ * may already issue tickets under a key this one has not read yet). Returns
  * 1, 2, 0 (unknown key: full handshake) or -1. */
 static int ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_CTX *cctx,
                      EVP_MAC_CTX *hctx, int enc)
@@ -108,14 +126,15 @@ static int ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_
         if (RAND_bytes(iv, 16) <= 0 || !EVP_EncryptInit_ex2(cctx, ctx->aes, k->aes_key, iv, NULL))
             return -1;
     } else {
-        for (int i = 0; i < ctx->nkeys && k == NULL; i++) {
-            if (memcmp(name, ctx->keys[i].name, sizeof(ctx->keys[i].name)) == 0) {
-                k = &ctx->keys[i];
-                rc = i == 0 ? 1 : 2;
-            }
+        int current = 0;
+        k = find_key(ctx, name, &current);
+        if (k == NULL && ctx->refresh_keys) {
+            ctx->refresh_keys(ctx->refresh_data);
+            k = find_key(ctx, name, &current);
         }
         if (k == NULL)
             return 0;
+        rc = current ? 1 : 2;
         if (!EVP_DecryptInit_ex2(cctx, ctx->aes, k->aes_key, iv, NULL))
             return -1;
     }
@@ -140,6 +159,12 @@ int ps_tls_set_ticket_keys(ps_tls_ctx_t *ctx, const ps_tls_ticket_key_t *keys, i
     memcpy(ctx->keys, keys, (size_t)n * sizeof(*keys));
     ctx->nkeys = n;
     return 0;
+}
+
+void ps_tls_set_key_refresh(ps_tls_ctx_t *ctx, void (*fn)(void *data), void *data)
+{
+    ctx->refresh_keys = fn;
+    ctx->refresh_data = data;
 }
 
 /* Keeps the PEM of the certificate just loaded, for ps_tls_server_cert_pem. */

@@ -114,6 +114,10 @@ void ps_tls_ctx_free(ps_tls_ctx_t *ctx);
  * generates them, hands them to its workers and rotates them by calling this
  * again with the new key first. Returns 0 or -EINVAL (n out of range). */
 int ps_tls_set_ticket_keys(ps_tls_ctx_t *ctx, const ps_tls_ticket_key_t *keys, int n);
+/* fn(data) runs when a client presents a ticket under a key the context
+ * does not have, before the ticket is refused: it may call
+ * ps_tls_set_ticket_keys with keys the master published since (NULL: none). */
+void ps_tls_set_key_refresh(ps_tls_ctx_t *ctx, void (*fn)(void *data), void *data);
 /* Fills key with random bytes. Returns 0 or -EIO. */
 int ps_tls_generate_ticket_key(ps_tls_ticket_key_t *key);
 

@@ -223,6 +223,12 @@ static void slot_on_rejected(ps_exchange_t *x, int status, const char *reason)
         x->worker->inner_handler->on_rejected(x, status, reason);
 }
 
+static void slot_on_refused(ps_exchange_t *x, const char *reason)
+{
+    if (x->worker->inner_handler->on_refused)
+        x->worker->inner_handler->on_refused(x, reason);
+}
+
 static const ps_handler_t slot_handler = {
     .on_request = slot_on_request,
     .on_writable = slot_on_writable,
@@ -230,6 +236,7 @@ static const ps_handler_t slot_handler = {
     .dispose = slot_dispose,
     .on_body = slot_on_body,
     .on_rejected = slot_on_rejected,
+    .on_refused = slot_on_refused,
 };
 
 static const ps_handler_t slot_handler_async = {
@@ -239,6 +246,7 @@ static const ps_handler_t slot_handler_async = {
     .dispose = slot_dispose,
     .on_body = slot_on_body,
     .on_rejected = slot_on_rejected,
+    .on_refused = slot_on_refused,
     .async = 1,
 };
 

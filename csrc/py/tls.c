@@ -179,6 +179,8 @@ void ps_py_tls_ring_rotate(void)
 /* Copies the ring when it changed and installs it in the worker's context. */
 static void ring_install(void)
 {
+    if (ring == NULL || ring_ctx == NULL)
+        return;
     ps_tls_ticket_key_t keys[PS_TLS_MAX_TICKET_KEYS];
     uint32_t seq;
     int n;
@@ -199,6 +201,14 @@ static void ring_install(void)
     explicit_bzero(keys, sizeof(keys));
 }
 
+/* A ticket under a key this worker has not read yet: the master wrote the
+ * ring before any worker could issue one under it. */
+static void ring_refresh(void *data)
+{
+    PS_UNUSED(data);
+    ring_install();
+}
+
 static void on_ring_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
     PS_UNUSED(loop);
@@ -214,6 +224,7 @@ void ps_py_tls_ring_attach(struct ev_loop *loop, ps_tls_ctx_t *ctx)
     ring_ctx = ctx;
     ring_seen = 0;
     ring_install();
+    ps_tls_set_key_refresh(ctx, ring_refresh, NULL);
     ring_loop = loop;
     ev_timer_init(&ring_timer, on_ring_timer, 1.0, 1.0);
     ev_timer_start(loop, &ring_timer);
@@ -227,5 +238,6 @@ void ps_py_tls_ring_detach(void)
     ev_ref(ring_loop);
     ev_timer_stop(ring_loop, &ring_timer);
     ring_loop = NULL;
+    ps_tls_set_key_refresh(ring_ctx, NULL, NULL);
     ring_ctx = NULL;
 }
