@@ -322,7 +322,9 @@ ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errle
         opts |= SSL_OP_ENABLE_KTLS;
     SSL_CTX_set_options(ctx->ssl, opts);
     SSL_CTX_clear_options(ctx->ssl, SSL_OP_NO_TICKET);
-    SSL_CTX_set_mode(ctx->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* An idle keep-alive connection holds no record buffers (about 34 KiB). */
+    SSL_CTX_set_mode(ctx->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                                   SSL_MODE_RELEASE_BUFFERS);
     /* One read(2) takes whatever the socket holds, not a record header first. */
     SSL_CTX_set_read_ahead(ctx->ssl, 1);
     /* Resumption is by tickets only: nothing per session kept in a worker. */
@@ -527,9 +529,14 @@ static int ensure_tbuf(ps_transport_t *t)
 }
 
 /* Each SSL_write_ex takes min(PS_TLS_RECORD, bytes left): from the caller's
- * buffer when one buffer holds that much, else gathered into tbuf. That
- * length depends only on what is left, so a retry with the same bytes (or
- * more) asks OpenSSL for at least as much as the write it must finish. */
+ * buffer when one buffer holds that much, else gathered into the thread's
+ * scratch record. That length depends only on what is left, so a retry
+ * with the same bytes (or more) asks OpenSSL for at least as much as the
+ * write it must finish, gathered again (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+ * lets it come from anywhere): no connection keeps a record buffer of its
+ * own for this. */
+static _Thread_local char gather[PS_TLS_RECORD];
+
 ssize_t ps_tls_writev(ps_transport_t *t, const struct iovec *iov, int n)
 {
     size_t total = 0, done = 0, off = 0;
@@ -546,16 +553,14 @@ ssize_t ps_tls_writev(ps_transport_t *t, const struct iovec *iov, int n)
         }
         const char *p = (const char *)iov[i].iov_base + off;
         if (iov[i].iov_len - off < want) {
-            if (ensure_tbuf(t) < 0)
-                return done ? (ssize_t)done : -ENOMEM;
             size_t got = 0, o = off;
             for (int k = i; got < want; k++, o = 0) {
                 size_t m = PS_MIN(iov[k].iov_len - o, want - got);
                 if (m)
-                    memcpy(t->tbuf + got, (const char *)iov[k].iov_base + o, m);
+                    memcpy(gather + got, (const char *)iov[k].iov_base + o, m);
                 got += m;
             }
-            p = t->tbuf;
+            p = gather;
         }
         ssize_t w = write_record(t, p, want);
         if (w < 0)
