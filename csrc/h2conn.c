@@ -154,17 +154,16 @@ static void later(ps_h2conn_t *hc)
     ev_feed_event(hc->c->w->loop, &hc->c->wio, EV_WRITE);
 }
 
-/* After an exchange call: writes what it queued when called from outside
- * the loop's callbacks (an asyncio task); stream events it caused run
- * from the loop, never under the caller. */
+/* After an exchange call from outside the loop's callbacks (an asyncio
+ * task): the loop writes what it queued, with whatever the other tasks of
+ * this turn queue, before it polls again (one write for many streams, not
+ * one per call); stream events it caused run from the loop, never under
+ * the caller. */
 static void kick(ps_h2conn_t *hc)
 {
     if (hc->in_progress || hc->c->state != PS_CONN_H2 || hc->s == NULL)
         return;
-    if (write_out(hc) < 0)
-        hc->broken = 1;
-    if (hc->broken || ps_h2_has_events(hc->s) || ps_h2_may_close(hc->s))
-        later(hc);
+    later(hc);
 }
 
 /* ---- the connection -------------------------------------------------------- */
