@@ -803,6 +803,10 @@ class Config:
             self._unix_paths.append(path)
             if self.uds_perms is not None:
                 os.chmod(path, self.uds_perms)
+            if (self.uid is not None or self.gid is not None) and os.getuid() == 0:
+                # The socket belongs to the user the workers run as (as gunicorn does).
+                uid = -1 if self.uid is None else self.uid
+                os.chown(path, uid, -1 if self.gid is None else self.gid)
         except BaseException:
             sock.close()
             raise

@@ -88,6 +88,21 @@ def test_user_group_workers_under_a_master_accept_on_the_root_bound_socket():
     assert re.search(r"^Uid:\s+0\s", master_status, re.M)  # the master stays root
 
 
+@needs_root
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["single-process", "master"])
+def test_user_group_own_the_unix_socket_file(tmp_path, workers):
+    uid, gid = nobody_ids()
+    path = str(tmp_path / "app.sock")
+    args = ("--user", "nobody", "--group", "nogroup", "--workers", workers, "--uds-perms", "660")
+    with run_server("apps.ops_app:app", *args, uds=path) as srv:
+        st = os.stat(path)
+        assert (st.st_uid, st.st_gid) == (uid, gid)
+        assert oct(st.st_mode & 0o777) == "0o660"
+        with srv.connect() as conn:
+            conn.send(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert json.loads(conn.read_response().body)["uid"] == uid
+
+
 def test_unknown_user_is_an_error():
     out = run_cli("apps.ops_app:app", "--user", "no-such-user-here")
     assert out.returncode == 2
