@@ -108,6 +108,10 @@ struct ps_exchange {
      * thread): the protocol then waits without a write or read watcher
      * until the layer writes. The protocol clears it for each request. */
     unsigned deferred : 1;
+    /* A request a gateway passed on (uwsgi): the server the client reached,
+     * as the gateway named it (SERVER_NAME, SERVER_PORT), which the bridge
+     * reports instead of the local address; base NULL otherwise. */
+    ps_slice_t server_name, server_port;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into
