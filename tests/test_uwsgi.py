@@ -478,3 +478,8 @@ def test_uwsgi_refused_on_tls_and_with_proxy_protocol(tmp_path):
     assert result.returncode == 2 and "uwsgi://HOST:PORT" in result.stderr, result.stderr
     result = run_cli("apps.uwsgi_echo:app", "--protocol", "fastcgi")
     assert result.returncode == 2 and "--protocol" in result.stderr, result.stderr
+
+
+def test_deployment_docs_show_the_tested_config():
+    docs = (Path(__file__).parent.parent / "docs" / "deployment.md").read_text()
+    assert UWSGI_CONF.read_text().strip() in docs
