@@ -403,10 +403,14 @@ def test_too_many_variables_and_a_variable_too_large(stack):
     assert srv.wait_for_log("uwsgi variable too large"), srv.log_tail()
 
 
-def test_a_stalled_packet_times_out():
+def test_a_stalled_packet_times_out_and_a_body_over_the_limit():
     port = free_port()
     args = ["-b", f"uwsgi://127.0.0.1:{port}", "--timeout-request-header", "1"]
+    args += ["--limit-request-body", "1000"]
     with run_server("apps.uwsgi_echo:app", *args, listen=False, port=port) as srv:
+        raw = send_raw(port, packet(nginx_like("/", "POST", CONTENT_LENGTH="5000"), b"x" * 5000))
+        assert raw.startswith(b"HTTP/1.1 413"), raw[:100]
+        assert srv.wait_for_log("body too large"), srv.log_tail()
         with socket.create_connection((HOST, port), timeout=30) as sock:
             sock.sendall(packet(nginx_like("/"))[:10])
             start = time.monotonic()
@@ -439,6 +443,15 @@ def test_protocol_uwsgi_applies_to_every_bind():
             assert status == "HTTP/1.1 200 OK"
         assert f"Listening on uwsgi://127.0.0.1:{a}" in srv.log()
         assert f"Listening on uwsgi://127.0.0.1:{b}" in srv.log()
+
+
+def test_config_file_protocol(tmp_path):
+    conf = tmp_path / "gunicorn.conf.py"
+    port = free_port()
+    conf.write_text(f'bind = ["127.0.0.1:{port}"]\nprotocol = "uwsgi"\n')
+    with run_server("apps.uwsgi_echo:app", "-c", str(conf), listen=False, port=port):
+        status, _, _ = split_response(send_raw(port, packet(nginx_like("/"))))
+        assert status == "HTTP/1.1 200 OK"
 
 
 def test_uwsgi_unix_socket(tmp_path):
