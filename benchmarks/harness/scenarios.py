@@ -409,6 +409,20 @@ SCENARIOS = {
             launcher="uwsgi_pass",
         ),
         Scenario(
+            "bottle-uwsgi-wrk",
+            "bottle-uwsgi with wrk -c 100 against nginx: keep-alive from the client to "
+            "nginx, still a new uwsgi connection per request from nginx to the server.",
+            app="benchmarks.apps.bottle_app:app",
+            interface="wsgi",
+            path="/hello",
+            servers=["pyserver", "uwsgi"],
+            workers=2,
+            server_cpus=None,
+            client_cpus=None,
+            modules=("bottle",),
+            launcher="uwsgi_pass",
+        ),
+        Scenario(
             "django-asgi",
             "Django 5 project served as ASGI under `gunicorn -w 1` (pyserver's worker class "
             "vs uvicorn's, uvicorn-worker package) and under daphne. Three async views: a "
