@@ -922,7 +922,8 @@ static int uwsgi_client(ps_slice_t addr, ps_slice_t port, ps_proxyproto_t *pp)
 /* The packet is in: its variables say who the client is (the peer, a
  * trusted nginx, knows): REMOTE_ADDR and REMOTE_PORT become the peer, as a
  * PROXY header's client does; HTTPS=on or REQUEST_SCHEME=https make the
- * scheme https; SERVER_NAME and SERVER_PORT name the server. */
+ * scheme https; SERVER_NAME and SERVER_PORT name the server;
+ * SERVER_PROTOCOL HTTP/2 the version the application is told. */
 static void take_uwsgi_vars(ps_conn_t *c)
 {
     const ps_uwsgi_cgi_t *cgi = &c->uw->cgi;
@@ -936,6 +937,7 @@ static void take_uwsgi_vars(ps_conn_t *c)
         c->x.server_name = cgi->server_name;
         c->x.server_port = cgi->server_port;
     }
+    c->x.http2 = c->uw->http_major == 2; /* the client spoke HTTP/2 to nginx */
 }
 
 /* ---- the PROXY protocol (--proxy-protocol listeners) ---- */

@@ -93,8 +93,9 @@ struct ps_exchange {
     const struct sockaddr_storage *peer;
     socklen_t peer_len;
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
-    unsigned secure : 1;  /* carried over TLS: the scheme is https */
-    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c) */
+    unsigned secure : 1;  /* carried over TLS (or a gateway said so): the scheme is https */
+    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c), or a uwsgi
+                           * request whose client spoke HTTP/2 to the gateway */
     /* The TLS session carrying it (its facts: transport.h's ps_tls_*), or
      * NULL over a plain socket. */
     const ps_transport_t *tls;

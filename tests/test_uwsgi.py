@@ -364,6 +364,11 @@ def test_variables_sent_raw(stack):
     variables = nginx_like("/x", PATH_INFO="/caf\u00e9 y", QUERY_STRING="a=%20")
     del variables["REQUEST_URI"]
     seen = json.loads(split_response(send_raw(srv.port, packet(variables)))[2])
+    # The version the client spoke to nginx.
+    for sent, told in (("HTTP/2.0", "HTTP/2"), ("HTTP/1.0", "HTTP/1.0"), ("HTTP/1.1", "HTTP/1.1")):
+        raw = send_raw(srv.port, packet(nginx_like("/p", SERVER_PROTOCOL=sent)))
+        assert raw.startswith(b"HTTP/1.1 200 "), raw[:100]  # the response: always HTTP/1.1
+        assert json.loads(split_response(raw)[2])["protocol"] == told
     path = "/caf\u00e9 y"
     if interface == "wsgi":  # PEP 3333: the bytes as latin-1
         path = path.encode().decode("latin-1")
