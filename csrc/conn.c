@@ -1,11 +1,13 @@
 #define _GNU_SOURCE
 #include "conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -44,6 +46,8 @@ static void process(ps_conn_t *c);
 static void after_handler(ps_conn_t *c);
 static int parse(ps_conn_t *c);
 static void answer_error(ps_conn_t *c, int status, const char *reason);
+static void refuse(ps_conn_t *c, const char *reason);
+static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp);
 
 /* The states each state may move to (bit per enum ps_conn_state), checked
  * under PS_DEBUG_ASSERTS. */
@@ -158,6 +162,10 @@ void ps_conn_free(ps_conn_t *c)
         ps_h2conn_free(c->h2);
     drop_spool(c);
     ps_http1_free(&c->parser);
+    if (c->uw) {
+        ps_uwsgi_free(c->uw);
+        free(c->uw);
+    }
     ps_buf_free(&c->rbuf);
     ps_buf_free(&c->body);
     ps_buf_free(&c->wbuf);
@@ -374,7 +382,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
         c->resp_no_body = 1;
     } else if (info.content_length >= 0) {
         c->resp_left = info.content_length;
-    } else if (r->http_minor == 1) {
+    } else if (r->http_minor == 1 && ps_likely(c->uw == NULL)) {
         c->resp_chunked = 1;
         extra[ne++] = chunked_line;
     } else {
@@ -521,8 +529,8 @@ int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_
     if (c->failed)
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
-        info.status < 102 || ps_conn_request(c)->http_minor == 0)
-        return -EINVAL;
+        info.status < 102 || ps_conn_request(c)->http_minor == 0 || c->uw)
+        return -EINVAL; /* nginx's uwsgi module reads one head: no 1xx */
     if (ps_http1_write_head(&c->wbuf, status, h, n, NULL, 0) < 0)
         return -ENOMEM;
     return send_iov(c, NULL, 0);
@@ -576,12 +584,27 @@ static void start_reading(ps_conn_t *c)
 static int parse(ps_conn_t *c)
 {
     size_t used = 0;
-    int rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
+    int rc;
+    if (ps_unlikely(c->uw != NULL))
+        rc = ps_uwsgi_feed(c->uw, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
+    else
+        rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
     if (used)
         c->head_started = 1;
     PS_ASSERT(used <= ps_buf_size(&c->rbuf));
     ps_buf_consume(&c->rbuf, used);
     return rc;
+}
+
+/* After parse() returned PS_HTTP1_ERROR: the answer and why. */
+static int parse_status(const ps_conn_t *c)
+{
+    return c->uw ? c->uw->error_status : c->parser.error_status;
+}
+
+static const char *parse_reason(const ps_conn_t *c)
+{
+    return c->uw ? c->uw->error_reason : c->parser.error_reason;
 }
 
 /* A synchronous request's body as it arrives: it stays in c->body up to the
@@ -673,7 +696,7 @@ int ps_conn_body_want(ps_conn_t *c)
         return -EPROTO;
     if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->rbuf) > 0 &&
         parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c, c->parser.error_status, c->parser.error_reason);
+        body_failed(c, parse_status(c), parse_reason(c));
         return -EPROTO;
     }
     if (ps_buf_size(&c->body) > 0 || r->message_complete)
@@ -699,7 +722,7 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         return;
     }
     if (!r->message_complete && parse(c) == PS_HTTP1_ERROR) {
-        body_failed(c, c->parser.error_status, c->parser.error_reason);
+        body_failed(c, parse_status(c), parse_reason(c));
         return;
     }
     if (c->body_wanted && (ps_buf_size(&c->body) > 0 || r->message_complete)) {
@@ -840,6 +863,92 @@ static int tls_before_write(ps_conn_t *c)
     return 1;
 }
 
+/* ---- the uwsgi protocol (uwsgi listeners) ---- */
+
+int ps_conn_speak_uwsgi(ps_conn_t *c)
+{
+    ps_worker_t *w = c->w;
+    const ps_proxy_t *trust = w->cfg.uwsgi_trust;
+    if (!c->is_unix && (trust == NULL ||
+                        !ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->peer, c->peer_len))) {
+        refuse(c, "an untrusted peer spoke to a uwsgi listener (see --forwarded-allow-ips)");
+        return -1;
+    }
+    c->uw = malloc(sizeof(*c->uw));
+    if (c->uw == NULL) {
+        ps_conn_close(c);
+        return -1;
+    }
+    size_t high = BODY_HIGH;
+    if (!w->async)
+        high = (size_t)PS_MIN(w->cfg.body_spool_threshold, (uint64_t)SIZE_MAX - 1) + 1;
+    ps_uwsgi_init(c->uw, &w->cfg.uwsgi_limits, &c->body, high);
+    c->x.req = &c->uw->req;
+    return 0;
+}
+
+/* "on", "1" or "yes" (any case): how CGI gateways say HTTPS. */
+static int https_on(ps_slice_t v)
+{
+    return (v.len == 2 && strncasecmp(v.base, "on", 2) == 0) || (v.len == 1 && v.base[0] == '1') ||
+           (v.len == 3 && strncasecmp(v.base, "yes", 3) == 0);
+}
+
+/* REMOTE_ADDR and REMOTE_PORT as an address; returns 0, or -1 when they
+ * are not an IP address and a port (nginx on a unix socket sends "unix:"). */
+static int uwsgi_client(ps_slice_t addr, ps_slice_t port, ps_proxyproto_t *pp)
+{
+    char text[INET6_ADDRSTRLEN];
+    unsigned long p = 0;
+    if (addr.len == 0 || addr.len >= sizeof(text) || port.len > 5)
+        return -1;
+    for (size_t i = 0; i < port.len; i++) {
+        if (port.base[i] < '0' || port.base[i] > '9')
+            return -1;
+        p = p * 10 + (unsigned long)(port.base[i] - '0');
+    }
+    if (p > 65535)
+        return -1;
+    memcpy(text, addr.base, addr.len);
+    text[addr.len] = '\0';
+    memset(pp, 0, sizeof(*pp));
+    struct sockaddr_in *in = (struct sockaddr_in *)&pp->src;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&pp->src;
+    if (inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)p);
+        pp->src_len = sizeof(*in);
+    } else if (inet_pton(AF_INET6, text, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)p);
+        pp->src_len = sizeof(*in6);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* The packet is in: its variables say who the client is (the peer, a
+ * trusted nginx, knows): REMOTE_ADDR and REMOTE_PORT become the peer, as a
+ * PROXY header's client does; HTTPS=on or REQUEST_SCHEME=https make the
+ * scheme https; SERVER_NAME and SERVER_PORT name the server;
+ * SERVER_PROTOCOL HTTP/2 the version the application is told. */
+static void take_uwsgi_vars(ps_conn_t *c)
+{
+    const ps_uwsgi_cgi_t *cgi = &c->uw->cgi;
+    ps_proxyproto_t pp;
+    if (uwsgi_client(cgi->remote_addr, cgi->remote_port, &pp) == 0)
+        set_proxied_client(c, &pp);
+    if (https_on(cgi->https) ||
+        (cgi->request_scheme.len == 5 && strncasecmp(cgi->request_scheme.base, "https", 5) == 0))
+        c->x.secure = 1;
+    if (cgi->server_name.base != NULL && cgi->server_name.len > 0) {
+        c->x.server_name = cgi->server_name;
+        c->x.server_port = cgi->server_port;
+    }
+    c->x.http2 = c->uw->http_major == 2; /* the client spoke HTTP/2 to nginx */
+}
+
 /* ---- the PROXY protocol (--proxy-protocol listeners) ---- */
 
 void ps_conn_expect_proxy_header(ps_conn_t *c)
@@ -955,7 +1064,8 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     if (ps_unlikely(c->proxyproto) && take_proxy_header(c) <= 0)
         return;
     /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
-    if (w->cfg.h2c && c->requests == 0 && !c->head_started && c->state == PS_CONN_IDLE) {
+    if (w->cfg.h2c && c->requests == 0 && !c->head_started && c->state == PS_CONN_IDLE &&
+        ps_likely(c->uw == NULL)) {
         int p = ps_h2_is_preface(ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf));
         if (p == -EAGAIN)
             return; /* a prefix of it: wait for the rest */
@@ -1121,7 +1231,7 @@ static void process(ps_conn_t *c)
     while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
         uint64_t before = r->body_received;
         if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
-            answer_error(c, c->parser.error_status, c->parser.error_reason);
+            answer_error(c, parse_status(c), parse_reason(c));
             return;
         }
         if (r->body_received != before)
@@ -1143,6 +1253,8 @@ static void process(ps_conn_t *c)
         if (c->state == PS_CONN_IDLE) {
             set_state(c, PS_CONN_BODY);
             progress = 1;
+            if (ps_unlikely(c->uw != NULL))
+                take_uwsgi_vars(c);
             if (!w->async && !r->message_complete && expect_body(c) < 0)
                 return;
         }
@@ -1323,7 +1435,15 @@ static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, sockle
 static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
                           ps_slice_t *version)
 {
-    return ps_http1_request_line(&ps_conn_of(x)->parser, method, target, version);
+    ps_conn_t *c = ps_conn_of(x);
+    if (ps_likely(c->uw == NULL))
+        return ps_http1_request_line(&c->parser, method, target, version);
+    if (!c->uw->req.head_complete)
+        return 0;
+    *method = c->uw->req.method;
+    *target = c->uw->req.target;
+    *version = c->uw->req.http_minor ? PS_SLICE_LIT("1.1") : PS_SLICE_LIT("1.0");
+    return 1;
 }
 
 static int x_client_gone(ps_exchange_t *x)

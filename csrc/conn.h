@@ -20,6 +20,7 @@
 #include "http1.h"
 #include "proxy.h"
 #include "transport.h"
+#include "uwsgi.h"
 
 typedef struct ps_conn ps_conn_t;
 
@@ -63,6 +64,8 @@ struct ps_conn {
     ev_io wio;
     ev_timer timer;
     ps_http1_parser_t parser;
+    /* A uwsgi listener's connection parses with this instead (NULL: HTTP). */
+    ps_uwsgi_parser_t *uw;
     ps_buf_t rbuf;     /* received bytes not parsed yet */
     ps_buf_t body;     /* decoded body bytes not read by the application yet */
     ps_buf_t wbuf;     /* output not accepted by the kernel yet */
@@ -107,6 +110,14 @@ static inline const ps_transport_t *ps_conn_transport(const ps_conn_t *c)
 void ps_conn_expect_proxy_header(ps_conn_t *c);
 enum { PS_CONN_PP_NONE, PS_CONN_PP_EXPECT, PS_CONN_PP_REFUSE };
 
+/* A connection on a uwsgi listener (call before ps_conn_accepted): its one
+ * request is a uwsgi packet (nginx's uwsgi_pass), its response HTTP/1.x
+ * ended by the close. Only a peer cfg.uwsgi_trust trusts (or a unix-socket
+ * one) may speak it; the variables then say who the client is. Returns 0,
+ * or -1 when c was closed (an untrusted peer, after handler->on_refused;
+ * out of memory). */
+int ps_conn_speak_uwsgi(ps_conn_t *c);
+
 /* A connection just accepted: reads what already arrived (the listener
  * defers accept until data is there) before waiting on the loop. May close c. */
 void ps_conn_accepted(ps_conn_t *c);
@@ -139,7 +150,7 @@ static inline ps_conn_t *ps_conn_of(ps_exchange_t *x)
 
 static inline ps_request_t *ps_conn_request(ps_conn_t *c)
 {
-    return &c->parser.req;
+    return c->x.req; /* the HTTP/1 parser's, or the uwsgi parser's */
 }
 
 /* Synchronous layers: the connection read the whole body before on_request,

@@ -93,8 +93,9 @@ struct ps_exchange {
     const struct sockaddr_storage *peer;
     socklen_t peer_len;
     unsigned is_unix : 1; /* came through a unix socket (peer has no address) */
-    unsigned secure : 1;  /* carried over TLS: the scheme is https */
-    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c) */
+    unsigned secure : 1;  /* carried over TLS (or a gateway said so): the scheme is https */
+    unsigned http2 : 1;   /* a stream of an HTTP/2 connection (h2conn.c), or a uwsgi
+                           * request whose client spoke HTTP/2 to the gateway */
     /* The TLS session carrying it (its facts: transport.h's ps_tls_*), or
      * NULL over a plain socket. */
     const ps_transport_t *tls;
@@ -108,6 +109,10 @@ struct ps_exchange {
      * thread): the protocol then waits without a write or read watcher
      * until the layer writes. The protocol clears it for each request. */
     unsigned deferred : 1;
+    /* A request a gateway passed on (uwsgi): the server the client reached,
+     * as the gateway named it (SERVER_NAME, SERVER_PORT), which the bridge
+     * reports instead of the local address; base NULL otherwise. */
+    ps_slice_t server_name, server_port;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into

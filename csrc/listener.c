@@ -171,9 +171,10 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
             w->conns->prev = c;
         w->conns = c;
         int full = ++w->nconns >= w->cfg.limit_connections;
+        /* ps_conn_speak_uwsgi closes what it refuses. */
         if (l->tls && ps_conn_start_tls(c, l->tls) < 0)
             ps_conn_close(c); /* out of memory: only this connection pays */
-        else
+        else if (!l->uwsgi || ps_conn_speak_uwsgi(c) == 0)
             ps_conn_accepted(c); /* may close c */
         if (full) {
             ps_listener_set_accepting(w, 0);
@@ -329,6 +330,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->released = 0;
     l->gated = 0;
     l->proxy_protocol = 0;
+    l->uwsgi = 0;
     l->local_len = 0;
     l->tls = is_unix ? NULL : w->cfg.tls; /* the per-bind rule: TLS is for TCP binds */
     if (!is_unix) {
@@ -363,6 +365,15 @@ void ps_worker_proxy_protocol(ps_worker_t *w, int fd)
         ps_listener_t *l = &w->listeners[i];
         if (l->fd == fd || (l->own && same_address(l->fd, fd)))
             l->proxy_protocol = 1;
+    }
+}
+
+void ps_worker_uwsgi(ps_worker_t *w, int fd)
+{
+    for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (l->fd == fd || (l->own && same_address(l->fd, fd)))
+            l->uwsgi = 1;
     }
 }
 

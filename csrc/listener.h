@@ -23,6 +23,7 @@ typedef struct {
     int gated;              /* registered through the worker's accept gate (EPOLLEXCLUSIVE) */
     struct ps_tls_ctx *tls; /* its connections speak TLS with this context, or NULL */
     int proxy_protocol;     /* connections start with a PROXY header (--proxy-protocol) */
+    int uwsgi;              /* connections speak uwsgi, not HTTP (uwsgi://, --protocol uwsgi) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;

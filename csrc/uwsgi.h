@@ -28,6 +28,9 @@
 #include "http1.h"
 
 #define PS_UWSGI_MAX_PACKET 65535 /* datasize is a u16 */
+/* Variables a packet may have besides its HTTP_* ones: nginx's uwsgi_params
+ * sends 15 CGI variables, and uwsgi_param may add more. */
+#define PS_UWSGI_CGI_VARS 32
 
 typedef struct {
     uint32_t max_packet;   /* datasize limit, at most 65535; 0: 65535 */

@@ -13,6 +13,7 @@
 #include "http2.h"
 #include "listener.h"
 #include "master.h"
+#include "uwsgi.h"
 
 typedef struct ps_conn ps_conn_t;
 typedef struct ps_tls_ctx ps_tls_ctx_t;
@@ -33,6 +34,11 @@ typedef struct {
     /* --proxy-protocol listeners: whose PROXY headers to take (NULL when no
      * listener has it); it must outlive the worker. */
     const ps_proxy_t *proxyproto_trust;
+    /* uwsgi listeners: the peers (the nginx in front) that may speak it and
+     * whose REMOTE_ADDR and HTTPS are believed; unix-socket peers always
+     * may. NULL when no listener speaks uwsgi; it must outlive the worker. */
+    const ps_proxy_t *uwsgi_trust;
+    ps_uwsgi_limits_t uwsgi_limits;
     unsigned server_header : 1;
     unsigned date_header : 1;
     /* WebSockets (asynchronous layers; wsconn.c) */
@@ -118,6 +124,9 @@ int ps_worker_add_own_listener(ps_worker_t *w, int fd);
 /* The listener fd, and the --reuse-port lanes bound to its address, speak
  * the PROXY protocol (see ps_conn_expect_proxy_header). */
 void ps_worker_proxy_protocol(ps_worker_t *w, int fd);
+/* The listener fd (and this worker's own lane of its address) speaks the
+ * uwsgi protocol (nginx's uwsgi_pass) instead of HTTP. */
+void ps_worker_uwsgi(ps_worker_t *w, int fd);
 /* The listener fd was bound by this server, not inherited: at the server's
  * last stop it is shut down, so that new connections are refused at once. */
 void ps_worker_shut_at_stop(ps_worker_t *w, int fd);

@@ -138,8 +138,16 @@ def build_parser():
         action="append",
         metavar="ADDRESS",
         type=_converter("bind", config.parse_bind),
-        help="listen on HOST:PORT, [IPV6]:PORT, unix:PATH or fd://N; repeatable; "
+        help="listen on HOST:PORT, [IPV6]:PORT, unix:PATH or fd://N, any of them after "
+        "uwsgi:// to speak the uwsgi protocol there (nginx's uwsgi_pass); repeatable; "
         "replaces --host/--port",
+    )
+    add(
+        sockets,
+        "--protocol",
+        choices=config.PROTOCOLS,
+        help="what every listener speaks: http, or uwsgi for nginx's uwsgi_pass (peers "
+        "must be trusted by --forwarded-allow-ips; default: http)",
     )
     add(sockets, "--uds", metavar="PATH", help="listen on this unix domain socket")
     add(
@@ -776,9 +784,10 @@ def run(cfg: Config) -> int:
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         proxied = " (PROXY protocol)" if cfg.speaks_proxy_protocol(sock) else ""
-        logger.info(
-            "Listening on %s%s", config.socket_url(sock, cfg.ssl_certfile is not None), proxied
-        )
+        url = config.socket_url(sock, cfg.ssl_certfile is not None)
+        if cfg.speaks_uwsgi(sock):
+            url = "uwsgi://" + url.split("://", 1)[-1]
+        logger.info("Listening on %s%s", url, proxied)
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))

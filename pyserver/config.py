@@ -51,6 +51,10 @@ hold final values:
     proxy_protocol            bool: every listener takes a PROXY header from trusted peers
     proxy_protocol_bind       list of parse_bind() addresses that do (when not all do)
     proxy_protocol_fds        list of the listening fds that do (set by bind_sockets)
+    protocol                  "http" or "uwsgi": what every listener speaks (gunicorn's
+                              --protocol); a uwsgi:// bind speaks uwsgi whatever it says
+    uwsgi_bind                list of the addresses bound as uwsgi://ADDRESS
+    uwsgi_fds                 list of the listening fds that speak uwsgi (set by bind_sockets)
     forwarded_allow_ips       str, the trusted proxies: "ADDR,NET/PREFIX,..." or "*"
     secure_scheme_headers     None (X-Forwarded-Proto sets the scheme) or gunicorn's
                               {header: value meaning https}
@@ -106,6 +110,7 @@ INTERFACES = ("auto", "wsgi", "asgi")
 LIFESPAN_MODES = ("auto", "on", "off")
 WS_MODES = ("auto", "none")
 HTTP_MODES = ("auto", "1", "2")
+PROTOCOLS = ("http", "uwsgi")
 
 # Inclusive bounds (None = unbounded) shared by Config and the CLI.
 INT_BOUNDS = {
@@ -159,6 +164,16 @@ def check_cert_reqs(value):
         raise ValueError(f"expected none, optional or required (or 0, 1, 2), got {value!r}")
     return CERT_REQS[key]
 
+
+# nginx's uwsgi_pass speaks the uwsgi protocol in clear: a TLS listener cannot carry it.
+UWSGI_OVER_TLS = (
+    "error: the uwsgi protocol on a TLS listener ({}) is not supported; nginx's uwsgi_pass "
+    "speaks it in clear: serve it on a plain or unix-socket bind"
+)
+UWSGI_AND_PROXY = (
+    "error: the uwsgi protocol and the PROXY protocol on the same listener ({}): the uwsgi "
+    "packet already carries the client's address (REMOTE_ADDR)"
+)
 
 # The PROXY header comes before the TLS handshake; the TLS listeners do not read it yet.
 PROXY_OVER_TLS = (
@@ -247,9 +262,15 @@ def parse_bind(value):
     """Parse one --bind address.
 
     Returns ("tcp", host, port), ("unix", path) or ("fd", n). Accepted forms:
-    HOST:PORT, HOST (port 8000), [IPV6]:PORT, [IPV6], unix:PATH, fd://N.
-    Raises ValueError for anything else.
+    HOST:PORT, HOST (port 8000), [IPV6]:PORT, [IPV6], unix:PATH, fd://N. Any of
+    them after "uwsgi://" returns ("uwsgi", address): a listener that speaks the
+    uwsgi protocol (nginx's uwsgi_pass). Raises ValueError for anything else.
     """
+    if value.startswith("uwsgi://"):
+        inner = value[len("uwsgi://") :]
+        if inner.startswith("uwsgi://") or not inner:
+            raise ValueError(f"expected uwsgi://HOST:PORT or uwsgi://unix:PATH, got {value!r}")
+        return ("uwsgi", parse_bind(inner))
     if value.startswith("unix:"):
         path = value[len("unix:") :]
         if not path:
@@ -365,6 +386,7 @@ class Config:
         forwarded_allow_ips=None,
         proxy_protocol=False,
         proxy_protocol_bind=None,
+        protocol="http",
         log_level="info",
         log_config=None,
         access_log=True,
@@ -407,6 +429,13 @@ class Config:
         self.host = host
         self.port = check_int("port", port)
         self.bind = [parse_bind(b) if isinstance(b, str) else tuple(b) for b in bind or ()]
+        # uwsgi://ADDRESS binds ADDRESS; its listener speaks uwsgi.
+        self.uwsgi_bind = [b[1] for b in self.bind if b[0] == "uwsgi"]
+        self.bind = [b[1] if b[0] == "uwsgi" else b for b in self.bind]
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        self.protocol = protocol
+        self.uwsgi_fds = []
         self.uds = uds
         self.uds_perms = uds_perms
         self.fd = None if fd is None else check_int("fd", fd)
@@ -719,6 +748,7 @@ class Config:
             for address in addresses:
                 if address[0] not in ("unix", "fd"):
                     raise StartupError(PROXY_OVER_TLS.format(describe_address(address)), 2)
+        self._check_uwsgi(addresses)
         try:
             for address in addresses:
                 sockets.append(self._bind_one(address))
@@ -729,12 +759,30 @@ class Config:
         self._select_proxy_protocol(addresses, sockets)
         return sockets
 
+    def _speaks_uwsgi(self, address):
+        return self.protocol == "uwsgi" or address in self.uwsgi_bind
+
+    def _check_uwsgi(self, addresses):
+        """uwsgi listeners: no TLS, no PROXY header. Raises StartupError (exit code 2)."""
+        for address in addresses:
+            if not self._speaks_uwsgi(address):
+                continue
+            if self.ssl_certfile is not None and address[0] not in ("unix", "fd"):
+                raise StartupError(UWSGI_OVER_TLS.format(describe_address(address)), 2)
+            if self.proxy_protocol or address in self.proxy_protocol_bind:
+                raise StartupError(UWSGI_AND_PROXY.format(describe_address(address)), 2)
+
     def _select_proxy_protocol(self, addresses, sockets):
         self.addresses = addresses
         self.proxy_protocol_fds = [
             sock.fileno()
             for address, sock in zip(addresses, sockets, strict=True)
             if self.proxy_protocol or address in self.proxy_protocol_bind
+        ]
+        self.uwsgi_fds = [
+            sock.fileno()
+            for address, sock in zip(addresses, sockets, strict=True)
+            if self._speaks_uwsgi(address)
         ]
 
     def _take_handed_sockets(self, handed):
@@ -755,6 +803,9 @@ class Config:
 
     def speaks_proxy_protocol(self, sock):
         return sock.fileno() in self.proxy_protocol_fds
+
+    def speaks_uwsgi(self, sock):
+        return sock.fileno() in self.uwsgi_fds
 
     def _bind_one(self, address):
         kind = address[0]

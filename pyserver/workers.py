@@ -158,6 +158,11 @@ class PyserverWorker(_GunicornWorker):
         if interface == "asgi":
             app = importer.as_asgi3(app)
         connections = max(1, int(gcfg.worker_connections))
+        # gunicorn's --protocol uwsgi: every listener speaks it, to uwsgi_allow_ips' peers.
+        uwsgi = getattr(gcfg, "protocol", "http") == "uwsgi"
+        trusted = gcfg.uwsgi_allow_ips if uwsgi else gcfg.forwarded_allow_ips
+        if uwsgi and gcfg.is_ssl:
+            raise ValueError("--protocol uwsgi with certfile: nginx speaks uwsgi in clear")
         config = Config(
             getattr(self.app, "app_uri", None) or "gunicorn",
             interface=interface,
@@ -177,11 +182,13 @@ class PyserverWorker(_GunicornWorker):
             threads=int(gcfg.threads) if int(gcfg.threads or 1) > 1 else None,
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
-            forwarded_allow_ips=list(gcfg.forwarded_allow_ips or ()),
+            forwarded_allow_ips=list(trusted or ()),
             **self._tls_kwargs(),
             **self.CONFIG_KWARGS,
         )
         config.check_tls()  # a bad certificate or key: one logged line, WORKER_BOOT_ERROR
+        if uwsgi:
+            config.uwsgi_fds = [s.sock.fileno() for s in self.sockets]
         # gunicorn's scheme rule: each secure_scheme_headers header present says https
         # when it has the table's value, http otherwise; headers that disagree are a 400.
         config.secure_scheme_headers = dict(gcfg.secure_scheme_headers or {})

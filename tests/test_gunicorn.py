@@ -6,6 +6,7 @@ loopback port and kills that whole group at the end, whatever happened.
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -688,3 +689,15 @@ def test_pyserver_does_not_need_gunicorn():
     )
     assert out.returncode == 0, out.stderr
     assert "pip install 'pyserver-ev[gunicorn]'" in out.stdout
+
+
+def test_protocol_uwsgi():
+    """gunicorn's --protocol uwsgi: the worker's listeners speak the uwsgi protocol."""
+    from test_uwsgi import nginx_like, packet, send_raw, split_response
+
+    with gunicorn("apps.uwsgi_echo:app", "--protocol", "uwsgi", workers=1) as g:
+        status, _, data = split_response(send_raw(g.port, packet(nginx_like("/g?x=1"))))
+        assert status == "HTTP/1.1 200 OK", g.log()[-2000:]
+        seen = json.loads(data)
+        assert (seen["path"], seen["query"]) == ("/g", "x=1")
+        assert seen["client"] == ["192.0.2.7", 40000]

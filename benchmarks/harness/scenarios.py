@@ -41,7 +41,8 @@ class Scenario:
     tmp_env: dict = field(default_factory=dict)  # {VAR: file name in the run's tmpdir}
     setup: tuple = ()  # argv after the project python, run once before the runs
     check: Callable = None  # (host, port) -> None, raises ValueError if a URL is wrong
-    launcher: str = ""  # "gunicorn": pyserver runs as `gunicorn -k pyserver.workers...`
+    launcher: str = ""  # "gunicorn": pyserver runs as `gunicorn -k pyserver.workers...`;
+    # "uwsgi_pass": pyserver and uwsgi speak uwsgi behind nginx (peers/behind_nginx.py)
     # Memory scenarios: kind "idle" or "streams" (harness/memory.py) run each target
     # (a server with its app) instead of `servers` with `app` under `load`.
     kind: str = "load"
@@ -389,6 +390,37 @@ SCENARIOS = {
             server_cpus=None,
             client_cpus=None,
             modules=("bottle",),
+        ),
+        Scenario(
+            "bottle-uwsgi",
+            "bottle-ab's Bottle app behind nginx (one worker) with `include uwsgi_params; "
+            "uwsgi_pass`: pyserver (-b uwsgi://) and uWSGI (--socket), 2 worker processes "
+            "each, ab -c 100 -n 50000 against nginx (a new connection per request on both "
+            "hops). Requests per CPU-second count nginx's CPU and the server's.",
+            app="benchmarks.apps.bottle_app:app",
+            interface="wsgi",
+            path="/hello",
+            servers=["pyserver", "uwsgi"],
+            load="ab",
+            workers=2,
+            server_cpus=None,
+            client_cpus=None,
+            modules=("bottle",),
+            launcher="uwsgi_pass",
+        ),
+        Scenario(
+            "bottle-uwsgi-wrk",
+            "bottle-uwsgi with wrk -c 100 against nginx: keep-alive from the client to "
+            "nginx, still a new uwsgi connection per request from nginx to the server.",
+            app="benchmarks.apps.bottle_app:app",
+            interface="wsgi",
+            path="/hello",
+            servers=["pyserver", "uwsgi"],
+            workers=2,
+            server_cpus=None,
+            client_cpus=None,
+            modules=("bottle",),
+            launcher="uwsgi_pass",
         ),
         Scenario(
             "django-asgi",

@@ -98,7 +98,17 @@ def _workers_flag(flag, scenario):
     return [flag, str(scenario.workers)] if scenario.workers > 1 else []
 
 
+def _behind_nginx(ctx, port, server_argv):
+    """SERVER_ARGV (speaking uwsgi on PORT + 1) behind nginx's uwsgi_pass on PORT."""
+    wrapper = [ctx.project_python_rel, "benchmarks/peers/behind_nginx.py"]
+    return wrapper + [str(port), str(port + 1), ctx.tmpdir, "--", *server_argv], {}
+
+
 def pyserver_argv(ctx, sc, port):
+    if sc.launcher == "uwsgi_pass":
+        argv = [ctx.project_python_rel, "-m", "pyserver", sc.app]
+        argv += ["-b", f"uwsgi://{HOST}:{port + 1}", "--no-access-log"]
+        return _behind_nginx(ctx, port, argv + _workers_flag("-w", sc))
     if sc.launcher == "gunicorn":
         argv = [ctx.project_bin("gunicorn"), "-w", str(sc.workers)]
         argv += ["-k", "pyserver.workers.PyserverWorker", "-b", f"{HOST}:{port}"]
@@ -175,11 +185,13 @@ def granian_argv(ctx, sc, port):
 
 
 def uwsgi_argv(ctx, sc, port):
-    argv = [ctx.peer_bin("uwsgi"), "--http-socket", f"{HOST}:{port}", "--module", sc.app]
+    socket = ["--socket", f"{HOST}:{port + 1}"] if sc.launcher == "uwsgi_pass" else []
+    socket = socket or ["--http-socket", f"{HOST}:{port}"]
+    argv = [ctx.peer_bin("uwsgi"), *socket, "--module", sc.app]
     argv += ["--processes", str(sc.workers), "--disable-logging", "--need-app"]
     if sc.workers > 1:
         argv.append("--master")
-    return argv, {}
+    return _behind_nginx(ctx, port, argv) if sc.launcher == "uwsgi_pass" else (argv, {})
 
 
 def gunicorn_argv(ctx, sc, port):

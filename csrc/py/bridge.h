@@ -71,6 +71,8 @@ typedef struct {
     uint32_t nbound;
     int *proxyproto_fds; /* the listeners that speak the PROXY protocol; PyMem_Malloc'd */
     uint32_t nproxyproto;
+    int *uwsgi_fds; /* the listeners that speak uwsgi; PyMem_Malloc'd */
+    uint32_t nuwsgi;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s

@@ -282,6 +282,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_shut_at_stop(w, set.bound_fds[i]);
     for (uint32_t i = 0; i < set.nproxyproto; i++)
         ps_worker_proxy_protocol(w, set.proxyproto_fds[i]);
+    for (uint32_t i = 0; i < set.nuwsgi; i++)
+        ps_worker_uwsgi(w, set.uwsgi_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     ps_py_tls_ring_attach(w->loop, set.tls); /* under a master: its shared ticket keys */

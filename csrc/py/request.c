@@ -155,6 +155,31 @@ static int proxied_client(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t
     return ip_objects(kind, x->peer, &a->client, &a->client_port);
 }
 
+/* The server a gateway named (uwsgi's SERVER_NAME and SERVER_PORT): WSGI
+ * the name and the port as sent, ASGI (name, port), the port None when it
+ * is not a number. Returns 0 or -1 with an exception. */
+static int gateway_server(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t *a)
+{
+    ps_slice_t name = x->server_name, port = x->server_port;
+    Py_CLEAR(a->server);
+    Py_CLEAR(a->server_port);
+    if (kind == PS_PY_WSGI) {
+        a->server = PyUnicode_DecodeLatin1(name.base, (Py_ssize_t)name.len, NULL);
+        a->server_port =
+            PyUnicode_DecodeLatin1(port.base ? port.base : "", (Py_ssize_t)port.len, NULL);
+        return a->server && a->server_port ? 0 : -1;
+    }
+    long p = port.len > 0 && port.len <= 5 ? 0 : -1;
+    for (size_t i = 0; p >= 0 && i < port.len; i++)
+        p = port.base[i] >= '0' && port.base[i] <= '9' ? p * 10 + (port.base[i] - '0') : -1;
+    PyObject *host = PyUnicode_DecodeLatin1(name.base, (Py_ssize_t)name.len, NULL);
+    if (host == NULL)
+        return -1;
+    a->server = p >= 0 && p <= 65535 ? Py_BuildValue("(Nl)", host, p)
+                                     : Py_BuildValue("(NO)", host, Py_None);
+    return a->server ? 0 : -1;
+}
+
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
 {
     if (x->conn_data)
@@ -180,6 +205,8 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
                ip_objects(c->kind, x->peer, &a->client, &a->client_port) < 0) {
         goto error;
     }
+    if (ps_unlikely(x->server_name.base != NULL) && gateway_server(c->kind, x, a) < 0)
+        goto error;
     x->conn_data = a;
     return a;
 error:

@@ -190,17 +190,18 @@ static int read_scheme_headers(PyObject *mapping, ps_proxy_t *p)
 }
 
 /* proxy_headers, forwarded_allow_ips, secure_scheme_headers and
- * proxy_protocol_fds: s->proxy is initialised when proxy headers are on or
- * a listener speaks the PROXY protocol, and s->core.proxy and
- * s->core.proxyproto_trust point at it when they are.
+ * proxy_protocol_fds, uwsgi_fds: s->proxy is initialised when proxy headers
+ * are on or a listener speaks the PROXY protocol or uwsgi, and s->core.proxy,
+ * s->core.proxyproto_trust and s->core.uwsgi_trust point at it when they are.
  * Returns 0 or -1 with an exception. */
 static int load_proxy(PyObject *config, ps_py_settings_t *s)
 {
     int on;
     if (get_bool(config, "proxy_headers", &on) < 0 ||
-        get_fds(config, "proxy_protocol_fds", &s->proxyproto_fds, &s->nproxyproto) < 0)
+        get_fds(config, "proxy_protocol_fds", &s->proxyproto_fds, &s->nproxyproto) < 0 ||
+        get_fds(config, "uwsgi_fds", &s->uwsgi_fds, &s->nuwsgi) < 0)
         return -1;
-    if (!on && s->nproxyproto == 0)
+    if (!on && s->nproxyproto == 0 && s->nuwsgi == 0)
         return 0;
     PyObject *ips = get_obj(config, "forwarded_allow_ips");
     if (ips == NULL || ps_py_parse_trust_list(ips, &s->proxy) < 0) {
@@ -211,6 +212,8 @@ static int load_proxy(PyObject *config, ps_py_settings_t *s)
     s->proxy_ready = 1; /* from here on, ps_py_settings_free frees it */
     if (s->nproxyproto)
         s->core.proxyproto_trust = &s->proxy;
+    if (s->nuwsgi)
+        s->core.uwsgi_trust = &s->proxy;
     if (!on)
         return 0;
     s->core.proxy = &s->proxy;
@@ -307,6 +310,15 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
     cfg->limits.max_field_size = (uint32_t)PS_MIN(field_size, 1 << 20);
     cfg->limits.max_head = (uint32_t)PS_MIN(head, 1 << 30);
     cfg->limits.max_body = (uint64_t)body;
+    /* uwsgi (nginx's uwsgi_pass): the packet is the head (at most 64 KiB, as
+     * nginx's uwsgi_buffer_size allows), its variables the header fields
+     * plus the CGI ones nginx's uwsgi_params sends, a variable as large as
+     * the request line (REQUEST_URI) or a field. */
+    cfg->uwsgi_limits.max_packet = (uint32_t)PS_MIN(head, PS_UWSGI_MAX_PACKET);
+    cfg->uwsgi_limits.max_vars = cfg->limits.max_fields + PS_UWSGI_CGI_VARS;
+    cfg->uwsgi_limits.max_var_size =
+        PS_MAX(cfg->limits.max_request_line, cfg->limits.max_field_size) + 32;
+    cfg->uwsgi_limits.max_body = cfg->limits.max_body;
     cfg->body_spool_threshold = (uint64_t)PS_MIN(spool, (double)(1ULL << 62));
     cfg->limit_connections = (uint32_t)PS_MIN(conns, 1 << 24);
     cfg->graceful_timeout = graceful_timeout;
@@ -534,6 +546,9 @@ void ps_py_settings_free(ps_py_settings_t *s)
     s->core.proxyproto_trust = NULL;
     PyMem_Free(s->proxyproto_fds);
     s->proxyproto_fds = NULL;
+    s->core.uwsgi_trust = NULL;
+    PyMem_Free(s->uwsgi_fds);
+    s->uwsgi_fds = NULL;
     PyMem_Free((void *)s->master.listen_fds);
     s->master.listen_fds = NULL;
     PyMem_Free(s->bound_fds);

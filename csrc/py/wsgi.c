@@ -331,6 +331,10 @@ static PyObject *build_environ(ps_wsgi_t *ctx, ps_exchange_t *x, RequestObject *
         (PyDict_SetItem(env, k[K_URL_SCHEME], ctx->schemes[PS_SCHEME_HTTPS]) < 0 ||
          ps_py_tls_environ(env, x->tls) < 0))
         goto error;
+    /* A gateway said the client came over TLS (uwsgi's HTTPS=on). */
+    if (ps_unlikely(x->secure && x->tls == NULL) &&
+        PyDict_SetItem(env, k[K_URL_SCHEME], ctx->schemes[PS_SCHEME_HTTPS]) < 0)
+        goto error;
     if ((fwd->scheme != PS_SCHEME_NONE || fwd->client.base) &&
         add_forwarded(ctx, env, req, fwd) < 0)
         goto error;
