@@ -14,6 +14,7 @@ or just a close), the test accepts exactly those; the docstring says what the se
 
 import socket
 import struct
+import threading
 import time
 
 import h2.errors
@@ -21,7 +22,7 @@ import h2.events
 import h2.settings
 import hpack
 import pytest
-from helpers import HOST, run_server
+from helpers import HOST, UNDER_ASAN, rss_kib, run_server
 from test_h2 import H2
 
 APP_WSGI = "apps.h2_rfc_apps:wsgi"
@@ -671,3 +672,191 @@ def test_trailers_without_end_stream(srv, after):
             assert c.rst[1] == E.PROTOCOL_ERROR
         else:
             c.connection_error(E.PROTOCOL_ERROR)
+
+
+# ---- attacks, end to end ---------------------------------------------------------------
+
+
+def worker_pid(port):
+    with H2(port) as c:
+        return int(c.response(c.request("/pid"))["body"])
+
+
+def run_attack(srv, flood, settings=()):
+    """Runs flood(attacker) on its own connection in a thread; once it has written its
+    first batch, a second client is served on a new connection. Returns the attacker's
+    connection (read until the server closed it), the count flood returned, how long the
+    second client waited, and the worker's RSS growth in KiB."""
+    pid = worker_pid(srv.port)
+    rss_before = rss_kib(pid)
+    attacker = Raw(srv.port, settings=settings, timeout=5.0)
+    started = threading.Event()
+    result = {}
+
+    def go():
+        try:
+            result["sent"] = flood(attacker, started)
+        except OSError as exc:  # a write the server no longer reads
+            result["error"] = exc
+            attacker.closed = True
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(10), "the attacker wrote nothing"
+        t0 = time.monotonic()
+        assert_h2_serving(srv.port, "/meanwhile")
+        waited = time.monotonic() - t0
+    finally:
+        thread.join(30)
+    attacker.closed = False
+    attacker.until_closed(10)
+    attacker.sock.close()
+    growth = rss_kib(pid) - rss_before
+    assert_h2_serving(srv.port)
+    return attacker, result.get("sent"), waited, growth
+
+
+def check_bounded(waited, growth_kib, what):
+    assert waited < SERVED_WITHIN, f"{what}: the second client waited {waited:.2f} s"
+    if not UNDER_ASAN:
+        assert growth_kib < 16 * 1024, f"{what}: worker RSS grew {growth_kib} KiB"
+
+
+def batches(c, started, frames, count, per_batch=50):
+    """Writes frames(i) for i < count, per_batch at a time, until the server closes.
+    Returns how many were written."""
+    i = 0
+    while i < count and not c.closed:
+        c.send(b"".join(frames(j) for j in range(i, min(count, i + per_batch))))
+        i += per_batch
+        started.set()
+    return min(i, count)
+
+
+@pytest.mark.parametrize("value", [0, 1000], ids=["many-frames", "many-bytes"])
+def test_continuation_flood(srv, value):
+    """CVE-2024-27316/28182: a header block that never ends is cut off while it arrives
+    (16 CONTINUATION frames or 80 KiB): GOAWAY ENHANCE_YOUR_CALM while the attacker still
+    writes (up to 10,000 frames, 10 MB with 1000-byte fields, which the closing connection
+    drains unread for 2 s), the request gets no answer, the worker's memory stays
+    flat and a second client is served meanwhile."""
+
+    def flood(c, started):
+        c.send(frame(HEADERS, END_STREAM, 1, block(REQUEST)))
+        piece = lambda i: frame(CONTINUATION, 0, 1, hpack_literal(f"x-c{i}", "c" * value))  # noqa: E731
+        return batches(c, started, piece, 10_000)
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert c.goaway is not None and c.goaway[1] == E.ENHANCE_YOUR_CALM, c.goaway
+    assert 1 not in c.status and 1 not in c.ended
+    check_bounded(waited, growth, "CONTINUATION flood")
+
+
+def test_hpack_bomb(srv):
+    """An HPACK bomb: one 4000-byte field put in the dynamic table, then referenced by
+    one-byte indexes, ~12,000 times a stream (48 MB decoded from 12 KB), on 200 streams.
+    Each decoded list stops counting at the 64 KiB limit and gets 431 without being stored;
+    the worker's memory stays flat, and a second client is served meanwhile."""
+    bomb_field = b"\x40" + hpack_int(6, 7) + b"x-bomb" + hpack_int(4000, 7) + b"b" * 4000
+    refs = hpack_int(62, 7, 0x80) * 12_000
+
+    def flood(c, started):
+        c.headers(1, None, raw=block(REQUEST) + bomb_field + refs[: 16384 - 4200])
+        return batches(
+            c, started, lambda i: frame(HEADERS, 5, 3 + 2 * i, block(REQUEST) + refs), 200, 10
+        )
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert sent == 200 or c.goaway is not None
+    answered = {sid: s for sid, s in c.status.items()}
+    assert answered, (c.rst, c.goaway)
+    assert set(answered.values()) == {431}, answered
+    assert all(code in (E.PROTOCOL_ERROR, E.REFUSED_STREAM, E.NO_ERROR) for code in c.rst.values())
+    check_bounded(waited, growth, "HPACK bomb")
+
+
+def test_settings_flood(srv):
+    """SETTINGS frames beyond the control-frame budget (100 a second): GOAWAY
+    ENHANCE_YOUR_CALM."""
+
+    def flood(c, started):
+        return batches(
+            c,
+            started,
+            lambda i: frame(SETTINGS, 0, 0, settings_payload([(S.ENABLE_PUSH, 0)])),
+            5000,
+        )
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert c.goaway is not None and c.goaway[1] == E.ENHANCE_YOUR_CALM, c.goaway
+    assert c.acked <= 110, f"{c.acked} SETTINGS were acknowledged"
+    check_bounded(waited, growth, "SETTINGS flood")
+
+
+def test_empty_data_flood(srv):
+    """DATA frames with no payload and no END_STREAM beyond 100 a second: GOAWAY
+    ENHANCE_YOUR_CALM, and the stream gets no response."""
+
+    def flood(c, started):
+        post = [(":method", "POST"), REQUEST[1], (":path", "/echo"), REQUEST[3]]
+        c.headers(1, post, end_stream=False)
+        return batches(c, started, lambda i: frame(DATA, 0, 1), 20_000, 500)
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert c.goaway is not None and c.goaway[1] == E.ENHANCE_YOUR_CALM, c.goaway
+    assert 1 not in c.status
+    check_bounded(waited, growth, "empty DATA flood")
+
+
+def test_rapid_reset_flood(srv):
+    """CVE-2023-44487: HEADERS then RST_STREAM, over and over: GOAWAY ENHANCE_YOUR_CALM
+    after the reset budget (200 a second), and a second client is served meanwhile."""
+
+    def flood(c, started):
+        rst = struct.pack(">I", E.CANCEL)
+        request = block(REQUEST)
+
+        def pair(i):
+            sid = 1 + 2 * i
+            return frame(HEADERS, END_STREAM | END_HEADERS, sid, request) + frame(
+                RST_STREAM, 0, sid, rst
+            )
+
+        return batches(c, started, pair, 20_000, 100)
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert c.goaway is not None and c.goaway[1] == E.ENHANCE_YOUR_CALM, c.goaway
+    assert c.goaway[0] < 2 * 1000, f"the server went on to stream {c.goaway[0]}"
+    check_bounded(waited, growth, "Rapid Reset")
+
+
+def test_ping_flood(srv):
+    """PINGs beyond the control-frame budget: GOAWAY ENHANCE_YOUR_CALM, the ACKs sent
+    bounded."""
+
+    def flood(c, started):
+        return batches(c, started, lambda i: frame(PING, 0, 0, i.to_bytes(8, "big")), 5000)
+
+    c, sent, waited, growth = run_attack(srv, flood)
+    assert c.goaway is not None and c.goaway[1] == E.ENHANCE_YOUR_CALM, c.goaway
+    check_bounded(waited, growth, "PING flood")
+
+
+@pytest.mark.parametrize("sid", [(1 << 31) - 1 - 100, (1 << 31) - 1])
+def test_stream_id_exhaustion(srv, after, sid):
+    """A client near the end of the stream id space (2^31-1): its request is served, then
+    a graceful GOAWAY NO_ERROR naming it as the last stream, and the connection closes once
+    it is done; a stream opened after the GOAWAY is not processed."""
+    with Raw(srv.port) as c:
+        slow = [*REQUEST[:2], (":path", "/slow?s=0.3"), REQUEST[3]]
+        c.headers(sid, slow)
+        assert c.until(lambda: c.goaway is not None and c.goaway[0] == sid)
+        assert c.goaway == (sid, E.NO_ERROR)
+        if sid + 2 < 1 << 31:
+            c.headers(sid + 2, REQUEST)
+        assert c.response(sid) == (200, b"slow done", None)
+        assert c.until_closed()
+        assert sid + 2 not in c.status
