@@ -12,6 +12,9 @@ Where RFC 9113 allows more than one answer (a stream error or a connection error
 or just a close), the test accepts exactly those; the docstring says what the server does.
 """
 
+import asyncio
+import hashlib
+import json
 import socket
 import struct
 import threading
@@ -21,6 +24,7 @@ import h2.errors
 import h2.events
 import h2.settings
 import hpack
+import httpx
 import pytest
 from helpers import HOST, UNDER_ASAN, rss_kib, run_server
 from test_h2 import H2
@@ -860,3 +864,169 @@ def test_stream_id_exhaustion(srv, after, sid):
         assert c.response(sid) == (200, b"slow done", None)
         assert c.until_closed()
         assert sid + 2 not in c.status
+
+
+# ---- frameworks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, view",
+    [
+        ("apps.djangoproj.wsgi:application", "/json/"),
+        ("apps.asgi_djangoproj.asgi:application", "/async/"),
+    ],
+    ids=["wsgi", "asgi"],
+)
+def test_django_over_h2(spec, view):
+    """Django's WSGI and ASGI handlers over h2c (httpx, prior knowledge): views, a form
+    POST, a streaming response, 404 and 500, ten requests multiplexed on one connection."""
+
+    async def main(url):
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=20, base_url=url) as c:
+            many = await asyncio.gather(*(c.get(f"{view}?i={i}") for i in range(10)))
+            form = await c.post("/form/", data={"name": "caf\u00e9", "n": "42"})
+            stream = await c.get("/stream/?n=50")
+            missing = await c.get("/no/such/page/")
+            boom = await c.get("/boom/")
+            after = await c.get(view)
+            return many, form, stream, missing, boom, after
+
+    with run_server(spec) as srv:
+        many, form, stream, missing, boom, after = asyncio.run(main(srv.url))
+        assert {r.http_version for r in many} == {"HTTP/2"}
+        assert [r.json()["query"] for r in many] == [{"i": str(i)} for i in range(10)]
+        assert form.json()["fields"] == {"name": "caf\u00e9", "n": "42"}
+        assert stream.content == b"".join(f"chunk-{i}\n".encode() for i in range(50))
+        assert missing.status_code == 404 and boom.status_code == 500
+        assert after.status_code == 200
+        assert f'"GET {view}?i=3 HTTP/2.0" 200' in srv.log()
+
+
+# ---- big transfers on concurrent streams -----------------------------------------------
+
+
+class HashingH2(H2):
+    """H2 that hashes response bodies as they arrive instead of keeping them."""
+
+    def read_some(self):
+        try:
+            data = self.sock.recv(1 << 20)
+        except TimeoutError:
+            raise AssertionError("the server did not answer in time") from None
+        if not data:
+            self.closed = True
+            return []
+        events = self.conn.receive_data(data)
+        for ev in events:
+            r = self.responses.get(getattr(ev, "stream_id", None))
+            if isinstance(ev, h2.events.ResponseReceived) and r is not None:
+                r["status"] = int(dict(ev.headers)[":status"])
+                r["sha"] = hashlib.sha256()
+                r["length"] = 0
+            elif isinstance(ev, h2.events.DataReceived):
+                if r is not None:
+                    r["sha"].update(ev.data)
+                    r["length"] += len(ev.data)
+                    r["body"] = ev.data[-200:]
+                self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded) and r is not None:
+                r["ended"] = True
+            elif isinstance(ev, h2.events.StreamReset) and r is not None:
+                r["reset"] = ev.error_code
+        self.flush()
+        return events
+
+
+def upload_piece(sid, i):
+    return hashlib.sha256(b"%d:%d" % (sid, i)).digest() * 2048  # 64 KiB
+
+
+def run_transfers(port, uploads, downloads, size, pid):
+    """Sends `size` bytes to each path in uploads and fetches each path in downloads, all
+    at once on one connection, the uploads' DATA interleaved. Returns (responses by stream,
+    the sha256 of each upload by stream, the worker's peak RSS growth in KiB)."""
+    baseline = peak = rss_kib(pid)
+    with HashingH2(port, timeout=60) as c:
+        c.conn.update_settings({S.INITIAL_WINDOW_SIZE: 1 << 20})
+        c.conn.increment_flow_control_window(16 << 20)
+        left, sent_sha, offset = {}, {}, {}
+        for path in uploads:
+            sid = c.request(path, "POST", end=False)
+            left[sid], sent_sha[sid], offset[sid] = size, hashlib.sha256(), 0
+        for path in downloads:
+            c.request(path)
+        c.flush()
+        reads = 0
+        while left:
+            progressed = False
+            for sid in list(left):
+                window = min(c.conn.local_flow_control_window(sid), left[sid])
+                while window > 0:
+                    i, at = divmod(offset[sid], 65536)
+                    n = min(window, 65536 - at, c.conn.max_outbound_frame_size)
+                    chunk = upload_piece(sid, i)[at : at + n]
+                    c.conn.send_data(sid, chunk, end_stream=left[sid] == n)
+                    sent_sha[sid].update(chunk)
+                    offset[sid] += n
+                    left[sid] -= n
+                    window -= n
+                    progressed = True
+                if not left[sid]:
+                    del left[sid]
+            c.flush()
+            if not progressed:
+                c.read_some()
+                reads += 1
+                if reads % 50 == 0:
+                    peak = max(peak, rss_kib(pid))
+        while not all(r["ended"] or r["reset"] is not None for r in c.responses.values()):
+            c.read_some()
+            reads += 1
+            if reads % 50 == 0:
+                peak = max(peak, rss_kib(pid))
+        peak = max(peak, rss_kib(pid))
+        return c.responses, {sid: h.hexdigest() for sid, h in sent_sha.items()}, peak - baseline
+
+
+SIZE = 16 * MIB
+STREAMS = 8
+
+
+def test_asgi_8_streams_16_mib_each_way(srv):
+    """Eight uploads of 16 MiB to an ASGI app that sends each body back as it reads it,
+    their DATA interleaved on one connection with the responses: every byte comes back
+    (SHA-256), and the worker's RSS stays bounded while 256 MiB pass through it (per-stream
+    windows and output bounds, not whole bodies, are what it holds)."""
+    pid = worker_pid(srv.port)
+    responses, sent, growth = run_transfers(srv.port, ["/mirror"] * STREAMS, [], SIZE, pid)
+    for sid, r in responses.items():
+        assert r["status"] == 200 and r["reset"] is None, r
+        assert r["length"] == SIZE
+        assert r["sha"].hexdigest() == sent[sid], f"stream {sid} came back different"
+    if not UNDER_ASAN:
+        assert growth < 32 * 1024, f"worker RSS grew {growth} KiB"
+    assert_h2_serving(srv.port)
+
+
+def test_wsgi_8_uploads_and_8_downloads_of_16_mib(wsgi_srv):
+    """A WSGI app: eight 16 MiB uploads (spooled past 1 MiB) and eight 16 MiB downloads on
+    one connection at once: every upload arrives whole (SHA-256 as the app read it), every
+    download is what the app sent, and the worker's RSS stays bounded."""
+    from apps.h2_rfc_apps import download_sha256
+
+    pid = worker_pid(wsgi_srv.port)
+    uploads = ["/upload"] * STREAMS
+    downloads = [f"/download?size={SIZE}"] * STREAMS
+    responses, sent, growth = run_transfers(wsgi_srv.port, uploads, downloads, SIZE, pid)
+    expected = download_sha256(SIZE)
+    assert len(responses) == 2 * STREAMS
+    for sid, r in responses.items():
+        assert r["status"] == 200 and r["reset"] is None, r
+        if sid in sent:
+            got = json.loads(r["body"])
+            assert got == {"length": SIZE, "sha256": sent[sid]}
+        else:
+            assert r["length"] == SIZE and r["sha"].hexdigest() == expected
+    if not UNDER_ASAN:
+        assert growth < 32 * 1024, f"worker RSS grew {growth} KiB"
+    assert_h2_serving(wsgi_srv.port)
