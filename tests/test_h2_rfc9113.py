@@ -17,6 +17,7 @@ import hashlib
 import json
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -27,7 +28,7 @@ import hpack
 import httpx
 import pytest
 from helpers import HOST, UNDER_ASAN, rss_kib, run_server
-from test_h2 import H2
+from test_h2 import H2, needs_curl
 
 APP_WSGI = "apps.h2_rfc_apps:wsgi"
 APP_ASGI = "apps.h2_rfc_apps:asgi"
@@ -161,11 +162,12 @@ class Raw:
         elif ftype in (HEADERS, CONTINUATION):
             self.pending += payload
             if flags & END_HEADERS:
-                fields = dict(self.dec.decode(self.pending))
+                decoded = self.dec.decode(self.pending)
+                fields = dict(decoded)
                 self.pending = b""
                 status = int(fields.get(":status", 0))
                 if 100 <= status < 200:
-                    self.info.setdefault(sid, []).append(fields)
+                    self.info.setdefault(sid, []).append(decoded)
                 elif status:
                     self.status[sid] = status
             if flags & END_STREAM:
@@ -1030,3 +1032,127 @@ def test_wsgi_8_uploads_and_8_downloads_of_16_mib(wsgi_srv):
     if not UNDER_ASAN:
         assert growth < 32 * 1024, f"worker RSS grew {growth} KiB"
     assert_h2_serving(wsgi_srv.port)
+
+
+# ---- 103 Early Hints ---------------------------------------------------------------------
+
+
+def test_asgi_early_hints_over_h2(srv):
+    """http.response.early_hint over HTTP/2: a HEADERS frame with :status 103 and one link
+    field per entry, without END_STREAM, before the response's own HEADERS (RFC 8297,
+    RFC 9113 8.1)."""
+    with Raw(srv.port) as c:
+        c.headers(1, [*REQUEST[:2], (":path", "/early"), REQUEST[3]])
+        assert c.response(1) == (200, b"after hints", None)
+        assert c.info[1] == [
+            [
+                (":status", "103"),
+                ("link", "</style.css>; rel=preload; as=style"),
+                ("link", "</app.js>; rel=preload; as=script"),
+            ]
+        ]
+
+
+@needs_curl
+def test_curl_sees_early_hints_over_h2(srv):
+    r = subprocess.run(
+        ["curl", "-sS", "-i", "--http2-prior-knowledge", "--max-time", "20", f"{srv.url}/early"],
+        capture_output=True,
+        timeout=25,
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert out.startswith("HTTP/2 103"), out
+    assert "link: </app.js>; rel=preload; as=script" in out
+    assert "HTTP/2 200" in out and out.endswith("after hints")
+
+
+# ---- the gunicorn worker ------------------------------------------------------------------
+
+
+def _gunicorn():
+    pytest.importorskip("gunicorn.config")
+    import test_gunicorn
+
+    if "http_protocols" not in test_gunicorn._SETTINGS:
+        pytest.skip("this gunicorn has no http_protocols setting (gunicorn < 25)")
+    return test_gunicorn
+
+
+def _prior_knowledge_served(port):
+    """1 when an h2c prior-knowledge request is answered over HTTP/2, else 0 (the preface
+    read as a bad HTTP/1 request: closed without a SETTINGS frame)."""
+    with Raw(port) as c:
+        c.headers(1, REQUEST)
+        c.until(lambda: 1 in c.ended or c.closed)
+        return c.status.get(1) == 200 and bool(c.server_settings)
+
+
+@pytest.mark.parametrize(
+    "args, h2c",
+    [
+        ((), False),
+        (("--http-protocols", "h2,h1"), False),
+        (("--http-protocols", "h1", "--http2-cleartext", "prior-knowledge"), False),
+        (("--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge"), True),
+        (("--http-protocols", "h2", "--http2-cleartext", "both"), True),
+    ],
+    ids=["default-h1", "h2-no-cleartext", "h1-cleartext", "h2-prior-knowledge", "h2-both"],
+)
+def test_gunicorn_worker_follows_http_protocols(args, h2c):
+    """gunicorn's http_protocols says whether the worker speaks HTTP/2: without h2 (the
+    default "h1") it serves HTTP/1.1 only; with h2 over cleartext only when
+    http2_cleartext asks for it (then prior knowledge and Upgrade: h2c both work)."""
+    tg = _gunicorn()
+    with tg.gunicorn("apps.h2_rfc_apps:asgi", *args, workers=1) as g:
+        assert _prior_knowledge_served(g.port) == h2c, g.log()[-2000:]
+        r = subprocess.run(
+            ["curl", "-sS", "--http2", "--max-time", "10", f"{g.url}/v"],
+            capture_output=True,
+            timeout=15,
+        )
+        assert r.stdout == (b"2 /v" if h2c else b"1.1 /v"), (r.stdout, r.stderr)
+
+
+@needs_curl
+def test_gunicorn_worker_h2_over_tls(tmp_path):
+    """Over TLS, http_protocols with h2 makes the worker offer h2 by ALPN; without it,
+    ALPN offers only http/1.1."""
+    tg = _gunicorn()
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+        + ["-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2"]
+        + ["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    tls = ("--certfile", str(cert), "--keyfile", str(key))
+    for protocols, version in (("h2,h1", "HTTP/2"), ("h1", "HTTP/1.1")):
+        with tg.gunicorn(
+            "apps.h2_rfc_apps:asgi", *tls, "--http-protocols", protocols, workers=1
+        ) as g:
+            url = f"https://{HOST}:{g.port}/v"
+            r = subprocess.run(
+                ["curl", "-sSk", "--http2", "-o", "/dev/null", "-w", "%{http_version}", url]
+                + ["--max-time", "10"],
+                capture_output=True,
+                text=True,
+                timeout=15,
+            )
+            assert r.stdout == version.split("/")[1], (protocols, r.stdout, r.stderr)
+
+
+def test_gunicorn_worker_maps_http2_settings():
+    """gunicorn's http2_max_concurrent_streams, http2_initial_window_size and
+    http2_max_header_list_size become the worker's SETTINGS."""
+    tg = _gunicorn()
+    args = ("--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge")
+    args += ("--http2-max-concurrent-streams", "7", "--http2-initial-window-size", "100000")
+    args += ("--http2-max-header-list-size", "4096")
+    with tg.gunicorn("apps.h2_rfc_apps:asgi", *args, workers=1) as g, Raw(g.port) as c:
+        c.headers(1, REQUEST)
+        assert c.response(1) == (200, b"2 /ok", None)
+        assert c.server_settings[S.MAX_CONCURRENT_STREAMS] == 7
+        assert c.server_settings[S.INITIAL_WINDOW_SIZE] == 100000
+        assert c.server_settings[S.MAX_HEADER_LIST_SIZE] == 4096
