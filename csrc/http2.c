@@ -495,7 +495,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             (uint32_t)hd->stream_id > s->max_client_id)
             s->max_client_id = (uint32_t)hd->stream_id;
         if (stale == CLOSED_BY_PEER) {
-            over = ++s->n_reset > l->max_resets;
+            over = ++s->n_reset > l->max_resets || over;
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
         } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
             s->fail_code = stale == CLOSED_DONE ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR;
