@@ -48,6 +48,11 @@ def _limit(name, value):
     return max(lo, min(hi, value))
 
 
+def _clamp(name, value):
+    lo, hi = INT_BOUNDS[name]
+    return max(lo, min(hi, int(value)))
+
+
 def _is_default_hook(cfg, name):
     """True when the server hook `name` is gunicorn's own default (then it is not called)."""
     setting = cfg.settings[name]
@@ -174,8 +179,7 @@ class PyserverWorker(_GunicornWorker):
             value = int(setting.get())
             if theirs == "http2_initial_window_size" and value == setting.default:
                 continue  # the RFC's 65535: pyserver's larger default window stays
-            lo, hi = INT_BOUNDS[ours]
-            kwargs[ours] = max(lo, min(hi, value))
+            kwargs[ours] = _clamp(ours, value)
         return kwargs
 
     def _make_config(self) -> tuple[Any, Config]:
