@@ -6,7 +6,7 @@ concurrent transfers with bounded RSS, 103 Early Hints, and the gunicorn worker.
 
 Invalid frames are written by hand (`Raw` below: frame bytes, HPACK from the hpack library),
 since the `h2` library refuses to send them; valid traffic uses the `H2` client of
-test_h2.py, httpx with http2=True and h2load.
+test_h2.py, httpx with http2=True and curl (h2load runs in test_h2.py).
 
 Where RFC 9113 allows more than one answer (a stream error or a connection error, a GOAWAY
 or just a close), the test accepts exactly those; the docstring says what the server does.
