@@ -41,6 +41,17 @@ enum { SHUTDOWN_NONE, SHUTDOWN_NOTICE, SHUTDOWN_FINAL };
 
 #define KEEP_FREE_STREAMS 16
 #define STREAM_KEEP_BYTES 4096
+#define CLOSED_REMEMBERED 16
+
+/* What stale_stream says of a frame's stream id: how a stream in the
+ * ring of recently closed ones ended, or what else it is. */
+enum {
+    STALE_NONE = 0, /* a stream nghttp2 knows, or a new id */
+    CLOSED_DONE,    /* END_STREAM both ways: connection error STREAM_CLOSED */
+    CLOSED_BY_PEER, /* the client reset it: RST_STREAM STREAM_CLOSED */
+    CLOSED_BY_US,   /* we reset it: its frames may be in flight, ignored */
+    STALE_UNKNOWN,  /* at or below the highest id opened, not remembered */
+};
 
 struct ps_h2_session {
     nghttp2_session *ng;
@@ -58,12 +69,24 @@ struct ps_h2_session {
     double now, window_start, stalled_since;
     uint32_t n_new, n_reset, n_control, n_empty, n_window;
     uint32_t block_bytes, block_frames;
-    uint32_t calm;    /* a flood bound was hit: GOAWAY ENHANCE_YOUR_CALM */
-    int fatal;        /* nghttp2 gave up on the connection */
-    int shutdown;     /* SHUTDOWN_* */
-    int final_due;    /* the final GOAWAY can go */
-    int id_exhausted; /* a client stream id reached limits->last_stream_id */
-    int data_sent;    /* DATA went out during this flush */
+    uint32_t calm;      /* a flood bound was hit: GOAWAY ENHANCE_YOUR_CALM */
+    int fatal;          /* nghttp2 gave up on the connection */
+    int shutdown;       /* SHUTDOWN_* */
+    int final_due;      /* the final GOAWAY can go */
+    int id_exhausted;   /* a client stream id reached limits->last_stream_id */
+    int data_sent;      /* DATA went out during this flush */
+    uint32_t fail_code; /* a callback failed: the GOAWAY's code, else 0 */
+    /* Stream ids nghttp2 has forgotten (it keeps no closed streams): the
+     * highest a client opened, and the last ones closed with how. */
+    uint32_t max_client_id;
+    uint32_t last_rst_sent;
+    uint32_t closed_ids[CLOSED_REMEMBERED];
+    uint8_t closed_how[CLOSED_REMEMBERED];
+    uint32_t closed_next;
+    /* At the start of a SETTINGS frame: the peer's initial window and the
+     * largest send window of an open stream (RFC 9113 6.9.2 overflow). */
+    uint32_t initial_before;
+    int32_t window_before;
 };
 
 const ps_slice_t ps_h2_preface = PS_SLICE_LIT(NGHTTP2_CLIENT_MAGIC);
@@ -398,6 +421,59 @@ static void budget_window(ps_h2_session_t *s)
     }
 }
 
+/* Remembers how a stream nghttp2 is about to forget ended (CLOSED_*). */
+static void remember_closed(ps_h2_session_t *s, int32_t id, uint8_t how)
+{
+    uint32_t i = s->closed_next++ % CLOSED_REMEMBERED;
+    s->closed_ids[i] = (uint32_t)id;
+    s->closed_how[i] = how;
+}
+
+/* A frame on a client stream id nghttp2 no longer knows (it keeps no
+ * closed streams, and would ignore the frame without a word): returns
+ * CLOSED_* for a stream closed lately, STALE_UNKNOWN for another id at or
+ * below the highest one opened (a lower id than an earlier stream's, RFC
+ * 9113 5.1.1, or one closed long ago), else STALE_NONE. */
+static int stale_stream(ps_h2_session_t *s, int32_t id)
+{
+    if (!(id & 1) || (uint32_t)id > s->max_client_id || nghttp2_session_find_stream(s->ng, id))
+        return STALE_NONE;
+    for (uint32_t i = 0; i < CLOSED_REMEMBERED; i++)
+        if (s->closed_ids[i] == (uint32_t)id)
+            return s->closed_how[i];
+    return STALE_UNKNOWN;
+}
+
+/* A SETTINGS frame starts: what a change of SETTINGS_INITIAL_WINDOW_SIZE
+ * is checked against when it has been applied (on_frame_recv). */
+static void settings_begin(ps_h2_session_t *s)
+{
+    s->initial_before =
+        nghttp2_session_get_remote_settings(s->ng, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE);
+    s->window_before = 0;
+    for (const ps_h2_stream_t *st = s->live; st; st = st->next_live)
+        if (!st->closed)
+            s->window_before = PS_MAX(s->window_before,
+                                      nghttp2_session_get_stream_remote_window_size(s->ng, st->id));
+}
+
+/* RFC 9113 6.9.2: a new initial window that takes a stream's window past
+ * 2^31-1 is a connection error FLOW_CONTROL_ERROR (nghttp2 resets only
+ * the stream). Returns 0 or NGHTTP2_ERR_CALLBACK_FAILURE. */
+static int settings_check(ps_h2_session_t *s, const nghttp2_settings *f)
+{
+    for (size_t i = 0; i < f->niv; i++) {
+        if (f->iv[i].settings_id != NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE ||
+            f->iv[i].value <= s->initial_before)
+            continue;
+        if ((int64_t)s->window_before + (f->iv[i].value - s->initial_before) > INT32_MAX) {
+            s->fail_code = NGHTTP2_FLOW_CONTROL_ERROR;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+    }
+    return 0;
+}
+
 /* Every frame header passes here first: the per-second budgets and the
  * bounds on a header block while it arrives (an endless CONTINUATION
  * sequence is cut off after max_continuations frames or max_header_block
@@ -406,14 +482,25 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
 {
     ps_h2_session_t *s = ud;
     const ps_h2_limits_t *l = s->limits;
-    PS_UNUSED(ng);
     budget_window(s);
     int over = 0;
+    int stale;
     switch (hd->type) {
     case NGHTTP2_HEADERS:
         s->block_bytes = (uint32_t)hd->length;
         s->block_frames = 0;
         over = s->block_bytes > l->max_header_block;
+        stale = stale_stream(s, hd->stream_id);
+        if (stale == STALE_NONE && (hd->stream_id & 1) &&
+            (uint32_t)hd->stream_id > s->max_client_id)
+            s->max_client_id = (uint32_t)hd->stream_id;
+        if (stale == CLOSED_BY_PEER) {
+            over = ++s->n_reset > l->max_resets || over;
+            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
+        } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
+            s->fail_code = stale == CLOSED_DONE ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
         break;
     case NGHTTP2_CONTINUATION:
         s->block_bytes += (uint32_t)hd->length;
@@ -430,6 +517,11 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
         over = ++s->n_window > l->max_window_updates;
         break;
     case NGHTTP2_SETTINGS:
+        if (!(hd->flags & NGHTTP2_FLAG_ACK)) {
+            over = ++s->n_control > l->max_control;
+            settings_begin(s);
+        }
+        break;
     case NGHTTP2_PING:
         if (!(hd->flags & NGHTTP2_FLAG_ACK))
             over = ++s->n_control > l->max_control;
@@ -482,6 +574,10 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
         if ((frame->hd.flags & NGHTTP2_FLAG_ACK) && s->shutdown == SHUTDOWN_NOTICE)
             s->final_due = 1;
         break;
+    case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK))
+            return settings_check(s, &frame->settings);
+        break;
     }
     return 0;
 }
@@ -514,6 +610,11 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
 {
     ps_h2_session_t *s = ud;
     ps_h2_stream_t *st = stream_of(s, id);
+    uint8_t how = (uint32_t)id == s->last_rst_sent       ? CLOSED_BY_US
+                  : st && !st->end_sent && !st->rejected ? CLOSED_BY_PEER
+                                                         : CLOSED_DONE;
+    if (id & 1)
+        remember_closed(s, id, how);
     if (!st)
         return 0;
     nghttp2_session_set_stream_user_data(ng, id, NULL);
@@ -537,6 +638,11 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *
     ps_h2_session_t *s = ud;
     if (frame->hd.type == NGHTTP2_DATA)
         s->data_sent = 1;
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+        s->last_rst_sent = (uint32_t)frame->hd.stream_id;
+        if (!nghttp2_session_find_stream(ng, frame->hd.stream_id))
+            remember_closed(s, frame->hd.stream_id, CLOSED_BY_US); /* refused, never opened */
+    }
     if ((frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -705,7 +811,9 @@ int ps_h2_feed(ps_h2_session_t *s, const char *data, size_t len, double now)
     if (rv < 0) {
         s->fatal = 1;
         uint32_t code = NGHTTP2_INTERNAL_ERROR;
-        if (s->calm || rv == NGHTTP2_ERR_FLOODED || rv == ERR_TOO_MANY_CONTINUATIONS)
+        if (s->fail_code)
+            code = s->fail_code;
+        else if (s->calm || rv == NGHTTP2_ERR_FLOODED || rv == ERR_TOO_MANY_CONTINUATIONS)
             code = NGHTTP2_ENHANCE_YOUR_CALM;
         else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
             code = NGHTTP2_PROTOCOL_ERROR;
@@ -887,6 +995,7 @@ ps_h2_stream_t *ps_h2_upgrade(ps_h2_session_t *s, ps_slice_t settings, const ps_
         return NULL;
     if (nghttp2_session_upgrade2(s->ng, payload, (size_t)n, req->is_head, st) != 0)
         goto error;
+    s->max_client_id = 1;
     const uint8_t *m = (const uint8_t *)req->method.base;
     int rc = arena_add(st, m, req->method.len, &st->method_off);
     rc = rc ? rc : arena_add(st, (const uint8_t *)req->target.base, req->target.len, &st->path_off);

@@ -48,6 +48,11 @@ def _limit(name, value):
     return max(lo, min(hi, value))
 
 
+def _clamp(name, value):
+    lo, hi = INT_BOUNDS[name]
+    return max(lo, min(hi, int(value)))
+
+
 def _is_default_hook(cfg, name):
     """True when the server hook `name` is gunicorn's own default (then it is not called)."""
     setting = cfg.settings[name]
@@ -147,6 +152,36 @@ class PyserverWorker(_GunicornWorker):
             "ssl_ciphers": gcfg.ciphers,
         }
 
+    def _http2_kwargs(self) -> dict[str, Any]:
+        """gunicorn's HTTP/2 settings (gunicorn 25+) as Config's http and http2_*.
+
+        HTTP/2 is served only when http_protocols names h2: over TLS by ALPN (h2 and
+        http/1.1 offered, whatever their order in the setting), in cleartext when
+        http2_cleartext is not "off" (any of its mechanisms turns on both prior knowledge
+        and Upgrade: h2c, for every peer). A gunicorn without http_protocols keeps the
+        core's default ("auto")."""
+        gcfg = self.cfg
+        protocols = getattr(gcfg, "http_protocols", None)
+        if protocols is None:
+            return {}
+        if "h2" not in protocols:
+            return {"http": "1"}
+        cleartext = getattr(gcfg, "http2_cleartext", "off")
+        kwargs: dict[str, Any] = {"http": "auto" if gcfg.is_ssl or cleartext != "off" else "1"}
+        for ours, theirs in (
+            ("http2_max_concurrent_streams", "http2_max_concurrent_streams"),
+            ("http2_max_headers_size", "http2_max_header_list_size"),
+            ("http2_initial_stream_window_size", "http2_initial_window_size"),
+        ):
+            setting = gcfg.settings.get(theirs)
+            if setting is None:
+                continue
+            value = int(setting.get())
+            if theirs == "http2_initial_window_size" and value == setting.default:
+                continue  # the RFC's 65535: pyserver's larger default window stays
+            kwargs[ours] = _clamp(ours, value)
+        return kwargs
+
     def _make_config(self) -> tuple[Any, Config]:
         """Returns (app, config): the application as the core calls it and gunicorn's
         settings mapped onto a pyserver Config."""
@@ -184,6 +219,7 @@ class PyserverWorker(_GunicornWorker):
             proxy_headers=True,
             forwarded_allow_ips=list(trusted or ()),
             **self._tls_kwargs(),
+            **self._http2_kwargs(),
             **self.CONFIG_KWARGS,
         )
         config.check_tls()  # a bad certificate or key: one logged line, WORKER_BOOT_ERROR

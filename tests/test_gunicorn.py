@@ -216,8 +216,11 @@ def test_django_asgi_two_workers():
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-def test_http2_prior_knowledge_with_the_defaults():
-    with gunicorn("apps.basic:app") as g:
+def test_http2_prior_knowledge_when_http_protocols_ask():
+    """gunicorn's own settings turn h2c on (its default, h1, keeps HTTP/1.1 only: see
+    test_h2_rfc9113.py's gunicorn tests)."""
+    args = ("--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge")
+    with gunicorn("apps.basic:app", *args) as g:
         r = subprocess.run(
             ["curl", "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version}"]
             + [g.url + "/"],

@@ -1242,6 +1242,101 @@ static void test_stream_id_exhaustion(void)
     ps_h2_session_free(s);
 }
 
+/* Frames on stream ids nghttp2 has forgotten (it keeps no closed streams),
+ * which it would ignore without a word: HEADERS on a lower id than an
+ * earlier stream's is GOAWAY PROTOCOL_ERROR (RFC 9113 5.1.1), on a stream
+ * that ended both ways GOAWAY STREAM_CLOSED, on one the client reset
+ * RST_STREAM STREAM_CLOSED (the connection goes on), and on one we reset
+ * nothing (its frames may have been in flight). */
+static void test_stale_streams(void)
+{
+    for (int kind = 0; kind < 4; kind++) {
+        reset_records();
+        app_mode = kind == 2 ? APP_RECORD : APP_HELLO;
+        ps_h2_session_t *s = server_new();
+        ps_buf_t block = {0}, post = {0};
+        hpack_request(&block, "GET", "/");
+        hpack_request(&post, "POST", "/");
+        hpack_lit(&post, 0, "content-length", "2", 1);
+        raw_start();
+        seen_t seen;
+        int rc;
+        if (kind == 0) {
+            raw_headers(5, 1, &block);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.status[5], 200);
+            raw_headers(3, 1, &block);
+            rc = raw_run(s, &seen);
+            CHECK_EQ(rc, -EPROTO);
+            CHECK_EQ(seen.goaway, NGHTTP2_PROTOCOL_ERROR);
+            CHECK_EQ(rec_of(3)->heads, 0);
+        } else if (kind == 1) {
+            raw_headers(1, 1, &block);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.status[1], 200);
+            raw_headers(1, 1, &block);
+            CHECK_EQ(raw_run(s, &seen), -EPROTO);
+            CHECK_EQ(seen.goaway, NGHTTP2_STREAM_CLOSED);
+        } else if (kind == 2) {
+            raw_headers(1, 1, &block);
+            raw_rst(1, NGHTTP2_CANCEL);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            raw_headers(1, 1, &block);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.rst[1], NGHTTP2_STREAM_CLOSED);
+            CHECK_EQ(seen.goaways, 0);
+        } else {
+            raw_headers(1, 0, &post);
+            frame(NGHTTP2_DATA, 0, 1, "12345", 5);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.rst[1], NGHTTP2_PROTOCOL_ERROR);
+            ps_buf_t trailer = {0};
+            hpack_lit(&trailer, 0, "x-t", "1", 1);
+            raw_headers(1, 1, &trailer);
+            frame(NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, "6", 1);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.goaways, 0);
+            CHECK_EQ(seen.nrst, 0);
+            ps_buf_free(&trailer);
+        }
+        if (kind >= 2) { /* the connection goes on */
+            app_mode = APP_HELLO;
+            raw_headers(3, 1, &block);
+            CHECK_EQ(raw_run(s, &seen), 0);
+            CHECK_EQ(seen.status[3], 200);
+        }
+        ps_buf_free(&block);
+        ps_buf_free(&post);
+        ps_h2_session_free(s);
+    }
+}
+
+/* RFC 9113 6.9.2: a SETTINGS_INITIAL_WINDOW_SIZE change that takes an open
+ * stream's send window past 2^31-1 is a connection error
+ * FLOW_CONTROL_ERROR (nghttp2 alone resets the stream). */
+static void test_initial_window_overflow(void)
+{
+    reset_records();
+    app_mode = APP_RECORD;
+    ps_h2_session_t *s = server_new();
+    ps_buf_t block = {0};
+    hpack_request(&block, "POST", "/");
+    raw_start();
+    raw_headers(1, 0, &block);
+    uint32_t inc = 0x7fffffffu - 65535;
+    uint8_t wu[4] = {(uint8_t)(inc >> 24), (uint8_t)(inc >> 16), (uint8_t)(inc >> 8), (uint8_t)inc};
+    frame(NGHTTP2_WINDOW_UPDATE, 0, 1, wu, 4);
+    seen_t seen;
+    CHECK_EQ(raw_run(s, &seen), 0);
+    CHECK_EQ(seen.goaways, 0);
+    uint8_t iv[6] = {0, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0, 1, 0, 0}; /* 65536 */
+    frame(NGHTTP2_SETTINGS, 0, 0, iv, 6);
+    CHECK_EQ(raw_run(s, &seen), -EPROTO);
+    CHECK_EQ(seen.goaway, NGHTTP2_FLOW_CONTROL_ERROR);
+    ps_buf_free(&block);
+    ps_h2_session_free(s);
+}
+
 static void test_graceful_shutdown(void)
 {
     reset_records();
@@ -1357,6 +1452,8 @@ int main(void)
     test_control_floods();
     test_zero_window_stall();
     test_stream_id_exhaustion();
+    test_stale_streams();
+    test_initial_window_overflow();
     test_graceful_shutdown();
     test_disconnect();
     test_h2c_upgrade();
