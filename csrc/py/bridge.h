@@ -71,6 +71,8 @@ typedef struct {
     uint32_t nbound;
     int *proxyproto_fds; /* the listeners that speak the PROXY protocol; PyMem_Malloc'd */
     uint32_t nproxyproto;
+    ps_static_t statics; /* --static mounts (core.statics), initialised when statics_ready */
+    int statics_ready;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s
