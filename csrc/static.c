@@ -838,6 +838,41 @@ static int not_modified(const ps_request_t *r, ps_slice_t etag, time_t mtime)
     return mtime <= since;
 }
 
+/* 1 when an If-Match list names etag (strong comparison: a weak tag never
+ * matches) or is "*". */
+static int strong_match(ps_slice_t list, ps_slice_t etag)
+{
+    ps_slice_t item;
+    while (next_element(&list, &item)) {
+        if (item.len == 1 && item.base[0] == '*')
+            return 1;
+        if (item.len == etag.len && memcmp(item.base, etag.base, etag.len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* If-Match, else If-Unmodified-Since (RFC 9110 13.2.2, steps 1 and 2):
+ * 1 for a 412. An If-Unmodified-Since that is not one valid date is
+ * ignored. */
+static int precondition_failed(const ps_request_t *r, ps_slice_t etag, time_t mtime)
+{
+    int im = 0, matched = 0;
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (HEADER_IS(&r->headers[i], "if-match")) {
+            im = 1;
+            matched |= strong_match(r->headers[i].value, etag);
+        }
+    if (im)
+        return !matched;
+    int count;
+    ps_slice_t ius = single_field(r, "if-unmodified-since", 19, &count);
+    time_t since;
+    if (count != 1 || parse_http_date(trim(ius), &since) < 0)
+        return 0;
+    return mtime > since;
+}
+
 /* If-Range: 1 when the Range may be honoured (no If-Range, or it names
  * this representation: the same strong ETag, or exactly its date). */
 static int range_applies(const ps_request_t *r, ps_slice_t etag, time_t mtime)
@@ -941,6 +976,14 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
                                      tag_suffix[encoding]);
     plan->encoding = (uint8_t)encoding;
     plan->file_size = size;
+    if (precondition_failed(r, etag, mtime)) {
+        close(fd);
+        plan->status = 412;
+        plan->status_line = PS_SLICE_LIT("412 Precondition Failed");
+        ADD_LIT(plan, "Content-Length", "0");
+        add_validators(s, plan, etag, date);
+        return PS_STATIC_RESPOND;
+    }
     if (not_modified(r, etag, mtime)) {
         close(fd);
         plan->status = 304;

@@ -182,6 +182,24 @@ def test_if_modified_since_gives_304(srv, tree):
     assert out == b"304"
 
 
+def test_if_match_and_if_unmodified_since_give_412(srv, tree):
+    mtime = int((tree / "hello.txt").stat().st_mtime)
+    with httpx.Client(base_url=srv.url) as client:
+        etag = client.get("/static/hello.txt").headers["etag"]
+        r = client.get("/static/hello.txt", headers={"If-Match": etag})
+        assert r.status_code == 200 and r.content == HELLO
+        r = client.get("/static/hello.txt", headers={"If-Match": '"other"'})
+        assert r.status_code == 412 and r.content == b"" and r.headers["etag"] == etag
+        r = client.get("/static/hello.txt", headers={"If-Match": f"W/{etag}"})
+        assert r.status_code == 412  # a strong comparison
+        older = email.utils.formatdate(mtime - 10, usegmt=True)
+        r = client.get("/static/hello.txt", headers={"If-Unmodified-Since": older})
+        assert r.status_code == 412
+        same = email.utils.formatdate(mtime, usegmt=True)
+        r = client.get("/static/hello.txt", headers={"If-Unmodified-Since": same})
+        assert r.status_code == 200 and r.content == HELLO
+
+
 def test_single_range_gives_206(srv, tree):
     data = (tree / "data.bin").read_bytes()
     size = len(data)

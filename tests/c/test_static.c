@@ -602,6 +602,50 @@ static void test_conditionals(void)
     CHECK_EQ(serve("GET", "/static/index.html", both, &plan), PS_STATIC_RESPOND);
     CHECK_EQ(plan.status, 200);
     ps_static_plan_release(&plan);
+
+    /* If-Match (strong comparison) and If-Unmodified-Since: 412 when false. */
+    const char *im[] = {"If-Match", etag, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_list[] = {"If-Match", list, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_list, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_star[] = {"If-Match", "*", NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_star, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_weak[] = {"If-Match", weak, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_weak, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    CHECK_SLICE_EQ(plan.status_line, "412 Precondition Failed");
+    CHECK_EQ(plan.fd, -1);
+    CHECK_HEADER(&plan, "content-length", "0");
+    CHECK(plan_header(&plan, "etag").len == strlen(etag));
+    const char *im_other[] = {"If-Match", "\"other\"", NULL};
+    CHECK_EQ(serve("HEAD", "/static/index.html", im_other, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    /* If-Match is checked before If-None-Match. */
+    const char *im_inm[] = {"If-Match", "\"other\"", "If-None-Match", etag, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_inm, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    const char *ius_old[] = {"If-Unmodified-Since", older, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_old, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    const char *ius_same[] = {"If-Unmodified-Since", lm, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_same, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *ius_bad[] = {"If-Unmodified-Since", "never", NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_bad, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    /* If-Match that matches wins over an If-Unmodified-Since in the past. */
+    const char *im_ius[] = {"If-Match", etag, "If-Unmodified-Since", older, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_ius, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
 }
 
 /* ---- ranges -------------------------------------------------------------- */
