@@ -549,3 +549,44 @@ def test_mount_at_root_leaves_misses_to_the_app(tree):
     with run_server("apps.asgi_basic:app", "--static", f"/={tree / 'sub'}") as srv:
         assert httpx.get(f"{srv.url}/robots.txt").content == HELLO
         assert httpx.get(f"{srv.url}/hello").content == b"hello world"
+
+
+def test_pipelined_static_and_app_requests(srv, tree):
+    data = (tree / "data.bin").read_bytes()
+    with srv.connect() as conn:
+        conn.send(
+            build_request("GET", "/static/data.bin")
+            + build_request("HEAD", "/static/hello.txt")
+            + build_request("GET", "/hello")
+            + build_request("GET", "/static/hello.txt", [("Range", "bytes=0-4")])
+        )
+        assert conn.read_response().body == data
+        head = conn.read_response("HEAD")
+        assert head.status == 200 and head.body == b""
+        assert conn.read_response().body == b"hello world"
+        r = conn.read_response()
+        assert r.status == 206 and r.body == HELLO[:5]
+
+
+def test_wsgi_threads(tree):
+    with run_server("apps.basic:app", "--threads", "4", "--static", f"/static={tree}") as srv:
+        with srv.connect() as conn:
+            for _ in range(3):
+                assert conn.request("GET", "/static/hello.txt").body == HELLO
+                assert conn.request("GET", "/hello").body == b"hello world"
+
+
+def test_over_tls_http1_and_h2(tree, tmp_path):
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout", "k.pem", "-out", "c.pem",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        cwd=tmp_path, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    args = ["--ssl-certfile", str(tmp_path / "c.pem"), "--ssl-keyfile", str(tmp_path / "k.pem")]
+    data = (tree / "data.bin").read_bytes()
+    with run_server("apps.asgi_basic:app", *args, "--static", f"/static={tree}") as srv:
+        url = f"https://{HOST}:{srv.port}/static/data.bin"
+        assert curl("-k", "--http1.1", url, url) == data * 2
+        assert curl("-k", "--http2", url) == data
+        assert curl("-k", "--http2", "-r", "5-9", url) == data[5:10]
