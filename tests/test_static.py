@@ -22,9 +22,12 @@ from helpers import (
     TESTS_DIR,
     UNDER_ASAN,
     build_request,
+    fd_count,
     rss_kib,
     run_cli,
     run_server,
+    settled_fd_count,
+    wait_for,
     worker_pid,
 )
 
@@ -590,3 +593,18 @@ def test_over_tls_http1_and_h2(tree, tmp_path):
         assert curl("-k", "--http1.1", url, url) == data * 2
         assert curl("-k", "--http2", url) == data
         assert curl("-k", "--http2", "-r", "5-9", url) == data[5:10]
+
+
+def test_no_descriptor_leaks(srv, tree):
+    pid = worker_pid(srv)
+    before = settled_fd_count(pid)
+    for _ in range(20):
+        with srv.connect() as conn:
+            conn.request("GET", "/static/hello.txt")
+            conn.request("GET", "/static/hello.txt", headers={"Range": "bytes=0-1"})
+            conn.request("GET", "/static/style.css", headers={"Accept-Encoding": "gzip"})
+            conn.request("GET", "/static/nope.txt")
+            conn.send(build_request("GET", "/static/data.bin"))
+            conn.read_until(b"\r\n\r\n")  # and leave mid-body
+    curl("--http2-prior-knowledge", "-o", "/dev/null", f"{srv.url}/static/data.bin")
+    assert wait_for(lambda: settled_fd_count(pid) <= before, 10), (before, fd_count(pid))
