@@ -519,6 +519,29 @@ static void test_headers(void)
 
 /* ---- conditionals -------------------------------------------------------- */
 
+/* The validators as written by hand in static.c, against snprintf and
+ * strftime: a fixed time with one-digit fields (zero padding), nanoseconds. */
+static void test_validator_format(void)
+{
+    char p[512], want[128];
+    ps_static_plan_t plan;
+    put_str("pub/dated.txt", "dated\n");
+    in_root("pub/dated.txt", p, sizeof(p));
+    struct timespec times[2] = {{981173106, 7}, {981173106, 7}}; /* 2001-02-03 04:05:06 */
+    CHECK_EQ(utimensat(AT_FDCWD, p, times, 0), 0);
+    struct stat sb;
+    CHECK_EQ(stat(p, &sb), 0);
+    CHECK_EQ(serve("GET", "/static/dated.txt", NULL, &plan), PS_STATIC_RESPOND);
+    CHECK_HEADER(&plan, "last-modified", "Sat, 03 Feb 2001 04:05:06 GMT");
+    snprintf(want, sizeof(want), "\"%llx-%llx-%llx\"", (unsigned long long)sb.st_ino,
+             (unsigned long long)sb.st_size, 981173106000000007ULL);
+    ps_slice_t etag = plan_header(&plan, "etag");
+    CHECK(etag.len == strlen(want) && memcmp(etag.base, want, etag.len) == 0);
+    CHECK_HEADER(&plan, "content-length", "6");
+    ps_static_plan_release(&plan);
+    CHECK_EQ(unlink(p), 0);
+}
+
 static void test_conditionals(void)
 {
     ps_static_plan_t plan;
@@ -951,6 +974,7 @@ int main(void)
     test_links(1);
     test_mime();
     test_headers();
+    test_validator_format();
     test_conditionals();
     test_ranges();
     test_precompressed();
@@ -958,6 +982,7 @@ int main(void)
     test_matching();
     test_traversal();
     test_headers();
+    test_validator_format();
     test_precompressed();
     st.no_openat2 = 0;
     test_strict();
