@@ -353,7 +353,7 @@ static void static_dispose(ps_exchange_t *x)
 
 static void static_on_body(ps_exchange_t *x)
 {
-    if (!static_busy(x))
+    if (!static_busy(x) && x->worker->static_inner->on_body)
         x->worker->static_inner->on_body(x);
 }
 
