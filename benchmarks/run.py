@@ -389,7 +389,10 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
     argv, files = spec.argv(ctx, sc, port)
-    argv += sc.server_args.get(spec.name, []) + protocol_argv(spec, ctx, sc)
+    # "{VAR}" in a scenario's server options: its files in the run's tmpdir (scenario_env)
+    fill = extra_env or {}
+    extra = [a.format(**fill) if "{" in a else a for a in sc.server_args.get(spec.name, [])]
+    argv += extra + protocol_argv(spec, ctx, sc)
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
     log_name = spec.name.replace("/", "_")

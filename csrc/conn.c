@@ -310,7 +310,8 @@ static int flush(ps_conn_t *c)
 {
     for (;;) {
         while (ps_buf_size(&c->wbuf)) {
-            ssize_t r = ps_transport_write(&c->t, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf));
+            ssize_t r = ps_transport_send(&c->t, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf),
+                                          c->sf_fd >= 0 && c->sf_left > 0);
             if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ)
                 return 1;
             if (r < 0) {

@@ -54,6 +54,10 @@ typedef struct {
     /* Optional: a connection is closed before its first request (a PROXY
      * protocol failure; reason: static words). The layer logs one line. */
     void (*on_refused)(ps_exchange_t *x, const char *reason);
+    /* Optional: the core answered the request itself (a --static file, the
+     * static layer of worker.c) with status; called once the response
+     * ended, or failed after its head. The layer writes its access line. */
+    void (*on_served)(ps_exchange_t *x, int status);
     /* The layer answers from outside these callbacks (ASGI's tasks) and
      * reads the body as it arrives; 0: it answers inside on_request with
      * the whole body buffered first (WSGI). */
@@ -113,6 +117,9 @@ struct ps_exchange {
      * as the gateway named it (SERVER_NAME, SERVER_PORT), which the bridge
      * reports instead of the local address; base NULL otherwise. */
     ps_slice_t server_name, server_port;
+    /* The static layer's (worker.c): the file it is sending, valid only
+     * while app_data is that layer's marker. */
+    int static_fd;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into

@@ -646,6 +646,58 @@ static ps_slice_t scratch_printf(ps_static_plan_t *plan, const char *fmt, ...)
     return (ps_slice_t){at, (size_t)n};
 }
 
+/* Building a value in the scratch without printf (the per-request fields):
+ * scratch_begin, the put_* calls, then scratch_end returns what was written
+ * (empty when it did not fit, as scratch_printf). */
+typedef struct {
+    char *at, *end;
+    int full;
+} out_t;
+
+static out_t scratch_begin(ps_static_plan_t *plan)
+{
+    return (out_t){plan->scratch + plan->scratch_len, plan->scratch + PS_STATIC_SCRATCH, 0};
+}
+
+static ps_slice_t scratch_end(ps_static_plan_t *plan, const out_t *o)
+{
+    char *start = plan->scratch + plan->scratch_len;
+    if (o->full)
+        return (ps_slice_t){"", 0};
+    plan->scratch_len = (size_t)(o->at - plan->scratch);
+    return (ps_slice_t){start, (size_t)(o->at - start)};
+}
+
+static void put_bytes(out_t *o, const char *s, size_t n)
+{
+    if (o->full || (size_t)(o->end - o->at) < n) {
+        o->full = 1;
+        return;
+    }
+    memcpy(o->at, s, n);
+    o->at += n;
+}
+
+#define PUT_LIT(o, lit) put_bytes((o), (lit), sizeof(lit) - 1)
+
+/* v in base 10 or 16 (lower case), at least `width` digits. */
+static void put_number(out_t *o, uint64_t v, unsigned base, int width)
+{
+    static const char digits[] = "0123456789abcdef";
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = digits[v % base];
+        v /= base;
+    } while (v);
+    while (n < width)
+        tmp[n++] = '0';
+    char rev[24];
+    for (int i = 0; i < n; i++)
+        rev[i] = tmp[n - 1 - i];
+    put_bytes(o, rev, (size_t)n);
+}
+
 static void add_header(ps_static_plan_t *plan, ps_slice_t name, ps_slice_t value)
 {
     if (plan->nheaders < PS_STATIC_MAX_HEADERS)
@@ -838,6 +890,41 @@ static int not_modified(const ps_request_t *r, ps_slice_t etag, time_t mtime)
     return mtime <= since;
 }
 
+/* 1 when an If-Match list names etag (strong comparison: a weak tag never
+ * matches) or is "*". */
+static int strong_match(ps_slice_t list, ps_slice_t etag)
+{
+    ps_slice_t item;
+    while (next_element(&list, &item)) {
+        if (item.len == 1 && item.base[0] == '*')
+            return 1;
+        if (item.len == etag.len && memcmp(item.base, etag.base, etag.len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* If-Match, else If-Unmodified-Since (RFC 9110 13.2.2, steps 1 and 2):
+ * 1 for a 412. An If-Unmodified-Since that is not one valid date is
+ * ignored. */
+static int precondition_failed(const ps_request_t *r, ps_slice_t etag, time_t mtime)
+{
+    int im = 0, matched = 0;
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (HEADER_IS(&r->headers[i], "if-match")) {
+            im = 1;
+            matched |= strong_match(r->headers[i].value, etag);
+        }
+    if (im)
+        return !matched;
+    int count;
+    ps_slice_t ius = single_field(r, "if-unmodified-since", 19, &count);
+    time_t since;
+    if (count != 1 || parse_http_date(trim(ius), &since) < 0)
+        return 0;
+    return mtime > since;
+}
+
 /* If-Range: 1 when the Range may be honoured (no If-Range, or it names
  * this representation: the same strong ETag, or exactly its date). */
 static int range_applies(const ps_request_t *r, ps_slice_t etag, time_t mtime)
@@ -914,9 +1001,12 @@ static void add_validators(const ps_static_t *s, ps_static_plan_t *plan, ps_slic
 {
     add_header(plan, PS_SLICE_LIT("Last-Modified"), date);
     add_header(plan, PS_SLICE_LIT("ETag"), etag);
-    if (s->max_age >= 0)
-        add_header(plan, PS_SLICE_LIT("Cache-Control"),
-                   scratch_printf(plan, "public, max-age=%lld", (long long)s->max_age));
+    if (s->max_age >= 0) {
+        out_t o = scratch_begin(plan);
+        PUT_LIT(&o, "public, max-age=");
+        put_number(&o, (uint64_t)s->max_age, 10, 1);
+        add_header(plan, PS_SLICE_LIT("Cache-Control"), scratch_end(plan, &o));
+    }
     if (s->precompressed)
         ADD_LIT(plan, "Vary", "Accept-Encoding");
 }
@@ -933,14 +1023,42 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
     time_t mtime = st->st_mtim.tv_sec;
     struct tm tm;
     gmtime_r(&mtime, &tm);
-    ps_slice_t date = scratch_printf(plan, "%s, %02d %s %04d %02d:%02d:%02d GMT",
-                                     day_names[tm.tm_wday], tm.tm_mday, month_names[tm.tm_mon],
-                                     tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    ps_slice_t etag = scratch_printf(plan, "\"%llx-%llx-%llx%s\"", (unsigned long long)st->st_ino,
-                                     (unsigned long long)size, (unsigned long long)mtime_ns,
-                                     tag_suffix[encoding]);
+    out_t o = scratch_begin(plan); /* "Sun, 06 Nov 1994 08:49:37 GMT" */
+    put_bytes(&o, day_names[tm.tm_wday], 3);
+    PUT_LIT(&o, ", ");
+    put_number(&o, (uint64_t)tm.tm_mday, 10, 2);
+    PUT_LIT(&o, " ");
+    put_bytes(&o, month_names[tm.tm_mon], 3);
+    PUT_LIT(&o, " ");
+    put_number(&o, (uint64_t)(tm.tm_year + 1900), 10, 4);
+    PUT_LIT(&o, " ");
+    put_number(&o, (uint64_t)tm.tm_hour, 10, 2);
+    PUT_LIT(&o, ":");
+    put_number(&o, (uint64_t)tm.tm_min, 10, 2);
+    PUT_LIT(&o, ":");
+    put_number(&o, (uint64_t)tm.tm_sec, 10, 2);
+    PUT_LIT(&o, " GMT");
+    ps_slice_t date = scratch_end(plan, &o);
+    o = scratch_begin(plan); /* "INODE-SIZE-MTIME_NS[-gz|-br]" in hex */
+    PUT_LIT(&o, "\"");
+    put_number(&o, (uint64_t)st->st_ino, 16, 1);
+    PUT_LIT(&o, "-");
+    put_number(&o, size, 16, 1);
+    PUT_LIT(&o, "-");
+    put_number(&o, mtime_ns, 16, 1);
+    put_bytes(&o, tag_suffix[encoding], strlen(tag_suffix[encoding]));
+    PUT_LIT(&o, "\"");
+    ps_slice_t etag = scratch_end(plan, &o);
     plan->encoding = (uint8_t)encoding;
     plan->file_size = size;
+    if (precondition_failed(r, etag, mtime)) {
+        close(fd);
+        plan->status = 412;
+        plan->status_line = PS_SLICE_LIT("412 Precondition Failed");
+        ADD_LIT(plan, "Content-Length", "0");
+        add_validators(s, plan, etag, date);
+        return PS_STATIC_RESPOND;
+    }
     if (not_modified(r, etag, mtime)) {
         close(fd);
         plan->status = 304;
@@ -962,12 +1080,18 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
         return PS_STATIC_RESPOND;
     }
     const char *type = ps_static_mime_type(s, name, name_len);
-    add_header(plan, PS_SLICE_LIT("Content-Type"),
-               is_text_type(type) ? scratch_printf(plan, "%s; charset=utf-8", type)
-                                  : (ps_slice_t){type, strlen(type)});
+    ps_slice_t ctype = {type, strlen(type)};
+    if (is_text_type(type)) {
+        o = scratch_begin(plan);
+        put_bytes(&o, ctype.base, ctype.len);
+        PUT_LIT(&o, "; charset=utf-8");
+        ctype = scratch_end(plan, &o);
+    }
+    add_header(plan, PS_SLICE_LIT("Content-Type"), ctype);
     uint64_t length = range == RANGE_OK ? last - first + 1 : size;
-    add_header(plan, PS_SLICE_LIT("Content-Length"),
-               scratch_printf(plan, "%llu", (unsigned long long)length));
+    o = scratch_begin(plan);
+    put_number(&o, length, 10, 1);
+    add_header(plan, PS_SLICE_LIT("Content-Length"), scratch_end(plan, &o));
     if (range == RANGE_OK) {
         plan->status = 206;
         plan->status_line = PS_SLICE_LIT("206 Partial Content");

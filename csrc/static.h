@@ -4,7 +4,8 @@
  * Nothing here reads or writes a socket. ps_static_serve() decides: it
  * matches the request against the mounts, decodes and checks the path, opens
  * the file beneath the mount's directory (never following a link out of
- * it), evaluates the conditional and Range fields, picks a precompressed
+ * it), evaluates the conditional (If-Match, If-Unmodified-Since -> 412;
+ * If-None-Match, If-Modified-Since -> 304) and Range fields, picks a precompressed
  * sibling, and fills a ps_static_plan_t: the status, the header fields, and
  * the open file with the offset and length to sendfile(2). The caller sends
  * the head (adding Date, Server and its own Connection handling, e.g. with
@@ -76,7 +77,7 @@ enum { PS_STATIC_IDENTITY, PS_STATIC_GZIP, PS_STATIC_BR };
  * static strings: the plan must not be copied or moved while they are used.
  */
 typedef struct {
-    int status;             /* 200, 206, 304, 404, 405 or 416 */
+    int status;             /* 200, 206, 304, 404, 405, 412 or 416 */
     ps_slice_t status_line; /* "200 OK", for ps_http1_write_head */
     ps_header_t headers[PS_STATIC_MAX_HEADERS];
     uint32_t nheaders;

@@ -214,7 +214,27 @@ static inline ssize_t ps_transport_writev(ps_transport_t *t, const struct iovec 
     }
 }
 
-/* One buffer: send(2) on a plain socket. Same returns as writev. */
+/* One buffer: send(2) on a plain socket. Same returns as writev. more: a
+ * sendfile follows at once (MSG_MORE: the kernel may hold these bytes to
+ * send them in the file's first segment; the sendfile's end pushes). */
+static inline ssize_t ps_transport_send(ps_transport_t *t, const char *p, size_t len, int more)
+{
+    if (ps_unlikely(t->ssl != NULL)) {
+        struct iovec v = {(void *)p, len};
+        return ps_tls_writev(t, &v, 1);
+    }
+    int flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
+    for (;;) {
+        ssize_t r = send(t->fd, p, len, flags);
+        if (r >= 0)
+            return r;
+        if (errno == EAGAIN)
+            return PS_IO_WANT_WRITE;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
 static inline ssize_t ps_transport_write(ps_transport_t *t, const char *p, size_t len)
 {
     if (ps_unlikely(t->ssl != NULL)) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "accesslog.h"
 #include "common.h"
 #include "conn.h"
 #include "listener.h"
@@ -261,6 +262,142 @@ void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
     ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
 }
 
+/* ---- the static layer (--static) ---------------------------------------
+ *
+ * Wraps the interface layer's handler when there are mounts: a request
+ * ps_static_serve answers is carried out here with the exchange calls
+ * (start, then sendfile), over HTTP/1 or HTTP/2, and never reaches Python
+ * but for its access line (on_served); everything else is forwarded. While
+ * a file is in flight app_data is static_marker (the protocols tell only a
+ * layer with app_data of a drained output or a disconnect) and the file is
+ * x->static_fd.
+ */
+static char static_marker;
+
+static int static_busy(const ps_exchange_t *x)
+{
+    return x->app_data == &static_marker;
+}
+
+/* Closes the file in flight, if any; 1 when there was one. */
+static int static_drop(ps_exchange_t *x)
+{
+    if (!static_busy(x))
+        return 0;
+    close(x->static_fd);
+    x->static_fd = -1;
+    x->app_data = NULL;
+    return 1;
+}
+
+static void static_served(ps_exchange_t *x, int status)
+{
+    const ps_handler_t *inner = x->worker->static_inner;
+    if (inner->on_served)
+        inner->on_served(x, status);
+}
+
+/* Carries out a plan. May end or abort the exchange. */
+static void static_answer(ps_exchange_t *x, ps_static_plan_t *plan)
+{
+    x->log_start = ps_alog_clock();
+    int rc = ps_exchange_start(x, plan->status_line, plan->headers, plan->nheaders, plan->body.base,
+                               plan->body.len);
+    if (rc >= 0 && plan->fd >= 0)
+        rc = ps_exchange_sendfile(x, plan->fd, (int64_t)plan->offset, plan->length);
+    if (rc == PS_WRITE_PENDING && plan->fd >= 0) {
+        x->static_fd = plan->fd; /* closed by on_writable, on_disconnect or dispose */
+        x->app_data = &static_marker;
+        return;
+    }
+    ps_static_plan_release(plan);
+    if (rc < 0) {
+        ps_exchange_abort(x);
+        static_served(x, x->status ? x->status : plan->status);
+        return;
+    }
+    ps_exchange_end(x); /* PS_WRITE_PENDING without a file: the protocol flushes the head */
+    static_served(x, plan->status);
+}
+
+static void static_on_request(ps_exchange_t *x)
+{
+    ps_worker_t *w = x->worker;
+    ps_static_plan_t plan;
+    int rc = ps_static_serve(w->cfg.statics, x->req, &plan);
+    if (rc == PS_STATIC_RESPOND) {
+        static_answer(x, &plan);
+    } else if (rc < 0) {
+        ps_exchange_reject(x, 503, "no descriptor for a static file");
+    } else {
+        w->static_inner->on_request(x);
+    }
+}
+
+static void static_on_writable(ps_exchange_t *x)
+{
+    if (!static_drop(x)) {
+        x->worker->static_inner->on_writable(x);
+        return;
+    }
+    int status = x->status;
+    ps_exchange_end(x);
+    static_served(x, status);
+}
+
+static void static_on_disconnect(ps_exchange_t *x)
+{
+    if (static_drop(x))
+        static_served(x, x->status);
+    else
+        x->worker->static_inner->on_disconnect(x);
+}
+
+static void static_dispose(ps_exchange_t *x)
+{
+    static_drop(x);
+    x->worker->static_inner->dispose(x);
+}
+
+static void static_on_body(ps_exchange_t *x)
+{
+    if (!static_busy(x) && x->worker->static_inner->on_body)
+        x->worker->static_inner->on_body(x);
+}
+
+static void static_on_rejected(ps_exchange_t *x, int status, const char *reason)
+{
+    if (x->worker->static_inner->on_rejected)
+        x->worker->static_inner->on_rejected(x, status, reason);
+}
+
+static void static_on_refused(ps_exchange_t *x, const char *reason)
+{
+    if (x->worker->static_inner->on_refused)
+        x->worker->static_inner->on_refused(x, reason);
+}
+
+static const ps_handler_t static_handler = {
+    .on_request = static_on_request,
+    .on_writable = static_on_writable,
+    .on_disconnect = static_on_disconnect,
+    .dispose = static_dispose,
+    .on_body = static_on_body,
+    .on_rejected = static_on_rejected,
+    .on_refused = static_on_refused,
+};
+
+static const ps_handler_t static_handler_async = {
+    .on_request = static_on_request,
+    .on_writable = static_on_writable,
+    .on_disconnect = static_on_disconnect,
+    .dispose = static_dispose,
+    .on_body = static_on_body,
+    .on_rejected = static_on_rejected,
+    .on_refused = static_on_refused,
+    .async = 1,
+};
+
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
                    void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data)
 {
@@ -275,6 +412,10 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     w->handler = handler;
     w->handler_data = handler_data;
     w->async = handler->async;
+    if (cfg->statics && cfg->statics->nmounts) {
+        w->static_inner = handler;
+        w->handler = w->async ? &static_handler_async : &static_handler;
+    }
     w->hooks = hooks ? hooks : &no_hooks;
     w->hooks_data = hooks_data;
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);

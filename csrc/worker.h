@@ -13,6 +13,7 @@
 #include "http2.h"
 #include "listener.h"
 #include "master.h"
+#include "static.h"
 #include "uwsgi.h"
 
 typedef struct ps_conn ps_conn_t;
@@ -57,6 +58,9 @@ typedef struct {
      * plain), NULL for none; it must outlive the worker. */
     ps_tls_ctx_t *tls;
     double timeout_tls_handshake; /* a handshake not done by then closes the connection */
+    /* --static mounts, answered by the core before the interface layer is
+     * called (NULL or no mounts: none); it must outlive the worker. */
+    const ps_static_t *statics;
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the
@@ -104,6 +108,9 @@ struct ps_worker {
      * the slot wrapper forwards to, and the master's pid to watch. */
     ps_slot_t *slot;
     const ps_handler_t *inner_handler;
+    /* --static: the handler the static layer forwards to (what it does not
+     * answer itself); NULL without mounts. */
+    const ps_handler_t *static_inner;
     pid_t ppid;
     ev_timer heartbeat;
     ev_tstamp stop_started;         /* graceful stop under a master: when it began */

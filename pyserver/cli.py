@@ -24,7 +24,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 # Whitespace-separated lists in the environment.
-LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env", "proxy_protocol_bind")
+LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env", "proxy_protocol_bind", "static")
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -495,6 +495,31 @@ def build_parser():
         type=_converter("proxy_protocol_bind", config.parse_bind),
         help="only this listener takes PROXY headers, written as in --bind (HOST:PORT, "
         "[IPV6]:PORT, unix:PATH, fd://N); repeatable",
+    )
+
+    static = parser.add_argument_group("static files (served by the core, before the app)")
+    add(
+        static,
+        "--static",
+        action="append",
+        metavar="PREFIX=DIR",
+        type=_converter("static", config.parse_static),
+        help="serve the files under DIR at URL path PREFIX (e.g. /static=./staticfiles) "
+        "with sendfile, GET and HEAD only; a miss reaches the application; repeatable",
+    )
+    add(
+        static,
+        "--static-max-age",
+        metavar="SECONDS",
+        type=_int("static_max_age"),
+        help="static files get Cache-Control: public, max-age=SECONDS (default: none)",
+    )
+    add(
+        static,
+        "--static-strict",
+        action=argparse.BooleanOptionalAction,
+        help="a miss under a mount answers 404 and another method 405, instead of "
+        "reaching the application (default: off)",
     )
 
     logs = parser.add_argument_group("logging")

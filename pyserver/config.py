@@ -79,6 +79,12 @@ hold final values:
     reload_includes           list of file name patterns to watch (default: *.py)
     wsgi_errors_level         int, the logging level of lines written to wsgi.errors
     hooks                     dict of the server hooks of a --config file (see hooks.py)
+    static                    list of "PREFIX=DIR" mounts the core serves files from before
+                              the application is called (DIR absolute after load())
+    static_max_age            None (no Cache-Control) or int seconds: static files get
+                              Cache-Control: public, max-age=N
+    static_strict             bool: a miss under a mount answers 404 (another method 405)
+                              instead of reaching the application
 
 Supervision by a foreign process manager (the gunicorn worker sets these; None leaves
 the worker alone):
@@ -137,6 +143,7 @@ INT_BOUNDS = {
     "http2_max_headers_size": (1024, 1 << 24),
     "http2_initial_stream_window_size": (1024, (1 << 31) - 1),
     "http2_initial_connection_window_size": (65535, (1 << 31) - 1),
+    "static_max_age": (0, None),
 }
 FLOAT_BOUNDS = {
     "timeout_tls_handshake": (0.001, None),
@@ -301,6 +308,28 @@ def parse_bind(value):
         raise ValueError(f"bad port in {value!r}: {exc}") from None
 
 
+def parse_static(value):
+    """Check one --static mount, "PREFIX=DIR" or a (PREFIX, DIR) pair.
+
+    Returns "PREFIX=DIR" with PREFIX without its trailing '/'. PREFIX is an absolute URL
+    path without '%', '\\', NUL, '.' or '..' segments; raises ValueError otherwise.
+    """
+    if isinstance(value, str):
+        prefix, sep, directory = value.partition("=")
+    else:
+        (prefix, directory), sep = value, "="
+    directory = os.fspath(directory)
+    if not sep or not prefix.startswith("/") or not directory:
+        raise ValueError(f"expected PREFIX=DIR with PREFIX starting with '/', got {value!r}")
+    if any(ch in prefix for ch in "%\\\0") or any(
+        part in (".", "..") for part in prefix.split("/")
+    ):
+        raise ValueError(f"PREFIX may not hold '%', '\\', NUL, '.' or '..': {prefix!r}")
+    if "\0" in directory:
+        raise ValueError(f"DIR may not hold NUL: {directory!r}")
+    return f"{prefix.rstrip('/') or '/'}={directory}"
+
+
 def format_host_port(host, port):
     if ":" in host:
         return f"[{host}]:{port}"
@@ -422,6 +451,9 @@ class Config:
         timeout_tls_handshake=10.0,
         ssl_ticket_rotation=3600.0,
         hooks=None,
+        static=None,
+        static_max_age=None,
+        static_strict=False,
         startup_warnings=(),
     ):
         self.app = app
@@ -568,6 +600,11 @@ class Config:
             raise ValueError(f"wsgi_errors_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
         self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level]
         self.hooks = dict(hooks or {})
+        self.static = [parse_static(mount) for mount in static or ()]
+        self.static_max_age = (
+            None if static_max_age is None else check_int("static_max_age", static_max_age)
+        )
+        self.static_strict = bool(static_strict)
         self.startup_warnings = list(startup_warnings)
 
         self.error_logger = None
@@ -590,6 +627,7 @@ class Config:
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
         self.check_tls()
+        self.check_static()
         # Under a master the workers import the app, unless --preload.
         import_here = not self.use_master or self.preload
         if self.uid is None and self.gid is None:
@@ -622,6 +660,23 @@ class Config:
             _core.check_tls(self)
         except ValueError as exc:
             raise StartupError(f"error: {exc}", 1) from None
+
+    def check_static(self):
+        """Make each --static DIR absolute (after --chdir) and check it is a directory.
+
+        Raises StartupError (exit 1) naming the mount.
+        """
+        mounts = []
+        for mount in self.static:
+            prefix, _, directory = mount.partition("=")
+            directory = os.path.abspath(directory)
+            if not os.path.isdir(directory):
+                reason = "not a directory" if os.path.exists(directory) else "no such directory"
+                raise StartupError(f"error: --static {mount}: {reason}", 1)
+            if not os.access(directory, os.R_OK | os.X_OK):
+                raise StartupError(f"error: --static {mount}: permission denied", 1)
+            mounts.append(f"{prefix}={directory}")
+        self.static = mounts
 
     def apply_process_settings(self):
         """--umask, --chdir, --env: before logging, binding and importing."""

@@ -52,6 +52,8 @@ PEER_PACKAGES = {
     "wsproto": ("wsproto", "wsproto"),
     # django-wsgi-db: Django's PostgreSQL backend (psycopg 3, the binary wheel).
     "psycopg": ("psycopg[binary]", "psycopg"),
+    # static: WhiteNoise under gunicorn, the static files Django projects use today.
+    "whitenoise": ("whitenoise", "whitenoise"),
 }
 # meinheld pins greenlet<0.5, which no longer compiles on CPython >= 3.11; its own C
 # code builds and runs against a current greenlet, so install that first, then meinheld

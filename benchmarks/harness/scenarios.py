@@ -327,12 +327,72 @@ def _hello_h2(http2):
     )
 
 
+STATIC_DIR = "static"  # in the run's tmpdir: $BENCH_STATIC_DIR, written by the setup step
+
+
+def _check_static(name, size):
+    """The file as benchmarks/apps/static_files.py writes it: bytes 0..250, repeated."""
+    pattern = bytes(range(251))
+    want = (pattern * (size // len(pattern) + 1))[:size]
+
+    def check(host, port):
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        try:
+            conn.request("GET", f"/static/{name}")
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        if resp.status != 200 or body != want:
+            raise ValueError(f"/static/{name}: {resp.status}, {len(body)} bytes")
+
+    return check
+
+
+def _static(name, size, label):
+    return Scenario(
+        f"static-{label}",
+        f"Issue 15: a {label.upper()}iB file (`/static/{name}`, page-cached, in the run's "
+        "temporary directory) served by each server's own static-file support, keep-alive "
+        "load with wrk, one worker process: pyserver `--static /static=DIR` (C core, "
+        "sendfile), nginx `location /static/ { alias DIR/; }` with `sendfile on`, granian "
+        "`--static-path-route /static --static-path-mount DIR`, uWSGI `--static-map "
+        "/static=DIR` (--http11-socket, keep-alive), WhiteNoise in front of the hello "
+        "WSGI app under gunicorn's sync worker (which closes every connection). "
+        "Goal in the issue: >= 0.9x nginx.",
+        app=HELLO_WSGI,
+        interface="wsgi",
+        path=f"/static/{name}",
+        body=None,
+        check=_check_static(name, size),
+        servers=["pyserver", "nginx", "granian", "uwsgi-threads", "gunicorn-whitenoise"],
+        tmp_env={"BENCH_STATIC_DIR": STATIC_DIR},
+        setup=("-m", "benchmarks.apps.static_files"),
+        server_args={
+            "pyserver": ["--static", "/static={BENCH_STATIC_DIR}"],
+            "granian": [
+                "--static-path-route",
+                "/static",
+                "--static-path-mount",
+                "{BENCH_STATIC_DIR}",
+            ],
+            "uwsgi-threads": ["--static-map", "/static={BENCH_STATIC_DIR}"],
+        },
+        nginx={
+            "http": "sendfile on;\ntcp_nopush on;",
+            "server": f"location /static/ {{ alias {{tmp}}/{STATIC_DIR}/; }}",
+        },
+    )
+
+
+STATIC = [_static("4k.bin", 4096, "4k"), _static("1m.bin", 1 << 20, "1m")]
 HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
 HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
 SCENARIO_GROUPS = {
     "websocket-echo": [sc.name for sc in WEBSOCKET_ECHO],
     "hello-tls": [sc.name for sc in HELLO_TLS],
     "hello-h2": [sc.name for sc in HELLO_H2],
+    "static": [sc.name for sc in STATIC],
 }
 
 SCENARIOS = {
@@ -634,6 +694,7 @@ SCENARIOS = {
         *WEBSOCKET_ECHO,
         *HELLO_TLS,
         *HELLO_H2,
+        *STATIC,
         Scenario(
             "instructions",
             "CPU instructions per request of pyserver (and, with --baseline REF, of the build "

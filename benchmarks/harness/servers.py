@@ -200,6 +200,12 @@ def gunicorn_argv(ctx, sc, port):
     return argv, {}
 
 
+def gunicorn_whitenoise_argv(ctx, sc, port):
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "sync"]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning"]
+    return argv + ["benchmarks.apps.static_files:whitenoise_app"], {}
+
+
 def uvicorn_argv(ctx, sc, port):
     argv = [ctx.peer_bin("uvicorn"), sc.app, "--host", HOST, "--port", str(port)]
     argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
@@ -369,6 +375,14 @@ _SPECS = [
         "gunicorn sync worker (no keep-alive)",
         gunicorn_argv,
         tls=("--certfile", "--keyfile"),
+    ),
+    ServerSpec(
+        "gunicorn-whitenoise",
+        "peer",
+        "WhiteNoise in front of the WSGI app, gunicorn sync worker",
+        gunicorn_whitenoise_argv,
+        module="whitenoise",
+        dist="whitenoise",
     ),
     ServerSpec("meinheld", "peer", "meinheld (keep-alive on)", meinheld_argv, max_workers=1),
     ServerSpec(

@@ -73,6 +73,8 @@ typedef struct {
     uint32_t nproxyproto;
     int *uwsgi_fds; /* the listeners that speak uwsgi; PyMem_Malloc'd */
     uint32_t nuwsgi;
+    ps_static_t statics; /* --static mounts (core.statics), initialised when statics_ready */
+    int statics_ready;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s

@@ -497,6 +497,68 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
     return rc;
 }
 
+/* --static, --static-max-age, --static-strict: s->statics (and
+ * s->core.statics) when static names mounts ("PREFIX=DIR" strings, DIR
+ * opened now). Returns 0 or -1 with a ValueError naming the bad mount. */
+static int load_static(PyObject *config, ps_py_settings_t *s)
+{
+    int strict;
+    PyObject *mounts = get_obj(config, "static");
+    PyObject *age = mounts ? get_obj(config, "static_max_age") : NULL;
+    PyObject *seq = NULL;
+    int rc = -1;
+    if (age == NULL || get_bool(config, "static_strict", &strict) < 0)
+        goto done;
+    if ((seq = PySequence_Fast(mounts, "pyserver: config.static must be a list")) == NULL)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(seq) == 0) {
+        rc = 0;
+        goto done;
+    }
+    ps_static_init(&s->statics);
+    s->statics_ready = 1; /* from here on, ps_py_settings_free frees it */
+    s->statics.strict = strict != 0;
+    if (age != Py_None) {
+        long long n = PyLong_AsLongLong(age);
+        if (n == -1 && PyErr_Occurred())
+            goto done;
+        s->statics.max_age = n < 0 ? -1 : n;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_ssize_t len;
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        const char *spec = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
+        if (spec == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "pyserver: config.static items must be str");
+            goto done;
+        }
+        int err = ps_static_add(&s->statics, spec, (size_t)len);
+        if (err == -ENOMEM) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (err < 0) {
+            PyErr_Format(PyExc_ValueError, "--static %s: %s", spec,
+                         err == -EINVAL   ? "expected PREFIX=DIR, PREFIX an absolute URL path"
+                         : err == -EEXIST ? "the prefix is mounted twice"
+                                          : strerror(-err));
+            goto done;
+        }
+    }
+    if (ps_static_load_mime(&s->statics, "/etc/mime.types") == -ENOMEM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    s->core.statics = &s->statics;
+    rc = 0;
+done:
+    Py_XDECREF(mounts);
+    Py_XDECREF(age);
+    Py_XDECREF(seq);
+    return rc;
+}
+
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
 {
     double graceful_timeout, max_requests, workers;
@@ -511,7 +573,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
         load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
-        load_tls(config, s) < 0)
+        load_tls(config, s) < 0 || load_static(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */
@@ -544,6 +606,10 @@ void ps_py_settings_free(ps_py_settings_t *s)
     ps_tls_ctx_free(s->tls);
     s->tls = s->core.tls = NULL;
     s->core.proxyproto_trust = NULL;
+    if (s->statics_ready)
+        ps_static_free(&s->statics);
+    s->statics_ready = 0;
+    s->core.statics = NULL;
     PyMem_Free(s->proxyproto_fds);
     s->proxyproto_fds = NULL;
     s->core.uwsgi_trust = NULL;

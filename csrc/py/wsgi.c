@@ -1161,6 +1161,15 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
+/* A --static file the core answered: its access line (the client is the
+ * peer: forwarded headers are not read for it). */
+static void on_served(ps_exchange_t *x, int status)
+{
+    ps_wsgi_t *ctx = x->handler_data;
+    if (ctx->access_log)
+        ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+}
+
 static void on_refused(ps_exchange_t *x, const char *reason)
 {
     ps_wsgi_t *ctx = x->handler_data;
@@ -1174,6 +1183,7 @@ const ps_handler_t ps_wsgi_handler = {
     .dispose = dispose,
     .on_rejected = on_rejected,
     .on_refused = on_refused,
+    .on_served = on_served,
 };
 
 /* ---- start_response (the Request type) ---- */

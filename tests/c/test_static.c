@@ -519,6 +519,29 @@ static void test_headers(void)
 
 /* ---- conditionals -------------------------------------------------------- */
 
+/* The validators as written by hand in static.c, against snprintf and
+ * strftime: a fixed time with one-digit fields (zero padding), nanoseconds. */
+static void test_validator_format(void)
+{
+    char p[512], want[128];
+    ps_static_plan_t plan;
+    put_str("pub/dated.txt", "dated\n");
+    in_root("pub/dated.txt", p, sizeof(p));
+    struct timespec times[2] = {{981173106, 7}, {981173106, 7}}; /* 2001-02-03 04:05:06 */
+    CHECK_EQ(utimensat(AT_FDCWD, p, times, 0), 0);
+    struct stat sb;
+    CHECK_EQ(stat(p, &sb), 0);
+    CHECK_EQ(serve("GET", "/static/dated.txt", NULL, &plan), PS_STATIC_RESPOND);
+    CHECK_HEADER(&plan, "last-modified", "Sat, 03 Feb 2001 04:05:06 GMT");
+    snprintf(want, sizeof(want), "\"%llx-%llx-%llx\"", (unsigned long long)sb.st_ino,
+             (unsigned long long)sb.st_size, 981173106000000007ULL);
+    ps_slice_t etag = plan_header(&plan, "etag");
+    CHECK(etag.len == strlen(want) && memcmp(etag.base, want, etag.len) == 0);
+    CHECK_HEADER(&plan, "content-length", "6");
+    ps_static_plan_release(&plan);
+    CHECK_EQ(unlink(p), 0);
+}
+
 static void test_conditionals(void)
 {
     ps_static_plan_t plan;
@@ -600,6 +623,50 @@ static void test_conditionals(void)
     /* If-None-Match wins over If-Modified-Since (RFC 9110 13.1.3). */
     const char *both[] = {"If-None-Match", "\"other\"", "If-Modified-Since", newer, NULL};
     CHECK_EQ(serve("GET", "/static/index.html", both, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+
+    /* If-Match (strong comparison) and If-Unmodified-Since: 412 when false. */
+    const char *im[] = {"If-Match", etag, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_list[] = {"If-Match", list, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_list, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_star[] = {"If-Match", "*", NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_star, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *im_weak[] = {"If-Match", weak, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_weak, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    CHECK_SLICE_EQ(plan.status_line, "412 Precondition Failed");
+    CHECK_EQ(plan.fd, -1);
+    CHECK_HEADER(&plan, "content-length", "0");
+    CHECK(plan_header(&plan, "etag").len == strlen(etag));
+    const char *im_other[] = {"If-Match", "\"other\"", NULL};
+    CHECK_EQ(serve("HEAD", "/static/index.html", im_other, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    /* If-Match is checked before If-None-Match. */
+    const char *im_inm[] = {"If-Match", "\"other\"", "If-None-Match", etag, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_inm, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    const char *ius_old[] = {"If-Unmodified-Since", older, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_old, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 412);
+    const char *ius_same[] = {"If-Unmodified-Since", lm, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_same, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    const char *ius_bad[] = {"If-Unmodified-Since", "never", NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", ius_bad, &plan), PS_STATIC_RESPOND);
+    CHECK_EQ(plan.status, 200);
+    ps_static_plan_release(&plan);
+    /* If-Match that matches wins over an If-Unmodified-Since in the past. */
+    const char *im_ius[] = {"If-Match", etag, "If-Unmodified-Since", older, NULL};
+    CHECK_EQ(serve("GET", "/static/index.html", im_ius, &plan), PS_STATIC_RESPOND);
     CHECK_EQ(plan.status, 200);
     ps_static_plan_release(&plan);
 }
@@ -907,6 +974,7 @@ int main(void)
     test_links(1);
     test_mime();
     test_headers();
+    test_validator_format();
     test_conditionals();
     test_ranges();
     test_precompressed();
@@ -914,6 +982,7 @@ int main(void)
     test_matching();
     test_traversal();
     test_headers();
+    test_validator_format();
     test_precompressed();
     st.no_openat2 = 0;
     test_strict();
