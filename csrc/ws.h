@@ -10,7 +10,8 @@
  *     application's messages with ps_ws_send*(). Pings are answered inside
  *     the session; protocol errors close with the code of RFC 6455 7.4.
  *
- * Framing is wslay's frame layer; messages, control frames, the close
+ * Frames are written with wslay's frame layer and read by ws.c's own
+ * decoder (see ws.c for why); messages, control frames, the close
  * handshake, UTF-8, limits and compression are this file's (see ws.c for
  * what wslay's event layer could not do).
  */
@@ -145,6 +146,7 @@ typedef struct {
     uint8_t type;   /* PS_WS_EV_* */
     uint8_t origin; /* PS_WS_CLOSE_*, for a close */
     uint16_t code;  /* for a close */
+    uint8_t ascii;  /* text: every byte is below 0x80 */
     /* The message, or the close reason (the peer's, or ours in words).
      * Valid until the next ps_ws_feed(), ps_ws_next_event() or ps_ws_free(). */
     ps_slice_t data;
@@ -165,14 +167,13 @@ typedef struct {
     ps_buf_t zbuf;    /* a compressed message on its way out */
     uint32_t nqueued; /* completed events in `events` */
 
-    /* input of the ps_ws_feed() in progress */
-    const char *in;
-    size_t in_len, in_off;
-
     /* the frame being read */
-    uint64_t frame_off;
+    uint64_t frame_len, frame_off;
+    unsigned char frame_mask[4]; /* its masking key */
+    unsigned char hdr[14];       /* its header, while incomplete */
+    uint8_t hdr_len;
     uint8_t frame_op;
-    unsigned in_frame : 1;
+    unsigned in_frame : 1; /* the header was read: its payload follows */
     unsigned frame_fin : 1;
     uint8_t ctrl_len;
     char ctrl[125];
@@ -185,6 +186,7 @@ typedef struct {
     unsigned msg_compressed : 1;
     unsigned msg_zdone : 1;   /* its deflate data ended with a final block */
     unsigned msg_discard : 1; /* read after our close: parsed, not kept */
+    unsigned msg_ascii : 1;   /* no byte of it at 0x80 or above so far */
 
     unsigned close_sent : 1;     /* a close frame is in `out` (or was written) */
     unsigned close_received : 1; /* the peer's close frame was read */
@@ -205,8 +207,8 @@ void ps_ws_free(ps_ws_t *ws);
 
 /* Reads frames from data. *consumed says how much was taken: all of it,
  * unless the event queue filled up (ps_ws_want_read() is then 0 until
- * events are taken; feed the rest again, or an empty input, afterwards:
- * up to 4 KiB taken earlier may still wait inside the session). Bytes after
+ * events are taken; feed the rest again afterwards: at most the 13 bytes of
+ * an incomplete frame header wait inside the session). Bytes after
  * the close handshake or a failure are taken and dropped. Protocol errors
  * are not errors here: they queue a close frame and a close event.
  * Returns 0, or -ENOMEM (the connection must be closed). */

@@ -649,7 +649,7 @@ static void feed(session_t *s, const ps_buf_t *in, size_t piece)
 }
 
 typedef struct {
-    int type, origin, code;
+    int type, origin, code, ascii;
     char data[1 << 20];
     size_t len;
 } event_t;
@@ -667,6 +667,7 @@ static int take(session_t *s)
     ev.type = e.type;
     ev.origin = e.origin;
     ev.code = e.code;
+    ev.ascii = e.ascii;
     ev.len = PS_MIN(e.data.len, sizeof(ev.data));
     if (ev.len)
         memcpy(ev.data, e.data.base, ev.len);
@@ -759,6 +760,73 @@ static void test_long_frames_use_16_and_64_bit_lengths(void)
         CHECK(next_frame(&s.ws) && frame.len == sizeof(big) && memcmp(frame.data, big, 70000) == 0);
         session_close(&s);
     }
+    ps_buf_free(&in);
+}
+
+/* Payloads of every length up to 80 and every split: unmasked eight bytes at
+ * a time, the key's phase follows the frame's offset. */
+static void test_payloads_unmask_at_any_offset_and_say_whether_they_are_ascii(void)
+{
+    char text[80], other[80];
+    for (size_t i = 0; i < sizeof(text); i++)
+        text[i] = (char)('A' + i % 50);
+    for (size_t len = 0; len <= sizeof(text); len++) {
+        for (size_t piece = 0; piece <= 9; piece += 1 + (piece > 3) * 2) {
+            ps_buf_t in = {0};
+            put_frame(&in, 1, 0, OP_TEXT, text, len);
+            memcpy(other, text, len);
+            if (len >= 2) { /* an e-acute somewhere in it */
+                other[len / 2 - 1] = (char)0xc3;
+                other[len / 2] = (char)0xa9;
+            }
+            put_frame(&in, 1, 0, OP_TEXT, other, len);
+            put_frame(&in, 1, 0, OP_BIN, text, len);
+            session_t s;
+            session_open(&s, 1 << 20, 0, NULL);
+            feed(&s, &in, piece);
+            CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 1);
+            CHECK(ev.len == len && memcmp(ev.data, text, len) == 0);
+            CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == (len < 2));
+            CHECK(ev.len == len && memcmp(ev.data, other, len) == 0);
+            CHECK(take(&s) && ev.type == PS_WS_EV_BINARY && ev.ascii == 0);
+            CHECK(ev.len == len && memcmp(ev.data, text, len) == 0);
+            CHECK(!take(&s));
+            session_close(&s);
+            ps_buf_free(&in);
+        }
+    }
+}
+
+/* One ASCII fragment does not make a message ASCII; compressed text is
+ * checked as well. */
+static void test_ascii_is_a_property_of_the_whole_message(void)
+{
+    ps_buf_t in = {0}, z = {0};
+    put_frame(&in, 0, 0, OP_TEXT, "caf\xc3", 4);
+    put_frame(&in, 1, 0, OP_CONT, "\xa9 and more ascii after it", 25);
+    put_frame(&in, 0, 0, OP_TEXT, "plain ", 6);
+    put_frame(&in, 1, 0, OP_CONT, "\xc3\xa9", 2);
+    zclient_t c;
+    zclient_open(&c, 15, 0);
+    zclient_compress(&c, "compressed ascii", 16, &z);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    zclient_compress(&c, "compressed caf\xc3\xa9", 16, &z);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    for (size_t piece = 0; piece <= 1; piece++) {
+        session_t s;
+        session_open(&s, 1 << 20, 0, &deflate_on);
+        feed(&s, &in, piece);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0 && ev.len == 29);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0 && ev.len == 8);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 1);
+        CHECK_MEM_EQ(ev.data, ev.len, "compressed ascii");
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0);
+        CHECK_MEM_EQ(ev.data, ev.len, "compressed caf\xc3\xa9");
+        CHECK(!take(&s));
+        session_close(&s);
+    }
+    zclient_close(&c);
+    ps_buf_free(&z);
     ps_buf_free(&in);
 }
 
@@ -1232,6 +1300,32 @@ static void test_the_stream_ending_mid_frame_is_1006(void)
 
 /* ---- session: the queue's bound ----------------------------------------------------- */
 
+/* What a full queue leaves is not taken: the next feed starts at the next
+ * frame (no input waits inside the session). */
+static void test_a_full_queue_takes_nothing_past_the_last_message(void)
+{
+    ps_buf_t in = {0};
+    put_frame(&in, 1, 0, OP_TEXT, "one", 3);
+    size_t first = ps_buf_size(&in);
+    put_frame(&in, 1, 0, OP_TEXT, "two", 3);
+    put_frame(&in, 1, 0, OP_TEXT, "three", 5);
+    session_t s;
+    session_open(&s, 1 << 20, 1, NULL);
+    size_t used = 0;
+    CHECK_EQ(ps_ws_feed(&s.ws, ps_buf_head(&in), ps_buf_size(&in), &used), 0);
+    CHECK_EQ(used, first);
+    CHECK(!ps_ws_want_read(&s.ws));
+    CHECK(take(&s) && ev.type == PS_WS_EV_TEXT);
+    CHECK_MEM_EQ(ev.data, ev.len, "one");
+    size_t used2 = 0;
+    CHECK_EQ(ps_ws_feed(&s.ws, ps_buf_head(&in) + used, ps_buf_size(&in) - used, &used2), 0);
+    CHECK_EQ(used2, first); /* "two" is as long as "one" */
+    CHECK(take(&s) && ev.type == PS_WS_EV_TEXT);
+    CHECK_MEM_EQ(ev.data, ev.len, "two");
+    session_close(&s);
+    ps_buf_free(&in);
+}
+
 static void test_a_full_queue_stops_reading_until_events_are_taken(void)
 {
     ps_buf_t in = {0};
@@ -1430,6 +1524,8 @@ int main(void)
 
     test_a_text_message_arrives_the_same_in_any_pieces();
     test_long_frames_use_16_and_64_bit_lengths();
+    test_payloads_unmask_at_any_offset_and_say_whether_they_are_ascii();
+    test_ascii_is_a_property_of_the_whole_message();
     test_messages_sent_are_single_unmasked_frames();
 
     test_protocol_errors_fail_with_1002();
@@ -1453,6 +1549,7 @@ int main(void)
     test_the_stream_ending_mid_frame_is_1006();
 
     test_a_full_queue_stops_reading_until_events_are_taken();
+    test_a_full_queue_takes_nothing_past_the_last_message();
 
     test_compressed_messages_both_ways();
     test_a_final_deflate_block_keeps_the_window();
