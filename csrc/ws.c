@@ -701,11 +701,23 @@ static int all_ascii(const unsigned char *p, size_t n)
     return (acc & HIGH_BITS) == 0;
 }
 
-/* Room was reserved by write_frame(): appending cannot fail. */
+/* Room was reserved by write_frame(): appending cannot fail. For
+ * ps_ws_send_prepare() the header is kept aside and the payload is not
+ * copied at all. */
 static ssize_t on_send(const uint8_t *data, size_t len, int flags, void *user)
 {
     ps_ws_t *ws = user;
     PS_UNUSED(flags);
+    if (ws->capture == 1) {
+        if (len > sizeof(ws->ohdr))
+            return -1;
+        memcpy(ws->ohdr, data, len);
+        ws->ohdr_len = (uint8_t)len;
+        ws->capture = 2;
+        return (ssize_t)len;
+    }
+    if (ws->capture == 2)
+        return (ssize_t)len;
     if (ps_buf_append(&ws->out, data, len) < 0)
         return -1;
     return (ssize_t)len;
@@ -1333,6 +1345,58 @@ int ps_ws_send(ps_ws_t *ws, int type, const void *data, size_t len, unsigned fla
     rc = write_frame(ws, op, RSV1, ws->zbuf.data, ws->zbuf.len);
     ps_buf_reset(&ws->zbuf);
     ps_buf_shrink(&ws->zbuf, EVENTS_KEEP);
+    return rc;
+}
+
+int ps_ws_send_prepare(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags,
+                       struct iovec iov[2])
+{
+    int rc;
+    uint8_t rsv = 0;
+    if (type != PS_WS_EV_TEXT && type != PS_WS_EV_BINARY)
+        return -EINVAL;
+    if (ws->close_sent || ws->lost || ws->failed)
+        return -EPIPE;
+    if (ps_buf_size(&ws->out) > 0)
+        return -EBUSY;
+    if (ws->deflate.enabled && !(flags & PS_WS_SEND_NO_COMPRESS)) {
+        if ((rc = compress_message(ws, data, len)) < 0)
+            return rc;
+        data = ws->zbuf.data;
+        len = ws->zbuf.len;
+        rsv = RSV1;
+    }
+    struct wslay_frame_iocb f = {
+        .fin = 1,
+        .rsv = rsv,
+        .opcode = type == PS_WS_EV_TEXT ? OP_TEXT : OP_BINARY,
+        .payload_length = len,
+        .mask = 0,
+        .data = data,
+        .data_length = len,
+    };
+    ws->capture = 1;
+    ssize_t sent = wslay_frame_send(ws->frame, &f);
+    ws->capture = 0;
+    if (sent < 0 || (size_t)sent != len)
+        return -ENOMEM;
+    iov[0] = (struct iovec){ws->ohdr, ws->ohdr_len};
+    iov[1] = (struct iovec){(void *)data, len};
+    return 0;
+}
+
+int ps_ws_send_rest(ps_ws_t *ws, const struct iovec iov[2], size_t written)
+{
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        size_t skip = PS_MIN(written, iov[i].iov_len);
+        written -= skip;
+        rc = ps_buf_append(&ws->out, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+    }
+    if (iov[1].iov_base == ws->zbuf.data) {
+        ps_buf_reset(&ws->zbuf);
+        ps_buf_shrink(&ws->zbuf, EVENTS_KEEP);
+    }
     return rc;
 }
 

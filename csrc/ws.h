@@ -19,6 +19,7 @@
 #define PS_WS_H
 
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "buf.h"
 #include "http1.h"
@@ -198,6 +199,11 @@ typedef struct {
     uint32_t pongs_received;
     uint8_t last_pong_len;
     char last_pong[125];
+
+    /* ps_ws_send_prepare(): wslay's header is kept here, not queued */
+    unsigned char ohdr[14];
+    uint8_t ohdr_len;
+    uint8_t capture; /* 1: the next piece wslay sends is a header to keep; 2: skip it */
 } ps_ws_t;
 
 /* Starts a session. limits must outlive it; deflate (NULL: none) is
@@ -229,6 +235,17 @@ enum { PS_WS_SEND_NO_COMPRESS = 1 };
  * has PS_WS_SEND_NO_COMPRESS. Returns 0, -EPIPE once a close was sent or
  * the stream was lost, -EINVAL for another type, or -ENOMEM. */
 int ps_ws_send(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags);
+/* Like ps_ws_send(), for a caller that writes the frame itself while
+ * ps_ws_output() is empty (else -EBUSY): nothing is queued, iov[0] is the
+ * frame's header (inside ws) and iov[1] its payload (data, or the
+ * compressed message inside ws), both valid until the next call into ws.
+ * The caller then hands what it wrote to ps_ws_send_rest(). */
+int ps_ws_send_prepare(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags,
+                       struct iovec iov[2]);
+/* Queues the bytes after the first `written` of the frame iov holds (from
+ * ps_ws_send_prepare()). Returns 0 or -ENOMEM (the connection must then be
+ * closed: a frame was cut). */
+int ps_ws_send_rest(ps_ws_t *ws, const struct iovec iov[2], size_t written);
 /* A ping (at most 125 bytes: else -EINVAL). Returns like ps_ws_send(). */
 int ps_ws_send_ping(ps_ws_t *ws, const void *data, size_t len);
 /* Starts (or completes) the close handshake: code 0 sends no status, else

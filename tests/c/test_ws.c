@@ -830,6 +830,50 @@ static void test_ascii_is_a_property_of_the_whole_message(void)
     ps_buf_free(&in);
 }
 
+/* A frame prepared for the caller's own writev, cut anywhere, makes the
+ * same bytes as one ps_ws_send() queued, compressed or not. */
+static void test_a_prepared_frame_is_what_send_would_queue(void)
+{
+    static char big[70000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 7);
+    size_t lens[] = {0, 5, 125, 126, 300, 65535, 65536, sizeof(big)};
+    for (int z = 0; z <= 1; z++) {
+        for (size_t li = 0; li < PS_ARRAY_LEN(lens); li++) {
+            size_t len = lens[li];
+            session_t a, b;
+            session_open(&a, 1 << 20, 0, z ? &deflate_on : NULL);
+            CHECK_EQ(ps_ws_send(&a.ws, PS_WS_EV_BINARY, big, len, 0), 0);
+            const char *want = ps_buf_head(ps_ws_output(&a.ws));
+            size_t want_len = ps_buf_size(ps_ws_output(&a.ws));
+            size_t cuts[] = {0, 1, 2, 4, 10, want_len / 2, want_len - 1, want_len};
+            for (size_t ci = 0; ci < PS_ARRAY_LEN(cuts); ci++) {
+                size_t cut = PS_MIN(cuts[ci], want_len);
+                session_open(&b, 1 << 20, 0, z ? &deflate_on : NULL);
+                struct iovec iov[2];
+                CHECK_EQ(ps_ws_send_prepare(&b.ws, PS_WS_EV_BINARY, big, len, 0, iov), 0);
+                CHECK_EQ(ps_buf_size(ps_ws_output(&b.ws)), 0);
+                CHECK_EQ(iov[0].iov_len + iov[1].iov_len, want_len);
+                ps_buf_t got = {0};
+                ps_buf_append(&got, iov[0].iov_base, iov[0].iov_len);
+                ps_buf_append(&got, iov[1].iov_base, iov[1].iov_len);
+                CHECK(got.len == want_len && memcmp(got.data, want, want_len) == 0);
+                CHECK_EQ(ps_ws_send_rest(&b.ws, iov, cut), 0);
+                ps_buf_t *out = ps_ws_output(&b.ws);
+                CHECK_EQ(ps_buf_size(out), want_len - cut);
+                if (cut < want_len)
+                    CHECK(memcmp(ps_buf_head(out), want + cut, want_len - cut) == 0);
+                /* output pending: the caller must queue through ps_ws_send */
+                if (cut < want_len)
+                    CHECK_EQ(ps_ws_send_prepare(&b.ws, PS_WS_EV_TEXT, "x", 1, 0, iov), -EBUSY);
+                ps_buf_free(&got);
+                session_close(&b);
+            }
+            session_close(&a);
+        }
+    }
+}
+
 static void test_messages_sent_are_single_unmasked_frames(void)
 {
     session_t s;
@@ -1527,6 +1571,7 @@ int main(void)
     test_payloads_unmask_at_any_offset_and_say_whether_they_are_ascii();
     test_ascii_is_a_property_of_the_whole_message();
     test_messages_sent_are_single_unmasked_frames();
+    test_a_prepared_frame_is_what_send_would_queue();
 
     test_protocol_errors_fail_with_1002();
     test_bad_length_encodings_fail_with_1002();
