@@ -10,7 +10,8 @@
  *     application's messages with ps_ws_send*(). Pings are answered inside
  *     the session; protocol errors close with the code of RFC 6455 7.4.
  *
- * Framing is wslay's frame layer; messages, control frames, the close
+ * Frames are written with wslay's frame layer and read by ws.c's own
+ * decoder (see ws.c for why); messages, control frames, the close
  * handshake, UTF-8, limits and compression are this file's (see ws.c for
  * what wslay's event layer could not do).
  */
@@ -18,6 +19,7 @@
 #define PS_WS_H
 
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "buf.h"
 #include "http1.h"
@@ -145,6 +147,7 @@ typedef struct {
     uint8_t type;   /* PS_WS_EV_* */
     uint8_t origin; /* PS_WS_CLOSE_*, for a close */
     uint16_t code;  /* for a close */
+    uint8_t ascii;  /* text: every byte is below 0x80 */
     /* The message, or the close reason (the peer's, or ours in words).
      * Valid until the next ps_ws_feed(), ps_ws_next_event() or ps_ws_free(). */
     ps_slice_t data;
@@ -165,14 +168,13 @@ typedef struct {
     ps_buf_t zbuf;    /* a compressed message on its way out */
     uint32_t nqueued; /* completed events in `events` */
 
-    /* input of the ps_ws_feed() in progress */
-    const char *in;
-    size_t in_len, in_off;
-
     /* the frame being read */
-    uint64_t frame_off;
+    uint64_t frame_len, frame_off;
+    unsigned char frame_mask[4]; /* its masking key */
+    unsigned char hdr[14];       /* its header, while incomplete */
+    uint8_t hdr_len;
     uint8_t frame_op;
-    unsigned in_frame : 1;
+    unsigned in_frame : 1; /* the header was read: its payload follows */
     unsigned frame_fin : 1;
     uint8_t ctrl_len;
     char ctrl[125];
@@ -185,6 +187,7 @@ typedef struct {
     unsigned msg_compressed : 1;
     unsigned msg_zdone : 1;   /* its deflate data ended with a final block */
     unsigned msg_discard : 1; /* read after our close: parsed, not kept */
+    unsigned msg_ascii : 1;   /* no byte of it at 0x80 or above so far */
 
     unsigned close_sent : 1;     /* a close frame is in `out` (or was written) */
     unsigned close_received : 1; /* the peer's close frame was read */
@@ -196,6 +199,11 @@ typedef struct {
     uint32_t pongs_received;
     uint8_t last_pong_len;
     char last_pong[125];
+
+    /* ps_ws_send_prepare(): wslay's header is kept here, not queued */
+    unsigned char ohdr[14];
+    uint8_t ohdr_len;
+    uint8_t capture; /* 1: the next piece wslay sends is a header to keep; 2: skip it */
 } ps_ws_t;
 
 /* Starts a session. limits must outlive it; deflate (NULL: none) is
@@ -205,8 +213,8 @@ void ps_ws_free(ps_ws_t *ws);
 
 /* Reads frames from data. *consumed says how much was taken: all of it,
  * unless the event queue filled up (ps_ws_want_read() is then 0 until
- * events are taken; feed the rest again, or an empty input, afterwards:
- * up to 4 KiB taken earlier may still wait inside the session). Bytes after
+ * events are taken; feed the rest again afterwards: at most the 13 bytes of
+ * an incomplete frame header wait inside the session). Bytes after
  * the close handshake or a failure are taken and dropped. Protocol errors
  * are not errors here: they queue a close frame and a close event.
  * Returns 0, or -ENOMEM (the connection must be closed). */
@@ -227,6 +235,17 @@ enum { PS_WS_SEND_NO_COMPRESS = 1 };
  * has PS_WS_SEND_NO_COMPRESS. Returns 0, -EPIPE once a close was sent or
  * the stream was lost, -EINVAL for another type, or -ENOMEM. */
 int ps_ws_send(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags);
+/* Like ps_ws_send(), for a caller that writes the frame itself while
+ * ps_ws_output() is empty (else -EBUSY): nothing is queued, iov[0] is the
+ * frame's header (inside ws) and iov[1] its payload (data, or the
+ * compressed message inside ws), both valid until the next call into ws.
+ * The caller then hands what it wrote to ps_ws_send_rest(). */
+int ps_ws_send_prepare(ps_ws_t *ws, int type, const void *data, size_t len, unsigned flags,
+                       struct iovec iov[2]);
+/* Queues the bytes after the first `written` of the frame iov holds (from
+ * ps_ws_send_prepare()). Returns 0 or -ENOMEM (the connection must then be
+ * closed: a frame was cut). */
+int ps_ws_send_rest(ps_ws_t *ws, const struct iovec iov[2], size_t written);
 /* A ping (at most 125 bytes: else -EINVAL). Returns like ps_ws_send(). */
 int ps_ws_send_ping(ps_ws_t *ws, const void *data, size_t len);
 /* Starts (or completes) the close handshake: code 0 sends no status, else

@@ -383,11 +383,39 @@ static int after_send(ps_wsconn_t *wc)
     return PS_WRITE_DONE;
 }
 
+/* Nothing waits to be written on a plain connection: the frame goes out
+ * with one writev from the caller's buffer, and only what the socket did
+ * not take is copied into the output. Returns 0, or -errno like
+ * ps_ws_send() (-EPIPE once the write failed: the connection closes from
+ * the loop). */
+static int send_direct(ps_wsconn_t *wc, int type, const void *data, size_t len)
+{
+    ps_conn_t *c = wc->c;
+    struct iovec iov[2];
+    int rc = ps_ws_send_prepare(&wc->ws, type, data, len, 0, iov);
+    if (rc < 0)
+        return rc;
+    ssize_t r = ps_transport_writev(&c->t, iov, 2);
+    if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ) {
+        r = 0;
+    } else if (r < 0) {
+        wc->broken = 1;
+        later(wc);
+        return -EPIPE;
+    }
+    return ps_ws_send_rest(&wc->ws, iov, (size_t)r);
+}
+
 int ps_wsconn_send(ps_wsconn_t *wc, int type, const void *data, size_t len)
 {
-    if (wc->c->state != PS_CONN_WS || wc->broken)
+    ps_conn_t *c = wc->c;
+    int rc;
+    if (c->state != PS_CONN_WS || wc->broken)
         return -EPIPE;
-    int rc = ps_ws_send(&wc->ws, type, data, len, 0);
+    if (c->t.ssl == NULL && !ev_is_active(&c->wio) && !ps_ws_want_write(&wc->ws))
+        rc = send_direct(wc, type, data, len);
+    else
+        rc = ps_ws_send(&wc->ws, type, data, len, 0);
     if (rc < 0)
         return rc;
     return after_send(wc);

@@ -1,12 +1,15 @@
 /* wsload: a WebSocket echo load client for the websocket-echo benchmark.
  *
- *     wsload -p PORT [-h 127.0.0.1] [-u /] [-c 16] [-s 64] [-d 10] [-z] [-b]
+ *     wsload -p PORT [-h 127.0.0.1] [-u /] [-c 16] [-s 64] [-d 10] [-n COUNT] [-z] [-b]
  *
  * Opens C connections, upgrades each to a WebSocket (RFC 6455), optionally offering
  * permessage-deflate (RFC 7692, -z), then on every connection sends one message of S
  * bytes, waits for its echo, checks it is the same bytes, and sends the next, for D
  * seconds. One thread, epoll, non-blocking sockets: the client must cost the machine
  * much less than the server it measures, so it prints its own CPU time too.
+ *
+ * -n COUNT sends COUNT messages in all and stops once their echoes are in (or D seconds
+ * passed): a fixed amount of work, for counting the server's instructions per message.
  *
  * Messages are text frames (-b: binary) cut from 1 MiB of JSON-like records (random
  * numbers, words from a small vocabulary), each at a random offset: deflate finds the
@@ -66,7 +69,9 @@ static struct {
     const char *host, *path;
     int port, conns, size, offer_deflate, binary;
     double duration;
-} opt = {"127.0.0.1", "/", 0, 16, 64, 0, 0, 10.0};
+    long count; /* messages to send in all; 0: as many as fit in the duration */
+} opt = {"127.0.0.1", "/", 0, 16, 64, 0, 0, 10.0, 0};
+static long sent_total; /* messages sent while measuring */
 
 static int ep = -1; /* the epoll instance */
 static unsigned char *corpus;
@@ -232,6 +237,8 @@ static int flush_out(struct conn *c)
 
 static void send_message(struct conn *c)
 {
+    if (measuring)
+        sent_total++;
     size_t off = next_rand() % (CORPUS_SIZE - opt.size);
     c->sent = corpus + off;
     c->sent_len = opt.size;
@@ -307,7 +314,8 @@ static void on_message(struct conn *c)
         record(now() - c->sent_at);
     }
     c->sent = NULL;
-    send_message(c);
+    if (opt.count == 0 || sent_total < opt.count)
+        send_message(c);
 }
 
 /* Parse the frames in c->in. */
@@ -444,14 +452,14 @@ static void on_readable(struct conn *c)
 static void usage(void)
 {
     fprintf(stderr, "usage: wsload -p PORT [-h HOST] [-u PATH] [-c CONNS] [-s BYTES] "
-                    "[-d SECONDS] [-z] [-b]\n");
+                    "[-d SECONDS] [-n COUNT] [-z] [-b]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     int ch;
-    while ((ch = getopt(argc, argv, "h:p:u:c:s:d:zb")) != -1) {
+    while ((ch = getopt(argc, argv, "h:p:u:c:s:d:n:zb")) != -1) {
         switch (ch) {
         case 'h':
             opt.host = optarg;
@@ -470,6 +478,9 @@ int main(int argc, char **argv)
             break;
         case 'd':
             opt.duration = atof(optarg);
+            break;
+        case 'n':
+            opt.count = atol(optarg);
             break;
         case 'z':
             opt.offer_deflate = 1;
@@ -530,11 +541,11 @@ int main(int argc, char **argv)
     measuring = 1;
     double cpu0 = cpu_seconds(), t0 = now();
     unsigned long long out0 = bytes_out, in0 = bytes_in;
-    for (int i = 0; i < opt.conns; i++)
+    for (int i = 0; i < opt.conns && (opt.count == 0 || sent_total < opt.count); i++)
         if (conns[i].state == OPEN)
             send_message(&conns[i]);
     double end = t0 + opt.duration, t;
-    while ((t = now()) < end && upgraded > 0) {
+    while ((t = now()) < end && upgraded > 0 && (opt.count == 0 || messages < opt.count)) {
         int timeout = (int)((end - t) * 1000) + 1;
         int n = epoll_wait(ep, evs, 64, timeout < 100 ? timeout : 100);
         for (int i = 0; i < n; i++) {

@@ -231,6 +231,20 @@ static PyObject *disconnect_message(ps_asgi_ws_t *ws, unsigned code, ps_slice_t 
     return m;
 }
 
+/* The str of a text event (valid UTF-8: the session checked it). ASCII is
+ * copied into a new str as it is, without decoding it again. New reference
+ * or NULL. */
+static PyObject *text_of(const ps_ws_event_t *ev)
+{
+    Py_ssize_t len = (Py_ssize_t)ev->data.len;
+    if (!ev->ascii)
+        return PyUnicode_DecodeUTF8(ev->data.base, len, NULL);
+    PyObject *s = PyUnicode_New(len, 127);
+    if (s != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(s), ev->data.base, (size_t)len);
+    return s;
+}
+
 /* The message for a session event; a close makes it the last one. */
 static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
 {
@@ -245,8 +259,7 @@ static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
         return NULL;
     int rc;
     if (ev->type == PS_WS_EV_TEXT)
-        rc = ps_py_set_new(m, S(ws, W_TEXT),
-                           PyUnicode_DecodeUTF8(ev->data.base, (Py_ssize_t)ev->data.len, NULL));
+        rc = ps_py_set_new(m, S(ws, W_TEXT), text_of(ev));
     else
         rc = ps_py_set_new(m, S(ws, W_BYTES),
                            PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));

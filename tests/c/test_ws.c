@@ -649,7 +649,7 @@ static void feed(session_t *s, const ps_buf_t *in, size_t piece)
 }
 
 typedef struct {
-    int type, origin, code;
+    int type, origin, code, ascii;
     char data[1 << 20];
     size_t len;
 } event_t;
@@ -667,6 +667,7 @@ static int take(session_t *s)
     ev.type = e.type;
     ev.origin = e.origin;
     ev.code = e.code;
+    ev.ascii = e.ascii;
     ev.len = PS_MIN(e.data.len, sizeof(ev.data));
     if (ev.len)
         memcpy(ev.data, e.data.base, ev.len);
@@ -760,6 +761,117 @@ static void test_long_frames_use_16_and_64_bit_lengths(void)
         session_close(&s);
     }
     ps_buf_free(&in);
+}
+
+/* Payloads of every length up to 80 and every split: unmasked eight bytes at
+ * a time, the key's phase follows the frame's offset. */
+static void test_payloads_unmask_at_any_offset_and_say_whether_they_are_ascii(void)
+{
+    char text[80], other[80];
+    for (size_t i = 0; i < sizeof(text); i++)
+        text[i] = (char)('A' + i % 50);
+    for (size_t len = 0; len <= sizeof(text); len++) {
+        for (size_t piece = 0; piece <= 9; piece += 1 + (piece > 3) * 2) {
+            ps_buf_t in = {0};
+            put_frame(&in, 1, 0, OP_TEXT, text, len);
+            memcpy(other, text, len);
+            if (len >= 2) { /* an e-acute somewhere in it */
+                other[len / 2 - 1] = (char)0xc3;
+                other[len / 2] = (char)0xa9;
+            }
+            put_frame(&in, 1, 0, OP_TEXT, other, len);
+            put_frame(&in, 1, 0, OP_BIN, text, len);
+            session_t s;
+            session_open(&s, 1 << 20, 0, NULL);
+            feed(&s, &in, piece);
+            CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 1);
+            CHECK(ev.len == len && memcmp(ev.data, text, len) == 0);
+            CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == (len < 2));
+            CHECK(ev.len == len && memcmp(ev.data, other, len) == 0);
+            CHECK(take(&s) && ev.type == PS_WS_EV_BINARY && ev.ascii == 0);
+            CHECK(ev.len == len && memcmp(ev.data, text, len) == 0);
+            CHECK(!take(&s));
+            session_close(&s);
+            ps_buf_free(&in);
+        }
+    }
+}
+
+/* One ASCII fragment does not make a message ASCII; compressed text is
+ * checked as well. */
+static void test_ascii_is_a_property_of_the_whole_message(void)
+{
+    ps_buf_t in = {0}, z = {0};
+    put_frame(&in, 0, 0, OP_TEXT, "caf\xc3", 4);
+    put_frame(&in, 1, 0, OP_CONT, "\xa9 and more ascii after it", 25);
+    put_frame(&in, 0, 0, OP_TEXT, "plain ", 6);
+    put_frame(&in, 1, 0, OP_CONT, "\xc3\xa9", 2);
+    zclient_t c;
+    zclient_open(&c, 15, 0);
+    zclient_compress(&c, "compressed ascii", 16, &z);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    zclient_compress(&c, "compressed caf\xc3\xa9", 16, &z);
+    put_frame(&in, 1, 4, OP_TEXT, z.data, z.len);
+    for (size_t piece = 0; piece <= 1; piece++) {
+        session_t s;
+        session_open(&s, 1 << 20, 0, &deflate_on);
+        feed(&s, &in, piece);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0 && ev.len == 29);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0 && ev.len == 8);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 1);
+        CHECK_MEM_EQ(ev.data, ev.len, "compressed ascii");
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.ascii == 0);
+        CHECK_MEM_EQ(ev.data, ev.len, "compressed caf\xc3\xa9");
+        CHECK(!take(&s));
+        session_close(&s);
+    }
+    zclient_close(&c);
+    ps_buf_free(&z);
+    ps_buf_free(&in);
+}
+
+/* A frame prepared for the caller's own writev, cut anywhere, makes the
+ * same bytes as one ps_ws_send() queued, compressed or not. */
+static void test_a_prepared_frame_is_what_send_would_queue(void)
+{
+    static char big[70000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 7);
+    size_t lens[] = {0, 5, 125, 126, 300, 65535, 65536, sizeof(big)};
+    for (int z = 0; z <= 1; z++) {
+        for (size_t li = 0; li < PS_ARRAY_LEN(lens); li++) {
+            size_t len = lens[li];
+            session_t a, b;
+            session_open(&a, 1 << 20, 0, z ? &deflate_on : NULL);
+            CHECK_EQ(ps_ws_send(&a.ws, PS_WS_EV_BINARY, big, len, 0), 0);
+            const char *want = ps_buf_head(ps_ws_output(&a.ws));
+            size_t want_len = ps_buf_size(ps_ws_output(&a.ws));
+            size_t cuts[] = {0, 1, 2, 4, 10, want_len / 2, want_len - 1, want_len};
+            for (size_t ci = 0; ci < PS_ARRAY_LEN(cuts); ci++) {
+                size_t cut = PS_MIN(cuts[ci], want_len);
+                session_open(&b, 1 << 20, 0, z ? &deflate_on : NULL);
+                struct iovec iov[2];
+                CHECK_EQ(ps_ws_send_prepare(&b.ws, PS_WS_EV_BINARY, big, len, 0, iov), 0);
+                CHECK_EQ(ps_buf_size(ps_ws_output(&b.ws)), 0);
+                CHECK_EQ(iov[0].iov_len + iov[1].iov_len, want_len);
+                ps_buf_t got = {0};
+                ps_buf_append(&got, iov[0].iov_base, iov[0].iov_len);
+                ps_buf_append(&got, iov[1].iov_base, iov[1].iov_len);
+                CHECK(got.len == want_len && memcmp(got.data, want, want_len) == 0);
+                CHECK_EQ(ps_ws_send_rest(&b.ws, iov, cut), 0);
+                ps_buf_t *out = ps_ws_output(&b.ws);
+                CHECK_EQ(ps_buf_size(out), want_len - cut);
+                if (cut < want_len)
+                    CHECK(memcmp(ps_buf_head(out), want + cut, want_len - cut) == 0);
+                /* output pending: the caller must queue through ps_ws_send */
+                if (cut < want_len)
+                    CHECK_EQ(ps_ws_send_prepare(&b.ws, PS_WS_EV_TEXT, "x", 1, 0, iov), -EBUSY);
+                ps_buf_free(&got);
+                session_close(&b);
+            }
+            session_close(&a);
+        }
+    }
 }
 
 static void test_messages_sent_are_single_unmasked_frames(void)
@@ -1232,6 +1344,32 @@ static void test_the_stream_ending_mid_frame_is_1006(void)
 
 /* ---- session: the queue's bound ----------------------------------------------------- */
 
+/* What a full queue leaves is not taken: the next feed starts at the next
+ * frame (no input waits inside the session). */
+static void test_a_full_queue_takes_nothing_past_the_last_message(void)
+{
+    ps_buf_t in = {0};
+    put_frame(&in, 1, 0, OP_TEXT, "one", 3);
+    size_t first = ps_buf_size(&in);
+    put_frame(&in, 1, 0, OP_TEXT, "two", 3);
+    put_frame(&in, 1, 0, OP_TEXT, "three", 5);
+    session_t s;
+    session_open(&s, 1 << 20, 1, NULL);
+    size_t used = 0;
+    CHECK_EQ(ps_ws_feed(&s.ws, ps_buf_head(&in), ps_buf_size(&in), &used), 0);
+    CHECK_EQ(used, first);
+    CHECK(!ps_ws_want_read(&s.ws));
+    CHECK(take(&s) && ev.type == PS_WS_EV_TEXT);
+    CHECK_MEM_EQ(ev.data, ev.len, "one");
+    size_t used2 = 0;
+    CHECK_EQ(ps_ws_feed(&s.ws, ps_buf_head(&in) + used, ps_buf_size(&in) - used, &used2), 0);
+    CHECK_EQ(used2, first); /* "two" is as long as "one" */
+    CHECK(take(&s) && ev.type == PS_WS_EV_TEXT);
+    CHECK_MEM_EQ(ev.data, ev.len, "two");
+    session_close(&s);
+    ps_buf_free(&in);
+}
+
 static void test_a_full_queue_stops_reading_until_events_are_taken(void)
 {
     ps_buf_t in = {0};
@@ -1430,7 +1568,10 @@ int main(void)
 
     test_a_text_message_arrives_the_same_in_any_pieces();
     test_long_frames_use_16_and_64_bit_lengths();
+    test_payloads_unmask_at_any_offset_and_say_whether_they_are_ascii();
+    test_ascii_is_a_property_of_the_whole_message();
     test_messages_sent_are_single_unmasked_frames();
+    test_a_prepared_frame_is_what_send_would_queue();
 
     test_protocol_errors_fail_with_1002();
     test_bad_length_encodings_fail_with_1002();
@@ -1453,6 +1594,7 @@ int main(void)
     test_the_stream_ending_mid_frame_is_1006();
 
     test_a_full_queue_stops_reading_until_events_are_taken();
+    test_a_full_queue_takes_nothing_past_the_last_message();
 
     test_compressed_messages_both_ways();
     test_a_final_deflate_block_keeps_the_window();
