@@ -606,6 +606,13 @@ def build_parser():
         help="each worker also listens on its own SO_REUSEPORT socket (TCP): the kernel "
         "spreads connections between the workers",
     )
+    add(
+        procs,
+        "--metrics-bind",
+        metavar="ADDRESS",
+        help="serve Prometheus metrics (GET /metrics) on HOST:PORT or unix:PATH, from the "
+        "master (or the single process); off by default",
+    )
     add(procs, "--pid", metavar="FILE", help="write the server's process id to this file")
     add(
         procs,
@@ -779,6 +786,8 @@ def run(cfg: Config) -> int:
         logger.info(
             "Listening on %s%s", config.socket_url(sock, cfg.ssl_certfile is not None), proxied
         )
+    if cfg.metrics_socket is not None:
+        logger.info("Metrics on %s/metrics", config.socket_url(cfg.metrics_socket))
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))
