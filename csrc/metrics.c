@@ -98,7 +98,8 @@ void ps_metrics_request(ps_metrics_t *m, ps_slice_t method, int status, uint64_t
 {
     if (status < 100 || status > 599)
         return;
-    PS_METRICS_ADD(m->requests[method_index(method)][status / 100 - 1], 1);
+    int i = method_index(method); /* once: PS_METRICS_ADD names its field twice */
+    PS_METRICS_ADD(m->requests[i][status / 100 - 1], 1);
     int b = 0;
     while (b < PS_METRICS_BUCKETS - 1 && duration_ns > bucket_ns[b])
         b++;

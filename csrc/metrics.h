@@ -88,7 +88,8 @@ typedef struct {
     uint64_t ws_messages_in, ws_messages_out;
 } ps_metrics_t;
 
-/* A counter of the owning worker grows by n (see the top of the file). */
+/* A counter of the owning worker grows by n (see the top of the file).
+ * field is evaluated twice. */
 #define PS_METRICS_ADD(field, n)                                                                   \
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (uint64_t)(n),        \
                      __ATOMIC_RELAXED)

@@ -301,6 +301,50 @@ def test_bad_request_counted_as_a_rejection_by_reason(server):
     assert s.sum("pyserver_requests_total") == before.sum("pyserver_requests_total")
 
 
+@pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load (nghttp2-client) not installed")
+def test_asgi_http1_and_http2_requests_counted():
+    mport = free_port()
+    with run_server("apps.asgi_basic:app", *metrics_args(mport)) as srv:
+        before = scrape(mport)  # the readiness probe's connection is counted
+        for _ in range(2):
+            assert fetch(srv.port, "GET", "/hello").status == 200
+        # h2load: three requests on one cleartext HTTP/2 connection (prior knowledge).
+        out = subprocess.run(
+            ["h2load", "-n", "3", "-c", "1", "-m", "1", f"http://{HOST}:{srv.port}/hello"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert "3 succeeded" in out and "status codes: 3 2xx" in out, out
+        s = await_scrape(mport, lambda s: s.requests("GET", "2xx") == 5)
+        # The three streams shared one connection: two reused it.
+        assert s.value("pyserver_keepalive_requests_total") == 2
+        connections = s.value("pyserver_connections_total")
+        assert connections - before.value("pyserver_connections_total") == 3
+        assert s.value("pyserver_request_duration_seconds_count") == 5
+        assert s.value("pyserver_received_bytes_total") > 0
+
+
+def test_wsgi_threads_requests_counted():
+    mport = free_port()
+    with run_server("apps.thread_apps:app", "--threads", "4", *metrics_args(mport)) as srv:
+        results = []
+
+        def get(path):
+            results.append(fetch(srv.port, "GET", path).status)
+
+        threads = [threading.Thread(target=get, args=("/sleep?s=0.2",)) for _ in range(4)]
+        threads += [threading.Thread(target=get, args=("/fast",)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == [200] * 8
+        le = "pyserver_request_duration_seconds_bucket"
+        s = await_scrape(mport, lambda s: s.requests("GET", "2xx") == 8)
+        assert s.value(le, le="+Inf") - s.value(le, le="0.1") >= 4  # the sleeping ones
+
+
 # --------------------------------------------------------------------------- restarts
 
 
