@@ -572,6 +572,15 @@ def test_unix_socket_endpoint():
     assert not os.path.exists(path)
 
 
+def test_metrics_bind_from_the_environment():
+    mport = free_port()
+    env = {"PYSERVER_METRICS_BIND": f"{HOST}:{mport}"}
+    with run_server("apps.basic:app", env=env) as srv:
+        fetch(srv.port, "GET", "/hello")
+        await_scrape(mport, lambda s: s.requests("GET", "2xx") == 1)
+        assert srv.wait_for_log(f"Metrics on http://{HOST}:{mport}/metrics")
+
+
 @pytest.mark.parametrize("value", ["fd://3", "127.0.0.1:notaport", "[::1"])
 def test_bad_metrics_bind_is_a_usage_error(value):
     from helpers import run_cli
