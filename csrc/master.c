@@ -259,11 +259,11 @@ static void become_worker(ps_master_t *m, int index)
     close(m->sig_pipe[0]);
     close(m->sig_pipe[1]);
     sig_pipe_w = -1;
+    ev_loop_destroy(m->loop);
+    m->loop = NULL;
     /* The endpoint's listening socket is the worker's Python side to close. */
     ps_metrics_server_forget(m->metrics_server);
     m->metrics_server = NULL;
-    ev_loop_destroy(m->loop);
-    m->loop = NULL;
     int lane = m->workers[index].lane;
     uint32_t nown = 0;
     int *own = m->lane_fds ? lane_row(m, lane < 0 ? 0 : (uint32_t)lane) : NULL;

@@ -23,6 +23,7 @@ import urllib.request
 import pytest
 from helpers import (
     HOST,
+    UNDER_ASAN,
     ConnectionClosed,
     HTTPConn,
     assert_serving,
@@ -319,8 +320,10 @@ def test_asgi_http1_and_http2_requests_counted():
         s = await_scrape(mport, lambda s: s.requests("GET", "2xx") == 5)
         # The three streams shared one connection: two reused it.
         assert s.value("pyserver_keepalive_requests_total") == 2
+        # Two HTTP/1 connections and h2load's; the readiness probe's (connected and closed
+        # without a byte, accepted late by the deferred accept) may land in between.
         connections = s.value("pyserver_connections_total")
-        assert connections - before.value("pyserver_connections_total") == 3
+        assert connections - before.value("pyserver_connections_total") in (3, 4)
         assert s.value("pyserver_request_duration_seconds_count") == 5
         assert s.value("pyserver_received_bytes_total") > 0
 
@@ -422,15 +425,17 @@ def test_watchdog_restart_counted():
 
 def test_max_rss_restart_counted():
     mport = free_port()
-    args = ("-w", "1", "--max-rss", "80", *metrics_args(mport))
+    # A sanitizer build's workers start near 100 MiB.
+    limit, alloc = (300, 350) if UNDER_ASAN else (80, 120)
+    args = ("-w", "1", "--max-rss", str(limit), *metrics_args(mport))
     with run_server("apps.proc_app:app", *args) as srv:
-        assert fetch(srv.port, "GET", "/alloc/120").status == 200
+        assert fetch(srv.port, "GET", f"/alloc/{alloc}").status == 200
         await_scrape(
             mport,
             lambda s: s.value("pyserver_worker_restarts_total", cause="max-rss") == 1,
             timeout=15,
         )
-        s = await_scrape(mport, lambda s: s.sum("pyserver_worker_rss_bytes") < 80 * 2**20, 15)
+        s = await_scrape(mport, lambda s: s.sum("pyserver_worker_rss_bytes") < limit * 2**20, 15)
         assert s.requests("GET", "2xx") == 1
         assert s.value("pyserver_worker_restarts_total", cause="crash") == 0
 
