@@ -522,6 +522,7 @@ class Config:
         self.reuse_port = bool(reuse_port)
         self.metrics_bind = parse_metrics_bind(metrics_bind)
         self.metrics_socket = None
+        self.metrics_fd = -1
         self.pid = pid
         self.reload = bool(reload)
         self.reload_dirs = list(reload_dirs or ())
@@ -828,10 +829,6 @@ class Config:
             raise
         return sock
 
-    @property
-    def metrics_fd(self):
-        return -1 if self.metrics_socket is None else self.metrics_socket.fileno()
-
     def bind_metrics_socket(self):
         """--metrics-bind: listen on the endpoint's address. Raises StartupError (exit 1)."""
         if self.metrics_bind is None or self.metrics_socket is not None:
@@ -849,12 +846,14 @@ class Config:
             self.close_sockets()
             raise StartupError(f"error: cannot bind --metrics-bind {name}: {exc}", 1) from exc
         self.metrics_socket = sock
+        self.metrics_fd = sock.fileno()
 
     def close_metrics_socket(self):
         """A worker under a master: the endpoint is the master's."""
         if self.metrics_socket is not None:
             self.metrics_socket.close()
             self.metrics_socket = None
+        self.metrics_fd = -1
 
     def _bind_tcp_plain(self, host, port):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
