@@ -24,7 +24,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev node-llhttp curl wrk \
 	apache2-utils nginx-light libnginx-mod-stream clang-format libwslay-dev zlib1g-dev \
-	nghttp2-client
+	nghttp2-client prometheus
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
 ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)

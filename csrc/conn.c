@@ -49,6 +49,17 @@ static void answer_error(ps_conn_t *c, int status, const char *reason);
 static void refuse(ps_conn_t *c, const char *reason);
 static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp);
 
+/* --metrics-bind: the request in progress is over, answered with status. */
+static void count_request(ps_conn_t *c, int status)
+{
+    ps_metrics_t *m = c->w->metrics;
+    if (m == NULL || c->metrics_start == 0)
+        return;
+    ps_metrics_request(m, ps_conn_request(c)->method, status,
+                       ps_metrics_clock() - c->metrics_start);
+    c->metrics_start = 0;
+}
+
 /* The states each state may move to (bit per enum ps_conn_state), checked
  * under PS_DEBUG_ASSERTS. */
 #define S(x) (1u << (x))
@@ -130,6 +141,8 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     ev_init(&c->timer, on_timer);
     c->timer.repeat = w->cfg.timeout_keep_alive;
     ev_timer_again(w->loop, &c->timer);
+    if (w->metrics)
+        PS_METRICS_ADD(w->metrics->conns_opened, 1);
     return c;
 }
 
@@ -202,6 +215,12 @@ void ps_conn_close(ps_conn_t *c)
     c->failed = 1;
     if (c->h2)
         ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
+    if (c->w->metrics) {
+        count_request(c, c->x.status);
+        if (c->ws)
+            PS_METRICS_ADD(c->w->metrics->ws_closed, 1);
+        PS_METRICS_ADD(c->w->metrics->conns_closed, 1);
+    }
     ps_worker_conn_closed(c->w, c);
     if (tell_app)
         c->w->handler->on_disconnect(&c->x);
@@ -223,6 +242,10 @@ void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc)
 {
     set_state(c, PS_CONN_WS);
     c->ws = wc;
+    if (c->w->metrics) {
+        count_request(c, 101);
+        PS_METRICS_ADD(c->w->metrics->ws_opened, 1);
+    }
 }
 
 void ps_conn_set_h2(ps_conn_t *c, struct ps_h2conn *hc)
@@ -280,6 +303,8 @@ static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
             return (int)r;
         }
         sent = r < 0 ? 0 : (size_t)r;
+        if (c->w->metrics)
+            PS_METRICS_ADD(c->w->metrics->bytes_out, sent);
     }
     PS_ASSERT(sent <= total);
     if (sent == total) {
@@ -318,6 +343,8 @@ static int flush(ps_conn_t *c)
                 c->failed = 1;
                 return (int)r;
             }
+            if (c->w->metrics)
+                PS_METRICS_ADD(c->w->metrics->bytes_out, r);
             ps_buf_consume(&c->wbuf, (size_t)r);
         }
         if (c->sf_fd < 0)
@@ -338,6 +365,8 @@ static int flush(ps_conn_t *c)
             }
             c->sf_off += r;
             c->sf_left -= (uint64_t)r;
+            if (c->w->metrics)
+                PS_METRICS_ADD(c->w->metrics->bytes_out, r);
         }
         c->sf_fd = -1;
         if (!c->sf_trailer)
@@ -562,6 +591,8 @@ void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_sl
 {
     if (c->w->handler->on_rejected && !c->resp_started)
         c->w->handler->on_rejected(&c->x, status, reason);
+    if (c->w->metrics && !c->resp_started)
+        ps_metrics_rejected(c->w->metrics, status);
     send_canned(c, status, response);
 }
 
@@ -1052,6 +1083,8 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
         ps_conn_close(c);
         return;
     }
+    if (w->metrics)
+        PS_METRICS_ADD(w->metrics->bytes_in, n);
     if (c->state == PS_CONN_LINGER)
         return;
     if (c->state == PS_CONN_APP || c->state == PS_CONN_FLUSH) {
@@ -1115,6 +1148,7 @@ static void reset_for_next(ps_conn_t *c)
 static void complete(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
+    count_request(c, c->x.status);
     if (!c->keep_alive || !r->message_complete || c->w->stopping) {
         int unread = ps_buf_size(&c->rbuf) > 0 || !r->message_complete || c->x.status >= 400;
         if (unread)
@@ -1180,6 +1214,11 @@ static void dispatch(ps_conn_t *c)
     }
     set_state(c, PS_CONN_APP);
     c->keep_alive = r->keep_alive && !c->w->stopping;
+    if (c->w->metrics) {
+        c->metrics_start = ps_metrics_clock();
+        if (c->requests > 0)
+            PS_METRICS_ADD(c->w->metrics->keepalive_reused, 1);
+    }
     c->requests++;
     c->body_wanted = 0;
     /* A synchronous application runs on this stack, so no watcher fires

@@ -83,6 +83,7 @@ struct ps_conn {
     socklen_t local_len;
     ps_conn_t *prev, *next; /* the worker's live connections */
     ps_conn_t *next_dead;
+    uint64_t metrics_start; /* --metrics-bind: the request's dispatch (0: none counting) */
 };
 
 /* Called by the worker for a freshly accepted socket; decides whether the

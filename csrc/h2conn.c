@@ -47,6 +47,7 @@ struct h2x {
     int spool_fd;       /* the body's spool file (spool.h), or -1 */
     uint64_t spool_len; /* bytes written to it */
     uint64_t spool_read;
+    uint64_t metrics_start;       /* --metrics-bind: when on_request was called */
     h2x_t *next;                  /* in the dead or the spare list */
     h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
     unsigned dispatched : 1;      /* on_request was called */
@@ -99,6 +100,8 @@ static inline h2x_t *h2x_of(ps_exchange_t *x)
 static ssize_t h2_read(ps_h2conn_t *hc, char *dst, size_t cap)
 {
     ssize_t n = ps_transport_read(&hc->c->t, dst, cap);
+    if (n > 0 && hc->c->w->metrics)
+        PS_METRICS_ADD(hc->c->w->metrics->bytes_in, n);
     return n == PS_IO_WANT_WRITE ? -EAGAIN : n;
 }
 
@@ -106,6 +109,8 @@ static ssize_t h2_read(ps_h2conn_t *hc, char *dst, size_t cap)
 static ssize_t h2_writev(ps_h2conn_t *hc, const struct iovec *iov, int n)
 {
     ssize_t r = ps_transport_writev(&hc->c->t, iov, n);
+    if (r > 0 && hc->c->w->metrics)
+        PS_METRICS_ADD(hc->c->w->metrics->bytes_out, r);
     return r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ ? -EAGAIN : r;
 }
 
@@ -561,6 +566,11 @@ static void run_request(h2x_t *e)
 {
     ps_conn_t *c = e->hc->c;
     e->dispatched = 1;
+    if (c->w->metrics) {
+        e->metrics_start = ps_metrics_clock();
+        if (c->requests > 0)
+            PS_METRICS_ADD(c->w->metrics->keepalive_reused, 1);
+    }
     c->requests++;
     c->w->handler->on_request(&e->x);
     if (!e->borrowed && e->x.conn_data && c->x.conn_data == NULL) {
@@ -670,6 +680,9 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
      * holds the request: ASGI's http.disconnect, WSGI's close(). */
     if (e->x.app_data)
         hc->c->w->handler->on_disconnect(&e->x);
+    ps_metrics_t *m = hc->c->w->metrics;
+    if (m && e->dispatched && e->metrics_start)
+        ps_metrics_request(m, e->x.req->method, e->x.status, ps_metrics_clock() - e->metrics_start);
     if (e->prev_live)
         e->prev_live->next_live = e->next_live;
     else if (hc->live == e)
@@ -696,6 +709,8 @@ static void cb_rejected(ps_h2_stream_t *st, void *ud, int status)
     e->x.status = status;
     if (handler->on_rejected)
         handler->on_rejected(&e->x, status, "header list too large");
+    if (hc->c->w->metrics)
+        ps_metrics_rejected(hc->c->w->metrics, status);
     e->st = NULL;
     e->x.req = &no_request;
     e->next = hc->dead;
@@ -971,6 +986,8 @@ static void x_reject(ps_exchange_t *x, int status, const char *reason)
     const ps_handler_t *handler = h2x_of(x)->hc->c->w->handler;
     if (handler->on_rejected && !x->status)
         handler->on_rejected(x, status, reason);
+    if (h2x_of(x)->hc->c->w->metrics && !x->status)
+        ps_metrics_rejected(h2x_of(x)->hc->c->w->metrics, status);
     x_send_error(x, status);
 }
 

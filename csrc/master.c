@@ -78,6 +78,12 @@ typedef struct {
     uint32_t nlanes;
     double lanes_close_at; /* lanes at and above the target close then (0: none) */
     int steering;          /* the TTOU socket filter is attached */
+    /* --metrics-bind: the workers' counters (shared, one block per slot),
+     * the exited workers' totals, the restarts by cause, the endpoint. */
+    ps_metrics_t *metrics;
+    ps_metrics_t folded;
+    uint64_t restarts[PS_METRICS_RESTARTS];
+    ps_metrics_server_t *metrics_server;
 } ps_master_t;
 
 static const int handled_signals[] = {SIGINT,  SIGTERM, SIGQUIT, SIGHUP,
@@ -255,6 +261,9 @@ static void become_worker(ps_master_t *m, int index)
     sig_pipe_w = -1;
     ev_loop_destroy(m->loop);
     m->loop = NULL;
+    /* The endpoint's listening socket is the worker's Python side to close. */
+    ps_metrics_server_forget(m->metrics_server);
+    m->metrics_server = NULL;
     int lane = m->workers[index].lane;
     uint32_t nown = 0;
     int *own = m->lane_fds ? lane_row(m, lane < 0 ? 0 : (uint32_t)lane) : NULL;
@@ -281,6 +290,7 @@ static int spawn(ps_master_t *m, int index, int lane)
     memset((void *)s, 0, sizeof(*s));
     s->heartbeat = ps_master_now();
     s->master_pid = (int32_t)getpid();
+    s->metrics = m->metrics ? &m->metrics[index] : NULL;
     if (m->cfg.max_requests > 0) {
         uint64_t jitter = m->cfg.max_requests_jitter;
         s->max_requests = m->cfg.max_requests + (jitter ? (uint64_t)random() % (jitter + 1) : 0);
@@ -437,6 +447,13 @@ static void reap(ps_master_t *m)
             continue;
         worker_t *w = &m->workers[i];
         log_exit(m, w, status);
+        if (!w->termed && !w->aborted)
+            m->restarts[PS_METRICS_RESTART_CRASH]++;
+        if (m->metrics) {
+            /* Its counters stay in the totals; the block is clean for the next one. */
+            ps_metrics_fold(&m->folded, &m->metrics[i]);
+            memset(&m->metrics[i], 0, sizeof(m->metrics[i]));
+        }
         int boot_failed =
             WIFEXITED(status) && WEXITSTATUS(status) == 3 && !m->slots[i].ready && !w->termed;
         if (!m->slots[i].ready && !w->termed) {
@@ -458,11 +475,16 @@ static void reap(ps_master_t *m)
         ev_break(m->loop, EVBREAK_ALL);
 }
 
-static void retire_all(ps_master_t *m)
+/* Retires every worker (a rolling restart); cause: PS_METRICS_RESTART_*. */
+static void retire_all(ps_master_t *m, int cause)
 {
-    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
-        if (m->workers[i].pid && !m->workers[i].termed)
-            m->workers[i].retiring = 1;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        worker_t *w = &m->workers[i];
+        if (w->pid && !w->termed) {
+            m->restarts[cause] += !w->retiring;
+            w->retiring = 1;
+        }
+    }
 }
 
 static void handle_signal(ps_master_t *m, int signo)
@@ -484,7 +506,7 @@ static void handle_signal(ps_master_t *m, int signo)
         if (!m->stopping) {
             logf_(m, PS_LOG_INFO, "Handling signal: hup (rolling restart)");
             if (m->ops->check_restart == NULL || m->ops->check_restart(m->data) == 0)
-                retire_all(m);
+                retire_all(m, PS_METRICS_RESTART_HUP);
         }
         break;
     case SIGTTIN:
@@ -563,6 +585,7 @@ static void watch_worker(ps_master_t *m, int i, double now)
         logf_(m, PS_LOG_ERROR, "WORKER TIMEOUT (pid %d) while booting", (int)w->pid);
         w->aborted = 1;
         w->abort_at = now;
+        m->restarts[PS_METRICS_RESTART_WATCHDOG]++;
         kill(w->pid, SIGABRT);
         return;
     }
@@ -578,6 +601,7 @@ static void watch_worker(ps_master_t *m, int i, double now)
             logf_(m, PS_LOG_ERROR, "WORKER TIMEOUT (pid %d)", (int)w->pid);
         w->aborted = 1;
         w->abort_at = now;
+        m->restarts[PS_METRICS_RESTART_WATCHDOG]++;
         kill(w->pid, SIGABRT);
         return;
     }
@@ -587,6 +611,7 @@ static void watch_worker(ps_master_t *m, int i, double now)
         logf_(m, PS_LOG_INFO, "Worker (pid %d) reached %llu requests: retiring", (int)w->pid,
               (unsigned long long)s->requests);
         w->retiring = 1;
+        m->restarts[PS_METRICS_RESTART_MAX_REQUESTS]++;
     } else if (m->cfg.max_rss_kib > 0) {
         uint64_t rss = rss_kib(w->pid);
         if (rss > m->cfg.max_rss_kib) {
@@ -594,6 +619,7 @@ static void watch_worker(ps_master_t *m, int i, double now)
                   (int)w->pid, (unsigned long long)(rss / 1024),
                   (unsigned long long)(m->cfg.max_rss_kib / 1024));
             w->retiring = 1;
+            m->restarts[PS_METRICS_RESTART_MAX_RSS]++;
         }
     }
 }
@@ -619,7 +645,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
             logf_(m, PS_LOG_WARNING, "Changes detected: restarting the workers");
             m->boot_failures = 0;
             m->respawn_after = 0;
-            retire_all(m);
+            retire_all(m, PS_METRICS_RESTART_RELOAD);
         }
     }
     if (m->ops->on_tick)
@@ -651,6 +677,26 @@ static void restore_signals(ps_master_t *m, const struct sigaction *saved)
     close(m->sig_pipe[0]);
     close(m->sig_pipe[1]);
     sig_pipe_w = -1;
+}
+
+/* The endpoint's exposition: the live workers' counters summed with the
+ * exited ones', the restarts, each worker's resident memory. */
+static int render_metrics(void *data, ps_buf_t *out)
+{
+    ps_master_t *m = data;
+    const ps_metrics_t *live[PS_MASTER_MAX_SLOTS];
+    ps_metrics_worker_t workers[PS_MASTER_MAX_SLOTS];
+    uint32_t n = 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        pid_t pid = m->workers[i].pid;
+        if (pid == 0)
+            continue;
+        live[n] = &m->metrics[i];
+        workers[n] = (ps_metrics_worker_t){(uint32_t)i + 1, (int)pid, ps_metrics_rss((int)pid)};
+        n++;
+    }
+    ps_metrics_view_t v = {live, n, &m->folded, m->restarts, workers, n};
+    return ps_metrics_render(&v, out);
 }
 
 static int master_loop(ps_master_t *m)
@@ -704,12 +750,26 @@ int ps_master_run(const ps_master_config_t *cfg, const ps_master_ops_t *ops, voi
         goto done;
     if (ops->prepare_loop)
         ops->prepare_loop(data, m->loop);
+    if (cfg->metrics_fd >= 0) {
+        m->metrics = mmap(NULL, sizeof(ps_metrics_t) * PS_MASTER_MAX_SLOTS, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (m->metrics == MAP_FAILED) {
+            m->metrics = NULL;
+            goto done;
+        }
+        m->metrics_server = ps_metrics_server_new(m->loop, cfg->metrics_fd, render_metrics, m);
+        if (m->metrics_server == NULL)
+            goto done;
+    }
     sigprocmask(SIG_SETMASK, NULL, &m->saved_mask);
     rc = master_loop(m);
     if (rc == 0)
         rc = m->exit_code;
 done:
     close_lanes(m);
+    ps_metrics_server_free(m->metrics_server);
+    if (m->metrics)
+        munmap(m->metrics, sizeof(ps_metrics_t) * PS_MASTER_MAX_SLOTS);
     if (m->loop)
         ev_loop_destroy(m->loop);
     if (m->slots != MAP_FAILED && m->slots != NULL)

@@ -15,6 +15,8 @@
 
 #include <ev.h>
 
+#include "metrics.h"
+
 #define PS_SLOT_METHOD_LEN 16
 #define PS_SLOT_PATH_LEN 120
 #define PS_MASTER_MAX_SLOTS 256
@@ -34,6 +36,9 @@ typedef struct {
     volatile uint32_t reopen_logs;  /* USR1 came before ready: the worker reopens at start */
     char method[PS_SLOT_METHOD_LEN];
     char path[PS_SLOT_PATH_LEN];
+    /* --metrics-bind: the worker's counters (the master's shared mapping,
+     * set before the fork), or NULL. */
+    ps_metrics_t *metrics;
 } ps_slot_t;
 
 typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARNING, PS_LOG_ERROR } ps_log_level_t;
@@ -78,6 +83,9 @@ typedef struct {
     const int *listen_fds;
     uint32_t nlisten;
     int backlog;
+    /* --metrics-bind: the endpoint's listening socket, served from the
+     * master's loop (workers do not keep it), or -1. */
+    int metrics_fd;
 } ps_master_config_t;
 
 /* The exit status of the master: 0 after a stop, 3 when a worker could not

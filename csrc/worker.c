@@ -258,6 +258,8 @@ void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot)
      * worker booted already made getppid() another process's. */
     w->ppid = slot->master_pid ? (pid_t)slot->master_pid : getppid();
     w->inner_handler = w->handler;
+    if (slot->metrics)
+        w->metrics = slot->metrics;
     w->handler = w->async ? &slot_handler_async : &slot_handler;
     ev_timer_init(&w->heartbeat, on_heartbeat, 1.0, 1.0);
 }

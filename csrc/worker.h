@@ -114,6 +114,7 @@ struct ps_worker {
     pid_t ppid;
     ev_timer heartbeat;
     ev_tstamp stop_started;         /* graceful stop under a master: when it began */
+    ps_metrics_t *metrics;          /* --metrics-bind: this worker's counters, or NULL */
     const ps_worker_hooks_t *hooks; /* never NULL (an empty table) */
     void *hooks_data;
     char scratch[64 * 1024]; /* every read lands here first */
@@ -152,6 +153,14 @@ void ps_worker_free(ps_worker_t *w);
  * stops at once (like SIGQUIT), and the worker stops when the master dies.
  * Call after ps_worker_init and before ps_worker_run. */
 void ps_worker_attach_slot(ps_worker_t *w, ps_slot_t *slot);
+
+/* --metrics-bind in a single process: the worker counts into m (it must
+ * outlive the worker). Under a master, ps_worker_attach_slot takes the
+ * slot's block instead. */
+static inline void ps_worker_set_metrics(ps_worker_t *w, ps_metrics_t *m)
+{
+    w->metrics = m;
+}
 
 /* The worker's live connections (the interface layers' concurrency limits). */
 static inline uint32_t ps_worker_connections(const ps_worker_t *w)

@@ -104,6 +104,8 @@ static int flush_out(ps_wsconn_t *wc)
             wc->broken = 1;
             return (int)r;
         }
+        if (c->w->metrics)
+            PS_METRICS_ADD(c->w->metrics->bytes_out, r);
         ps_buf_consume(out, (size_t)r);
     }
     ev_io_stop(c->w->loop, &c->wio);
@@ -262,6 +264,8 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
     if (wc->lingering) {
         for (;;) {
             ssize_t n = ps_transport_read(&c->t, scratch, sizeof(c->w->scratch));
+            if (n > 0 && c->w->metrics)
+                PS_METRICS_ADD(c->w->metrics->bytes_in, n);
             if (n > 0)
                 continue;
             if (n == PS_IO_WANT_READ || n == PS_IO_WANT_WRITE)
@@ -286,6 +290,8 @@ static void ws_on_read(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (n > 0) {
             size_t used = 0;
+            if (c->w->metrics)
+                PS_METRICS_ADD(c->w->metrics->bytes_in, n);
             if (ps_ws_feed(&wc->ws, scratch, (size_t)n, &used) < 0 ||
                 (used < (size_t)n &&
                  ps_buf_append(&c->rbuf, scratch + used, (size_t)n - used) < 0)) {
@@ -357,6 +363,8 @@ int ps_wsconn_next_event(ps_wsconn_t *wc, ps_ws_event_t *ev)
     ps_conn_t *c = wc->c;
     int had_room = ps_ws_want_read(&wc->ws);
     int r = ps_ws_next_event(&wc->ws, ev);
+    if (r && c->w->metrics && (ev->type == PS_WS_EV_TEXT || ev->type == PS_WS_EV_BINARY))
+        PS_METRICS_ADD(c->w->metrics->ws_messages_in, 1);
     if (r && !had_room && ps_ws_want_read(&wc->ws) && c->state == PS_CONN_WS && !wc->lingering) {
         /* The queue had stopped the reading: what waits is fed from the loop. */
         ev_io_start(c->w->loop, &c->rio);
@@ -418,6 +426,8 @@ int ps_wsconn_send(ps_wsconn_t *wc, int type, const void *data, size_t len)
         rc = ps_ws_send(&wc->ws, type, data, len, 0);
     if (rc < 0)
         return rc;
+    if (wc->c->w->metrics)
+        PS_METRICS_ADD(wc->c->w->metrics->ws_messages_out, 1);
     return after_send(wc);
 }
 

@@ -639,6 +639,13 @@ def build_parser():
         help="each worker also listens on its own SO_REUSEPORT socket (TCP): the kernel "
         "spreads connections between the workers",
     )
+    add(
+        procs,
+        "--metrics-bind",
+        metavar="ADDRESS",
+        help="serve Prometheus metrics (GET /metrics) on HOST:PORT or unix:PATH, from the "
+        "master (or the single process); off by default",
+    )
     add(procs, "--pid", metavar="FILE", help="write the server's process id to this file")
     add(
         procs,
@@ -813,6 +820,8 @@ def run(cfg: Config) -> int:
         if cfg.speaks_uwsgi(sock):
             url = "uwsgi://" + url.split("://", 1)[-1]
         logger.info("Listening on %s%s", url, proxied)
+    if cfg.metrics_socket is not None:
+        logger.info("Metrics on %s/metrics", config.socket_url(cfg.metrics_socket))
     if cfg.use_master:
         plural = "es" if cfg.workers > 1 else ""
         logger.info("Running %d worker process%s, %s each", cfg.workers, plural, _threads_text(cfg))

@@ -74,6 +74,10 @@ hold final values:
     max_requests_jitter       int, plus a random 0..jitter per worker
     max_rss                   int MiB, retire a worker above this resident size (0: never)
     reuse_port                bool: each worker also listens on its own SO_REUSEPORT socket
+    metrics_bind              None, or the parse_bind() address of the Prometheus endpoint
+                              (--metrics-bind: tcp or unix), served by the master (or the
+                              single process) from the workers' shared counters
+    metrics_fd                int, that endpoint's listening fd once bound (-1: none)
     reload                    bool: restart the workers when a watched file changes
     reload_dirs               list of directories to watch (default: app_dir)
     reload_includes           list of file name patterns to watch (default: *.py)
@@ -330,6 +334,17 @@ def parse_static(value):
     return f"{prefix.rstrip('/') or '/'}={directory}"
 
 
+def parse_metrics_bind(value):
+    """--metrics-bind: None, or ("tcp", host, port) / ("unix", path) as parse_bind() reads
+    HOST:PORT and unix:PATH. Raises ValueError for anything else."""
+    if value is None:
+        return None
+    address = parse_bind(value) if isinstance(value, str) else tuple(value)
+    if address[0] not in ("tcp", "unix"):
+        raise ValueError(f"--metrics-bind takes HOST:PORT or unix:PATH, got {value!r}")
+    return address
+
+
 def format_host_port(host, port):
     if ":" in host:
         return f"[{host}]:{port}"
@@ -429,6 +444,7 @@ class Config:
         max_rss=0,
         preload=False,
         reuse_port=False,
+        metrics_bind=None,
         pid=None,
         reload=False,
         reload_dirs=None,
@@ -565,6 +581,9 @@ class Config:
         self.max_rss = check_int("max_rss", max_rss)
         self.preload = bool(preload)
         self.reuse_port = bool(reuse_port)
+        self.metrics_bind = parse_metrics_bind(metrics_bind)
+        self.metrics_socket = None
+        self.metrics_fd = -1
         self.pid = pid
         self.reload = bool(reload)
         self.reload_dirs = list(reload_dirs or ())
@@ -634,10 +653,12 @@ class Config:
             if import_here:
                 self.load_worker_app()
             self.sockets = self.bind_sockets()
+            self.bind_metrics_socket()
         else:
             # --user/--group: bind as we started, then drop (here, or in each worker
             # under a master that imports nothing), then import.
             self.sockets = self.bind_sockets()
+            self.bind_metrics_socket()
             if import_here:
                 try:
                     self.drop_privileges()
@@ -918,11 +939,49 @@ class Config:
             raise
         return sock
 
+    def bind_metrics_socket(self):
+        """--metrics-bind: listen on the endpoint's address. Raises StartupError (exit 1)."""
+        if self.metrics_bind is None or self.metrics_socket is not None:
+            return
+        address = self.metrics_bind
+        name = describe_address(address)
+        try:
+            if address[0] == "unix":
+                sock = self._bind_unix(address[1])
+            else:
+                sock = self._bind_tcp_plain(address[1], address[2])
+            sock.listen(64)
+            sock.setblocking(False)
+        except OSError as exc:
+            self.close_sockets()
+            raise StartupError(f"error: cannot bind --metrics-bind {name}: {exc}", 1) from exc
+        self.metrics_socket = sock
+        self.metrics_fd = sock.fileno()
+
+    def close_metrics_socket(self):
+        """A worker under a master: the endpoint is the master's."""
+        if self.metrics_socket is not None:
+            self.metrics_socket.close()
+            self.metrics_socket = None
+        self.metrics_fd = -1
+
+    def _bind_tcp_plain(self, host, port):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     def close_sockets(self):
         """Close the listening sockets and remove the unix socket files bound here."""
         for sock in self.sockets:
             sock.close()
         self.sockets = []
+        self.close_metrics_socket()
         self.bound_fds = []
         for path in self._unix_paths:
             try:

@@ -84,6 +84,7 @@ def _serve_worker(cfg, number, own_fds):
     from pyserver import _core, hooks
 
     set_title(f"pyserver: worker {number}")
+    cfg.close_metrics_socket()  # the master serves --metrics-bind
     signal.signal(signal.SIGABRT, _on_watchdog_abort)
     cfg.worker_number = number
     server = hooks.HookServer(cfg)

@@ -215,6 +215,46 @@ static const ps_worker_hooks_t supervised_hooks = {
     .drained = hook_drained,
 };
 
+/* --metrics-bind in a single process: the process's own counters, shown
+ * by an endpoint on its worker's loop. */
+typedef struct {
+    ps_metrics_t counters;
+    ps_metrics_server_t *server;
+} single_metrics_t;
+
+static int render_single(void *data, ps_buf_t *out)
+{
+    single_metrics_t *sm = data;
+    const ps_metrics_t *live[1] = {&sm->counters};
+    ps_metrics_worker_t me = {1, (int)getpid(), ps_metrics_rss((int)getpid())};
+    ps_metrics_view_t v = {live, 1, NULL, NULL, &me, 1};
+    return ps_metrics_render(&v, out);
+}
+
+/* Starts the endpoint on w's loop. Returns the state to free after the
+ * worker ran, or NULL with an exception. */
+static single_metrics_t *single_metrics_start(ps_worker_t *w, int fd)
+{
+    single_metrics_t *sm = PyMem_RawCalloc(1, sizeof(*sm));
+    if (sm != NULL)
+        sm->server = ps_metrics_server_new(w->loop, fd, render_single, sm);
+    if (sm == NULL || sm->server == NULL) {
+        PyMem_RawFree(sm);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    ps_worker_set_metrics(w, &sm->counters);
+    return sm;
+}
+
+static void single_metrics_free(single_metrics_t *sm)
+{
+    if (sm == NULL)
+        return;
+    ps_metrics_server_free(sm->server);
+    PyMem_RawFree(sm);
+}
+
 /* serve(app, sockets, config, own_sockets=()): runs one worker on the
  * current thread until a stop signal; returns None. own_sockets are this
  * worker's SO_REUSEPORT listeners (see ps_worker_add_own_listener). The
@@ -236,6 +276,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
     serve_hooks_data_t hooks_data = {NULL, NULL, NULL, NULL};
+    single_metrics_t *metrics = NULL;
     /* Heap-allocated like the worker: its timer must not move while the loop runs. */
     supervisor_t *sup = PyMem_RawMalloc(sizeof(*sup));
     if (sup == NULL) {
@@ -286,6 +327,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_uwsgi(w, set.uwsgi_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
+    else if (set.master.metrics_fd >= 0 &&
+             (metrics = single_metrics_start(w, set.master.metrics_fd)) == NULL)
+        goto done;
     ps_py_tls_ring_attach(w->loop, set.tls); /* under a master: its shared ticket keys */
     supervisor_start(sup, w);
     if (!asgi && ps_wsgi_attach(ctx, w) < 0)
@@ -312,6 +356,7 @@ done:
         supervisor_free(sup); /* first: it stops its timer on the worker's loop */
         PyMem_RawFree(sup);
     }
+    single_metrics_free(metrics); /* before the worker's loop goes */
     if (w != NULL) {
         ps_py_tls_ring_detach();
         ps_wsgi_detach(ctx);

@@ -427,6 +427,10 @@ static int load_master(PyObject *config, ps_master_config_t *mc, double workers)
         get_count(config, "backlog", INT32_MAX, &backlog) < 0 ||
         get_bool(config, "reuse_port", &reuse_port) < 0)
         return -1;
+    double metrics_fd;
+    if (get_double(config, "metrics_fd", &metrics_fd) < 0)
+        return -1;
+    mc->metrics_fd = metrics_fd >= 0 && metrics_fd <= INT32_MAX ? (int)metrics_fd : -1;
     mc->workers = (uint32_t)PS_MAX(nworkers, 1);
     mc->max_rss_kib = max_rss_mib * 1024;
     mc->backlog = backlog ? (int)backlog : 2048;
