@@ -110,10 +110,10 @@ static const ps_tls_ticket_key_t *find_key(const ps_tls_ctx_t *ctx, const unsign
 }
 
 /* Encrypts new tickets under keys[0]; decrypts under any key of the ring,
- * asking for a renewed ticket (2) when it was not the current one. A name
- * not in the ring makes the context refresh its keys once (another worker
- * may already issue tickets under a key this one has not read yet). Returns
- * 1, 2, 0 (unknown key: full handshake) or -1. */
+ * asking for a renewed ticket (2) when it was not the current one, or for
+ * TLS 1.3. A name not in the ring makes the context refresh its keys once
+ * (another worker may already issue tickets under a key this one has not
+ * read yet). Returns 1, 2, 0 (unknown key: full handshake) or -1. */
 static int ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_CTX *cctx,
                      EVP_MAC_CTX *hctx, int enc)
 {
@@ -134,7 +134,9 @@ static int ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_
         }
         if (k == NULL)
             return 0;
-        rc = current ? 1 : 2;
+        /* TLS 1.3 clients use a ticket once (RFC 8446 C.4): a resumption
+         * gets a fresh ticket too, or the client runs out of them. */
+        rc = current && SSL_version(s) != TLS1_3_VERSION ? 1 : 2;
         if (!EVP_DecryptInit_ex2(cctx, ctx->aes, k->aes_key, iv, NULL))
             return -1;
     }

@@ -379,7 +379,12 @@ def test_stalled_handshake_closed_at_deadline(certs, sent):
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["single-process", "master"])
 def test_garbage_client_hello_costs_only_its_connection(certs, workers):
     with serve_tls(WSGI, certs, "--workers", workers) as srv:
-        for garbage in (b"\x16\x03\x01\x00\x05hello", b"\x16" + os.urandom(600), os.urandom(64)):
+        # The last one never starts like a plain HTTP request line (a 400 of its own).
+        for garbage in (
+            b"\x16\x03\x01\x00\x05hello",
+            b"\x16" + os.urandom(600),
+            b"\x01" + os.urandom(63),
+        ):
             with socket.create_connection((HOST, srv.port), timeout=5) as s:
                 s.sendall(garbage)
                 try:
@@ -704,6 +709,30 @@ def test_fresh_tickets_resume_everywhere_across_rotations(certs, version):
                     refused.append((issuer, pid))
         assert len(pids) == 2, pids
         assert refused == [], f"fresh tickets refused (issuer, refuser): {refused}"
+
+
+def test_tls13_resumption_hands_out_a_fresh_ticket(certs, tmp_path):
+    # A TLS 1.3 client uses each ticket once (RFC 8446 C.4): every resumed handshake
+    # must bring the next ticket, or a client resuming in a chain runs out after two.
+    def s_client(*args):
+        out = subprocess.run(
+            [OPENSSL, "s_client", "-connect", f"{HOST}:{srv.port}", "-tls1_3", "-msg", "-ign_eof"]
+            + list(args),
+            input=b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            capture_output=True,
+            timeout=30,
+        ).stdout.decode(errors="replace")
+        assert "hello" in out, out
+        return out.count("NewSessionTicket"), "Reused, TLSv1.3" in out
+
+    with serve_tls(WSGI, certs) as srv:
+        tickets, reused = s_client("-sess_out", str(tmp_path / "s0"))
+        assert (tickets, reused) == (2, False)
+        for i in range(1, 5):
+            prev, nxt = tmp_path / f"s{i - 1}", tmp_path / f"s{i}"
+            tickets, reused = s_client("-sess_in", str(prev), "-sess_out", str(nxt))
+            assert reused, f"resumption {i} was a full handshake"
+            assert tickets >= 1, f"resumption {i} brought no new ticket"
 
 
 def test_hup_renews_certificate_under_load_losing_nothing(certs, tmp_path):
