@@ -1,9 +1,11 @@
 /* The WSGI thread pool (--threads N): N Python threads started in the
  * worker, each running one request at a time handed over by the loop.
  *
- * Handoff: a bounded ring of jobs under one mutex and condition variable,
- * filled by the loop thread only while a thread is idle (a push never
- * waits; the layer keeps the requests that find every thread busy); the
+ * Handoff: a bounded ring of jobs (one per thread) under one mutex and
+ * condition variable, filled by the loop thread (a push never waits; the
+ * layer keeps the requests that find it full); a thread that finishes a
+ * job takes the next queued one without sleeping or letting go of the
+ * GIL, and a push wakes an idle thread only while one is left for it; the
  * threads tell the loop of their results, and of a thread going idle
  * after a push failed, through one ev_async. A pool thread holds the GIL while it runs a job
  * and releases it to wait for the next one; the loop thread holds it
@@ -58,11 +60,27 @@ static void name_thread(const char *name)
     Py_XDECREF(threading);
 }
 
-/* Takes the next job, waiting for one without the GIL. Returns NULL when
- * the pool stops. */
+/* Takes a queued job under p->mu, or NULL. */
+static void *take_job(ps_pool_t *p)
+{
+    if (p->count == 0)
+        return NULL;
+    void *job = p->ring[p->head];
+    p->head = (p->head + 1) % p->nthreads;
+    p->count--;
+    return job;
+}
+
+/* Takes the next job: a queued one at once, with the GIL kept (under load
+ * a thread goes from job to job without sleeping), else it waits for one
+ * without the GIL. Returns NULL when the pool stops. */
 static void *next_job(ps_pool_t *p)
 {
-    void *job = NULL;
+    pthread_mutex_lock(&p->mu);
+    void *job = take_job(p);
+    pthread_mutex_unlock(&p->mu);
+    if (job != NULL)
+        return job;
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&p->mu);
     p->idle++;
     if (p->starved && !p->stop) {
@@ -72,11 +90,7 @@ static void *next_job(ps_pool_t *p)
     }
     while (p->count == 0 && !p->stop)
         pthread_cond_wait(&p->work, &p->mu);
-    if (p->count > 0) {
-        job = p->ring[p->head];
-        p->head = (p->head + 1) % p->nthreads;
-        p->count--;
-    }
+    job = take_job(p);
     p->idle--;
     pthread_mutex_unlock(&p->mu);
     Py_END_ALLOW_THREADS return job;
@@ -156,10 +170,14 @@ int ps_pool_push(ps_pool_t *p, void *job)
 {
     int rc = -EAGAIN;
     pthread_mutex_lock(&p->mu);
-    if (!p->stop && p->count < p->idle) {
+    if (!p->stop && p->count < p->nthreads) {
+        /* Queued even when every thread is busy: the first to finish takes
+         * it without sleeping. An idle thread is woken only when there is
+         * no queued job it would find anyway. */
         p->ring[(p->head + p->count) % p->nthreads] = job;
         p->count++;
-        pthread_cond_signal(&p->work);
+        if (p->idle >= p->count)
+            pthread_cond_signal(&p->work);
         rc = 0;
     } else {
         p->starved = 1;

@@ -814,6 +814,16 @@ static int t_wait(RequestObject *req, int until)
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)ctx->write_wait + 1;
     int done, timed_out = 0;
+    /* Most of the time there is room: no GIL switch for it. */
+    pthread_mutex_lock(&ctx->mu);
+    done = req->loop_done;
+    int ready = done || (until == WAIT_ROOM && req->posted < POSTED_HIGH && !req->blocked) ||
+                (until == WAIT_DRAINED && req->posted == 0 && !req->blocked);
+    pthread_mutex_unlock(&ctx->mu);
+    if (ready)
+        return done ? -1 : 0;
+    if (!req->scheduled && PyList_GET_SIZE(req->outq) > 0)
+        schedule(req); /* t_body's unannounced items: the loop must write them */
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&ctx->mu);
     for (;;) {
         done = req->loop_done;
@@ -835,9 +845,10 @@ static int t_wait(RequestObject *req, int until)
     return done ? -1 : 0;
 }
 
-/* Pool thread: hands an item to the loop. Returns 0, or -1 when the
- * request is over for the loop (no exception) or with an exception. */
-static int t_post(RequestObject *req, PyObject *item)
+/* Pool thread: hands an item to the loop, waking it when `wake` (else
+ * the end of the body, or a wait for room, does). Returns 0, or -1 when
+ * the request is over for the loop (no exception) or with an exception. */
+static int t_post(RequestObject *req, PyObject *item, int wake)
 {
     if (req->x == NULL)
         return -1;
@@ -846,7 +857,8 @@ static int t_post(RequestObject *req, PyObject *item)
     pthread_mutex_lock(&req->ctx->mu);
     req->posted += (size_t)PyBytes_GET_SIZE(item);
     pthread_mutex_unlock(&req->ctx->mu);
-    schedule(req);
+    if (wake)
+        schedule(req);
     return 0;
 }
 
@@ -908,7 +920,10 @@ static void t_body(RequestObject *req)
             Py_DECREF(item);
             break;
         }
-        int rc = PyBytes_GET_SIZE(item) ? t_post(req, item) : 0;
+        /* A list or tuple is all there already: it goes to the loop in
+         * one wake-up with the body's end. An iterator's items go as they
+         * come (a stream may wait between them). */
+        int rc = PyBytes_GET_SIZE(item) ? t_post(req, item, req->iter != NULL) : 0;
         Py_DECREF(item);
         if (rc < 0 || t_wait(req, WAIT_ROOM) < 0)
             break;
@@ -1252,7 +1267,7 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
         Py_RETURN_NONE;
     if (self->ctx->pool) {
         /* On a pool thread: the loop writes it; wait until it has. */
-        if (t_post(self, data) < 0 || t_wait(self, WAIT_DRAINED) < 0) {
+        if (t_post(self, data, 1) < 0 || t_wait(self, WAIT_DRAINED) < 0) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
             return NULL;
