@@ -183,6 +183,14 @@ void ps_conn_close(ps_conn_t *c)
         return;
     struct ev_loop *loop = c->w->loop;
     int tell_app = c->x.app_data != NULL && !c->in_handler;
+    /* First the application threads' requests (--threads): a thread may
+     * read the body or the transport until the layer detaches it. */
+    if (tell_app && c->x.deferred) {
+        c->w->handler->on_disconnect(&c->x);
+        tell_app = 0;
+    }
+    if (c->h2 && !c->w->async)
+        ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);

@@ -25,12 +25,17 @@ struct ps_pool {
     pthread_cond_t exited; /* a thread left its loop */
     void **ring;           /* nthreads slots */
     uint32_t head, count;
+    double *queued;   /* when each ring slot's job was pushed (ev_now) */
     uint32_t idle;    /* threads waiting for a job (not counting queued jobs) */
+    uint32_t busy;    /* threads running a job */
     uint32_t running; /* threads not exited yet */
     unsigned stop : 1;
     unsigned starved : 1; /* a push failed: tell the loop when a thread is idle */
     struct ev_loop *loop;
     ev_async async;
+    ev_timer nudge;    /* wakes an idle thread for a job no busy one took in time */
+    ev_prepare batch;  /* before the loop sleeps: wakes a thread for the pushes */
+    unsigned wake : 1; /* loop: a push wants a thread woken (batch) */
     ps_pool_run_fn run;
     ps_pool_run_fn release;
     ps_pool_notify_fn notify;
@@ -38,6 +43,49 @@ struct ps_pool {
     uint32_t nthreads;
     ps_pool_thread_t *threads;
 };
+
+/* How long a job queued while a thread is busy waits for that thread
+ * before an idle one is woken for it: a busy thread that is running Python
+ * takes it sooner, without a wake-up or a fight over the GIL; one that
+ * waits (a query, a sleep) leaves it to the idle one. */
+#define NUDGE_DELAY 0.001
+
+/* Loop thread: wakes idle threads for the jobs queued too long. */
+static void on_nudge(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    PS_UNUSED(revents);
+    ps_pool_t *p = ps_container_of(t, ps_pool_t, nudge);
+    double now = ev_now(loop);
+    pthread_mutex_lock(&p->mu);
+    uint32_t wake = 0;
+    for (uint32_t i = 0; i < p->count && wake < p->idle; i++)
+        wake += now - p->queued[(p->head + i) % p->nthreads] >= NUDGE_DELAY * 0.9;
+    for (uint32_t i = 0; i < wake; i++)
+        pthread_cond_signal(&p->work);
+    int again = p->count > wake && p->idle > wake;
+    pthread_mutex_unlock(&p->mu);
+    if (!again) {
+        ev_ref(loop);
+        ev_timer_stop(loop, t);
+    }
+}
+
+/* Loop thread, before it polls: one wake-up for the requests this
+ * iteration pushed while no thread was busy (the woken thread takes them
+ * one after the other; the nudge wakes more if they wait). */
+static void on_batch(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    ps_pool_t *p = ps_container_of(w, ps_pool_t, batch);
+    if (!p->wake)
+        return;
+    p->wake = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->count > 0 && p->idle > 0)
+        pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
 
 static void on_async(struct ev_loop *loop, ev_async *a, int revents)
 {
@@ -73,11 +121,16 @@ static void *take_job(ps_pool_t *p)
 
 /* Takes the next job: a queued one at once, with the GIL kept (under load
  * a thread goes from job to job without sleeping), else it waits for one
- * without the GIL. Returns NULL when the pool stops. */
-static void *next_job(ps_pool_t *p)
+ * without the GIL. had: the thread ran one before. Returns NULL when the
+ * pool stops. */
+static void *next_job(ps_pool_t *p, int had)
 {
     pthread_mutex_lock(&p->mu);
     void *job = take_job(p);
+    if (had && job == NULL)
+        p->busy--;
+    else if (!had && job != NULL)
+        p->busy++;
     pthread_mutex_unlock(&p->mu);
     if (job != NULL)
         return job;
@@ -91,6 +144,7 @@ static void *next_job(ps_pool_t *p)
     while (p->count == 0 && !p->stop)
         pthread_cond_wait(&p->work, &p->mu);
     job = take_job(p);
+    p->busy += job != NULL;
     p->idle--;
     pthread_mutex_unlock(&p->mu);
     Py_END_ALLOW_THREADS return job;
@@ -105,7 +159,9 @@ static void *thread_main(void *arg)
     t->ident = PyThread_get_thread_ident();
     name_thread(t->name);
     void *job;
-    while ((job = next_job(p)) != NULL) {
+    int had = 0;
+    while ((job = next_job(p, had)) != NULL) {
+        had = 1;
         t->job = job;
         t->started = ev_time();
         p->run(job, p->data);
@@ -129,9 +185,11 @@ ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_
     if (p == NULL)
         return (ps_pool_t *)PyErr_NoMemory();
     p->ring = PyMem_RawCalloc(n, sizeof(*p->ring));
+    p->queued = PyMem_RawCalloc(n, sizeof(*p->queued));
     p->threads = PyMem_RawCalloc(n, sizeof(*p->threads));
-    if (p->ring == NULL || p->threads == NULL) {
+    if (p->ring == NULL || p->queued == NULL || p->threads == NULL) {
         PyMem_RawFree(p->ring);
+        PyMem_RawFree(p->queued);
         PyMem_RawFree(p->threads);
         PyMem_RawFree(p);
         return (ps_pool_t *)PyErr_NoMemory();
@@ -145,6 +203,10 @@ ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_
     p->notify = notify;
     p->data = data;
     ev_async_init(&p->async, on_async);
+    ev_timer_init(&p->nudge, on_nudge, NUDGE_DELAY, NUDGE_DELAY);
+    ev_prepare_init(&p->batch, on_batch);
+    ev_prepare_start(loop, &p->batch);
+    ev_unref(loop);
     ev_async_start(loop, &p->async);
     ev_unref(loop); /* the watcher alone does not keep the loop alive */
     for (uint32_t i = 0; i < n; i++) {
@@ -170,19 +232,30 @@ int ps_pool_push(ps_pool_t *p, void *job)
 {
     int rc = -EAGAIN;
     pthread_mutex_lock(&p->mu);
+    int nudge = 0;
     if (!p->stop && p->count < p->nthreads) {
         /* Queued even when every thread is busy: the first to finish takes
-         * it without sleeping. An idle thread is woken only when there is
-         * no queued job it would find anyway. */
-        p->ring[(p->head + p->count) % p->nthreads] = job;
+         * it without sleeping. An idle thread is woken at once when no
+         * thread is busy, else only if the job is still there after
+         * NUDGE_DELAY; the first of a loop iteration's pushes wakes one
+         * thread before the loop sleeps (on_batch). */
+        uint32_t slot = (p->head + p->count) % p->nthreads;
+        p->ring[slot] = job;
+        p->queued[slot] = ev_now(p->loop);
         p->count++;
-        if (p->idle >= p->count)
-            pthread_cond_signal(&p->work);
+        if (p->idle >= p->count && p->busy == 0 && !p->wake)
+            p->wake = 1; /* on_batch */
+        else if (p->idle > 0)
+            nudge = 1;
         rc = 0;
     } else {
         p->starved = 1;
     }
     pthread_mutex_unlock(&p->mu);
+    if (nudge && !ev_is_active(&p->nudge)) {
+        ev_timer_start(p->loop, &p->nudge);
+        ev_unref(p->loop); /* the timer alone does not keep the loop alive */
+    }
     return rc;
 }
 
@@ -229,6 +302,12 @@ int ps_pool_free(ps_pool_t *p, double wait)
     pthread_mutex_unlock(&p->mu);
     ev_ref(p->loop);
     ev_async_stop(p->loop, &p->async);
+    if (ev_is_active(&p->nudge)) {
+        ev_ref(p->loop);
+        ev_timer_stop(p->loop, &p->nudge);
+    }
+    ev_ref(p->loop);
+    ev_prepare_stop(p->loop, &p->batch);
     if (!wait_exited(p, wait)) {
         /* A thread is still inside the application (the graceful timeout
          * passed): the process is ending, so it is left running, and the
@@ -243,6 +322,7 @@ int ps_pool_free(ps_pool_t *p, double wait)
     pthread_cond_destroy(&p->exited);
     pthread_mutex_destroy(&p->mu);
     PyMem_RawFree(p->ring);
+    PyMem_RawFree(p->queued);
     PyMem_RawFree(p->threads);
     PyMem_RawFree(p);
     return 0;
