@@ -60,10 +60,10 @@ static void on_nudge(struct ev_loop *loop, ev_timer *t, int revents)
     uint32_t wake = 0;
     for (uint32_t i = 0; i < p->count && wake < p->idle; i++)
         wake += now - p->queued[(p->head + i) % p->nthreads] >= NUDGE_DELAY * 0.9;
-    for (uint32_t i = 0; i < wake; i++)
-        pthread_cond_signal(&p->work);
     int again = p->count > wake && p->idle > wake;
     pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; i < wake; i++)
+        pthread_cond_signal(&p->work);
     if (!again) {
         ev_ref(loop);
         ev_timer_stop(loop, t);
@@ -82,9 +82,10 @@ static void on_batch(struct ev_loop *loop, ev_prepare *w, int revents)
         return;
     p->wake = 0;
     pthread_mutex_lock(&p->mu);
-    if (p->count > 0 && p->idle > 0)
-        pthread_cond_signal(&p->work);
+    int wake = p->count > 0 && p->idle > 0;
     pthread_mutex_unlock(&p->mu);
+    if (wake) /* after the unlock: the woken thread does not wait for the mutex */
+        pthread_cond_signal(&p->work);
 }
 
 static void on_async(struct ev_loop *loop, ev_async *a, int revents)
