@@ -928,6 +928,10 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
     ps_worker_t *w = c->w;
     PS_UNUSED(revents);
+    if (ps_unlikely(c->x.deferred) && c->t.ssl == NULL) {
+        ev_io_stop(loop, io); /* see after_handler: it waits for the response */
+        return;
+    }
     if (ps_unlikely(c->t.ssl != NULL) && tls_before_read(c) != 0)
         return;
     ssize_t n = ps_transport_read(&c->t, w->scratch, sizeof(w->scratch));
@@ -1045,8 +1049,11 @@ static void after_handler(ps_conn_t *c)
         update_reading(c); /* the layer writes when its application sends */
     } else if (c->x.deferred) {
         /* The application runs on another thread and has the whole body:
-         * nothing to read, and the layer writes when it has output. */
-        ev_io_stop(c->w->loop, &c->rio);
+         * nothing to read, and the layer writes when it has output. Over
+         * plain TCP the read watcher stays on (no epoll_ctl per request):
+         * on_read stops it if input comes before the response is out. */
+        if (c->t.ssl != NULL)
+            ev_io_stop(c->w->loop, &c->rio);
         ev_timer_stop(c->w->loop, &c->timer);
     } else {
         ev_io_stop(c->w->loop, &c->rio);
