@@ -1407,7 +1407,7 @@ static void on_writable(ps_exchange_t *x)
 {
     if (x->app_data == NULL)
         return;
-    if (((ps_wsgi_t *)x->handler_data)->pool) {
+    if (((ps_wsgi_t *)x->handler_data)->nthreads > 1) { /* a job, even once the pool is gone */
         t_on_writable(x->app_data);
         return;
     }
@@ -1422,7 +1422,7 @@ static void on_writable(ps_exchange_t *x)
 
 static void request_gone(ps_exchange_t *x)
 {
-    if (((ps_wsgi_t *)x->handler_data)->pool)
+    if (((ps_wsgi_t *)x->handler_data)->nthreads > 1) /* a job, even once the pool is gone */
         t_detach(x->app_data, x->status);
     else
         request_done(x->app_data);
