@@ -132,8 +132,8 @@ typedef struct {
  * loop. Returns the pool, or NULL with an exception. */
 ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
                        ps_pool_notify_fn notify, void *data);
-/* Loop thread: queues job for the next free thread (up to one job per
- * thread queued). Returns 0, or -EAGAIN when the queue is full (the
+/* Loop thread: queues job for the next free thread (see pool.c for when
+ * a thread is woken). Returns 0, or -EAGAIN when the queue is full (the
  * caller keeps the job and retries on notify). */
 int ps_pool_push(ps_pool_t *p, void *job);
 /* Any thread: notify runs on the loop soon (a no-op once stopping). */

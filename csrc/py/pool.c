@@ -1,15 +1,18 @@
 /* The WSGI thread pool (--threads N): N Python threads started in the
  * worker, each running one request at a time handed over by the loop.
  *
- * Handoff: a bounded ring of jobs (one per thread) under one mutex and
- * condition variable, filled by the loop thread (a push never waits; the
- * layer keeps the requests that find it full); a thread that finishes a
- * job takes the next queued one without sleeping or letting go of the
- * GIL, and a push wakes an idle thread only while one is left for it; the
- * threads tell the loop of their results, and of a thread going idle
- * after a push failed, through one ev_async. A pool thread holds the GIL while it runs a job
- * and releases it to wait for the next one; the loop thread holds it
- * except while libev polls.
+ * Handoff: a bounded ring of jobs (RING_MIN, or one per thread if more)
+ * under one mutex and condition variable, filled by the loop thread (a
+ * push never waits; the layer keeps the requests that find it full). A
+ * thread that finishes a job takes the next queued one without sleeping
+ * or letting go of the GIL. The pushes of one loop iteration wake one
+ * idle thread, before the loop sleeps, when no thread is busy; a job
+ * queued while one is busy is left to it for NUDGE_DELAY before an idle
+ * thread is woken for it. The threads tell the loop of their results, and
+ * of a thread going idle after a push failed, through one ev_async. A
+ * pool thread holds the GIL while it runs a job and releases it to wait
+ * for the next one; the loop thread takes it only to run Python
+ * (ps_py_loop_gil), never for a request's hand-off.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,7 +26,8 @@ struct ps_pool {
     pthread_mutex_t mu;
     pthread_cond_t work;   /* a job was queued, or the pool stops */
     pthread_cond_t exited; /* a thread left its loop */
-    void **ring;           /* nthreads slots */
+    void **ring;           /* cap slots */
+    uint32_t cap;
     uint32_t head, count;
     double *queued;   /* when each ring slot's job was pushed (ev_now) */
     uint32_t idle;    /* threads waiting for a job (not counting queued jobs) */
@@ -50,6 +54,10 @@ struct ps_pool {
  * waits (a query, a sleep) leaves it to the idle one. */
 #define NUDGE_DELAY 0.001
 
+/* Jobs the ring holds at least: under load the threads find the next one
+ * there rather than wait for the loop to move it from its own list. */
+#define RING_MIN 64
+
 /* Loop thread: wakes idle threads for the jobs queued too long. */
 static void on_nudge(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -59,7 +67,7 @@ static void on_nudge(struct ev_loop *loop, ev_timer *t, int revents)
     pthread_mutex_lock(&p->mu);
     uint32_t wake = 0;
     for (uint32_t i = 0; i < p->count && wake < p->idle; i++)
-        wake += now - p->queued[(p->head + i) % p->nthreads] >= NUDGE_DELAY * 0.9;
+        wake += now - p->queued[(p->head + i) % p->cap] >= NUDGE_DELAY * 0.9;
     int again = p->count > wake && p->idle > wake;
     pthread_mutex_unlock(&p->mu);
     for (uint32_t i = 0; i < wake; i++)
@@ -115,7 +123,7 @@ static void *take_job(ps_pool_t *p)
     if (p->count == 0)
         return NULL;
     void *job = p->ring[p->head];
-    p->head = (p->head + 1) % p->nthreads;
+    p->head = (p->head + 1) % p->cap;
     p->count--;
     return job;
 }
@@ -185,8 +193,9 @@ ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_
     ps_pool_t *p = PyMem_RawCalloc(1, sizeof(*p));
     if (p == NULL)
         return (ps_pool_t *)PyErr_NoMemory();
-    p->ring = PyMem_RawCalloc(n, sizeof(*p->ring));
-    p->queued = PyMem_RawCalloc(n, sizeof(*p->queued));
+    p->cap = PS_MAX(n, RING_MIN);
+    p->ring = PyMem_RawCalloc(p->cap, sizeof(*p->ring));
+    p->queued = PyMem_RawCalloc(p->cap, sizeof(*p->queued));
     p->threads = PyMem_RawCalloc(n, sizeof(*p->threads));
     if (p->ring == NULL || p->queued == NULL || p->threads == NULL) {
         PyMem_RawFree(p->ring);
@@ -234,13 +243,13 @@ int ps_pool_push(ps_pool_t *p, void *job)
     int rc = -EAGAIN;
     pthread_mutex_lock(&p->mu);
     int nudge = 0;
-    if (!p->stop && p->count < p->nthreads) {
+    if (!p->stop && p->count < p->cap) {
         /* Queued even when every thread is busy: the first to finish takes
          * it without sleeping. An idle thread is woken at once when no
          * thread is busy, else only if the job is still there after
          * NUDGE_DELAY; the first of a loop iteration's pushes wakes one
          * thread before the loop sleeps (on_batch). */
-        uint32_t slot = (p->head + p->count) % p->nthreads;
+        uint32_t slot = (p->head + p->count) % p->cap;
         p->ring[slot] = job;
         p->queued[slot] = ev_now(p->loop);
         p->count++;
