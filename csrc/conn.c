@@ -204,6 +204,14 @@ void ps_conn_close(ps_conn_t *c)
         return;
     struct ev_loop *loop = c->w->loop;
     int tell_app = c->x.app_data != NULL && !c->in_handler;
+    /* First the application threads' requests (--threads): a thread may
+     * read the body or the transport until the layer detaches it. */
+    if (tell_app && c->x.deferred) {
+        c->w->handler->on_disconnect(&c->x);
+        tell_app = 0;
+    }
+    if (c->h2 && !c->w->async)
+        ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
     ev_io_stop(loop, &c->rio);
     ev_io_stop(loop, &c->wio);
     ev_timer_stop(loop, &c->timer);
@@ -1070,6 +1078,10 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
     ps_worker_t *w = c->w;
     PS_UNUSED(revents);
+    if (ps_unlikely(c->x.deferred) && c->t.ssl == NULL) {
+        ev_io_stop(loop, io); /* see after_handler: it waits for the response */
+        return;
+    }
     if (ps_unlikely(c->t.ssl != NULL) && tls_before_read(c) != 0)
         return;
     ssize_t n = ps_transport_read(&c->t, w->scratch, sizeof(w->scratch));
@@ -1191,8 +1203,11 @@ static void after_handler(ps_conn_t *c)
         update_reading(c); /* the layer writes when its application sends */
     } else if (c->x.deferred) {
         /* The application runs on another thread and has the whole body:
-         * nothing to read, and the layer writes when it has output. */
-        ev_io_stop(c->w->loop, &c->rio);
+         * nothing to read, and the layer writes when it has output. Over
+         * plain TCP the read watcher stays on (no epoll_ctl per request):
+         * on_read stops it if input comes before the response is out. */
+        if (c->t.ssl != NULL)
+            ev_io_stop(c->w->loop, &c->rio);
         ev_timer_stop(c->w->loop, &c->timer);
     } else {
         ev_io_stop(c->w->loop, &c->rio);

@@ -176,6 +176,44 @@ def test_keep_alive_and_pipelined_requests_on_threads():
         assert bodies[3].startswith(b"multithread=True")
 
 
+def test_a_client_that_half_closes_after_its_request_gets_the_response():
+    # The loop does not read while a thread has the request: the end of the
+    # client's input is not taken for a disconnect.
+    with run_server(APP, "--threads", "2") as srv:
+        with socket.create_connection((HOST, srv.port)) as sock:
+            sock.sendall(b"GET /sleep?s=0.3 HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(10)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n"), data
+        assert b"\r\n\r\nslept pyserver-thread-" in data, data
+
+
+def test_an_invalid_head_from_a_thread_is_a_500_and_logged():
+    with run_server(APP, "--threads", "2") as srv, srv.connect() as conn:
+        conn.send(b"GET /badheader HTTP/1.1\r\nHost: x\r\n\r\n")
+        resp = conn.read_response()
+        assert resp.status == 500
+        assert b"never sent" not in resp.body
+        assert srv.wait_for_log("invalid status or header in the response: 200 OK")
+        assert "Exception in WSGI application (GET /badheader)" in srv.log()
+        assert get(srv, "/fast") == (200, b"fast")
+
+
+def test_sized_and_long_list_responses_on_threads():
+    # A list up to 64 KiB goes to the loop in one piece with its end; a longer
+    # one item by item, the thread waiting for room.
+    with run_server(APP, "--threads", "2") as srv:
+        for n in (1, 10, 30_000):
+            response = httpx.get(srv.url + f"/many?n={n}", timeout=10)
+            expected = b"".join(b"%d," % i for i in range(n))
+            assert response.status_code == 200
+            assert response.headers["content-length"] == str(len(expected))
+            assert response.content == expected
+
+
 def test_flask_g_is_per_request_on_threads():
     with run_server("apps.thread_apps:flask_app", "--threads", "4") as srv:
         results, wall = parallel(srv, [f"/g?v=value{i}" for i in range(4)])

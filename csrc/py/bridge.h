@@ -106,6 +106,8 @@ int ps_wsgi_attach(ps_wsgi_t *ctx, ps_worker_t *w);
 /* Before the worker's loop is destroyed: stops the layer's timers and
  * threads. */
 void ps_wsgi_detach(ps_wsgi_t *ctx);
+/* 1 when ps_wsgi_attach started application threads. */
+int ps_wsgi_threaded(const ps_wsgi_t *ctx);
 void ps_wsgi_free(ps_wsgi_t *ctx);
 extern const ps_handler_t ps_wsgi_handler;
 
@@ -116,8 +118,9 @@ typedef struct ps_pool ps_pool_t;
  * pool calls release(job) after run(job), once the job is no longer the
  * thread's (ps_pool_thread_t.job). */
 typedef void (*ps_pool_run_fn)(void *job, void *data);
-/* On the loop thread (GIL held): a thread woke the loop (ps_pool_wake),
- * or finished a job and is idle again. */
+/* On the loop thread (the GIL not necessarily held: ps_py_loop_gil): a
+ * thread woke the loop (ps_pool_wake), or finished a job and is idle
+ * again. */
 typedef void (*ps_pool_notify_fn)(void *data);
 
 typedef struct {
@@ -133,8 +136,9 @@ typedef struct {
  * loop. Returns the pool, or NULL with an exception. */
 ps_pool_t *ps_pool_new(struct ev_loop *loop, uint32_t n, ps_pool_run_fn run, ps_pool_run_fn release,
                        ps_pool_notify_fn notify, void *data);
-/* Loop thread: hands job to an idle thread. Returns 0, or -EAGAIN when
- * every thread is busy (the caller keeps the job and retries on notify). */
+/* Loop thread: queues job for the next free thread (see pool.c for when
+ * a thread is woken). Returns 0, or -EAGAIN when the queue is full (the
+ * caller keeps the job and retries on notify). */
 int ps_pool_push(ps_pool_t *p, void *job);
 /* Any thread: notify runs on the loop soon (a no-op once stopping). */
 void ps_pool_wake(ps_pool_t *p);
@@ -324,6 +328,10 @@ PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int 
 /* Logging through Python's logging module. */
 /* Logs the pending exception with its traceback on `logger` and clears it. */
 void ps_log_exception(PyObject *logger, const char *fmt, ...);
+/* In a worker loop's callback (module.c): takes the GIL back if the loop
+ * let go of it and, with --threads, has not taken it since (a no-op
+ * otherwise). Whatever runs Python from the loop calls it first. */
+void ps_py_loop_gil(void);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
 

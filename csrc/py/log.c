@@ -391,6 +391,7 @@ static void on_summary(struct ev_loop *loop, ev_timer *t, int revents)
     ps_rejects_t *r = ps_container_of(t, ps_rejects_t, summary);
     PS_UNUSED(loop);
     PS_UNUSED(revents);
+    ps_py_loop_gil();
     write_summary(r);
 }
 

@@ -12,20 +12,43 @@ static ps_slot_t *worker_slot;
 
 typedef struct {
     PyThreadState *tstate;
+    /* --threads: the loop takes the GIL back only when a callback runs
+     * Python (ps_py_loop_gil), so that its network work goes on while an
+     * application thread runs. */
+    unsigned lazy : 1;
+    unsigned released : 1; /* the loop let go of the GIL and has not taken it back */
 } gil_state_t;
+
+/* The worker loop's, while serve() runs one with --threads; else NULL. */
+static gil_state_t *lazy_gil;
 
 /* libev calls these around its poll so other Python threads run while the
  * worker waits for the network. */
 static void release_gil(struct ev_loop *loop)
 {
     gil_state_t *g = ev_userdata(loop);
-    g->tstate = PyEval_SaveThread();
+    if (!g->released) {
+        g->released = 1;
+        g->tstate = PyEval_SaveThread();
+    }
 }
 
 static void acquire_gil(struct ev_loop *loop)
 {
     gil_state_t *g = ev_userdata(loop);
-    PyEval_RestoreThread(g->tstate);
+    if (!g->lazy) {
+        PyEval_RestoreThread(g->tstate);
+        g->released = 0;
+    }
+}
+
+void ps_py_loop_gil(void)
+{
+    gil_state_t *g = lazy_gil;
+    if (g != NULL && g->released) {
+        PyEval_RestoreThread(g->tstate);
+        g->released = 0;
+    }
 }
 
 /* check_forwarded_allow_ips(value): raises ValueError naming the first
@@ -76,6 +99,7 @@ static void call_reopen_logs(void)
 static void reopen_logs(void *data)
 {
     PS_UNUSED(data);
+    ps_py_loop_gil();
     call_reopen_logs();
 }
 
@@ -100,6 +124,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
     supervisor_t *sup = ps_container_of(t, supervisor_t, timer);
     PS_UNUSED(loop);
     PS_UNUSED(revents);
+    ps_py_loop_gil();
     /* Python-level signal handlers (gunicorn's SIGUSR1 and SIGABRT) run
      * here when no request ran Python code since the signal arrived. */
     if (PyErr_CheckSignals() < 0)
@@ -172,6 +197,7 @@ typedef struct {
 static void hook_stop_signal(void *data, int signum)
 {
     serve_hooks_data_t *d = data;
+    ps_py_loop_gil();
     if (d->sup->on_stop_signal)
         on_stop_signal(d->sup, signum);
 }
@@ -179,6 +205,7 @@ static void hook_stop_signal(void *data, int signum)
 static void hook_drained(void *data)
 {
     serve_hooks_data_t *d = data;
+    ps_py_loop_gil();
     if (d->actx)
         ps_asgi_drained(d->actx);
 }
@@ -196,6 +223,7 @@ static const ps_worker_hooks_t serve_hooks = {
 static void hook_reload(void *data)
 {
     serve_hooks_data_t *d = data;
+    ps_py_loop_gil();
     PyObject *res = PyObject_CallNoArgs(d->on_hup);
     if (res == NULL)
         ps_log_exception(d->logger, "pyserver: config.on_hup failed");
@@ -335,9 +363,11 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (!asgi && ps_wsgi_attach(ctx, w) < 0)
         goto done;
 
-    gil_state_t gil = {NULL};
+    gil_state_t gil = {NULL, !asgi && ps_wsgi_threaded(ctx), 0};
     ev_set_userdata(w->loop, &gil);
     ev_set_loop_release_cb(w->loop, release_gil, acquire_gil);
+    if (gil.lazy)
+        lazy_gil = &gil;
     struct sigaction saved[5];
     const int sigs[5] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGHUP};
     for (int i = 0; i < 5; i++)
@@ -347,6 +377,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         result = ps_asgi_run(actx, args[2]);
     } else {
         ps_worker_run(w);
+        ps_py_loop_gil();
+        lazy_gil = NULL;
         result = Py_NewRef(Py_None);
     }
     for (int i = 0; i < 5; i++)

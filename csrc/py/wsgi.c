@@ -69,12 +69,12 @@ struct ps_wsgi {
     /* --threads N > 1 (see "the thread pool" below); pool NULL otherwise. */
     uint32_t nthreads;
     ps_pool_t *pool;
-    pthread_mutex_t mu;                        /* the requests' posted, blocked and loop_done */
-    pthread_cond_t moved;                      /* one of those changed: waiting threads re-check */
-    struct RequestObject *ready;               /* results for the loop (GIL) */
-    struct RequestObject *waiting, *wait_tail; /* requests no thread took yet (loop) */
-    double write_wait; /* the longest a thread waits for its output to drain */
-    double timeout;    /* the watchdog's --timeout under a master, else 0 */
+    pthread_mutex_t mu;                   /* the jobs' shared fields, ready */
+    pthread_cond_t moved;                 /* one of those changed: waiting threads re-check */
+    struct wsgi_job *ready;               /* results for the loop (under mu) */
+    struct wsgi_job *waiting, *wait_tail; /* requests no thread took yet (loop) */
+    double write_wait;                    /* the longest a thread waits for its output to drain */
+    double timeout;                       /* the watchdog's --timeout under a master, else 0 */
     struct ev_loop *loop;
     ev_timer watchdog;
     unsigned abandoned : 1; /* a thread outlived the worker: ctx stays allocated */
@@ -95,21 +95,10 @@ typedef struct RequestObject {
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
     unsigned done : 1;
-    /* On a pool thread (--threads): the thread fills these with the GIL
-     * held, the loop takes them with it (deliver). */
-    PyObject *environ;                /* built by the loop, taken by the thread */
-    PyObject *outq;                   /* body items produced, not written yet */
-    struct RequestObject *next_ready; /* in ctx->ready, which holds a reference */
-    struct RequestObject *next_wait;  /* in ctx->waiting, which holds a reference */
-    int t_sf_fd;                      /* the file_wrapper's file to send, or -1 */
-    int64_t t_sf_off;
-    unsigned scheduled : 1; /* in ctx->ready */
-    unsigned t_end : 1;     /* the body is complete (after outq) */
-    unsigned t_failed : 1;  /* the application failed (logged): 500 or close */
-    /* Under ctx->mu: what a thread waits on (backpressure, the end). */
-    size_t posted;          /* bytes in outq */
-    unsigned blocked : 1;   /* the connection's output waits for the socket */
-    unsigned loop_done : 1; /* the loop is done with the request: stop producing */
+    /* On a pool thread (--threads): what it shares with the loop. x is
+     * then the thread's view (GIL), and headers_sent says the head was
+     * posted. */
+    struct wsgi_job *job;
 } RequestObject;
 
 typedef struct {
@@ -626,19 +615,63 @@ static void start_body(RequestObject *req)
 
 /* ---- the thread pool (--threads N > 1) ----
  *
- * The loop thread parses the request, buffers its body and builds the
- * environ; a pool thread (pool.c) calls the application, iterates the
- * response and calls its close(). Output goes back through req->outq: the
- * thread appends items and schedules the request on ctx->ready, the loop
- * writes them (deliver). All of it is guarded by the GIL, which the loop
- * thread holds except while libev polls, so a thread never sees an
- * exchange that the loop is changing or freeing: on disconnect the loop
- * detaches the request (req->x = NULL) and the thread's next write stops
- * its iteration. The thread waits without the GIL, on ctx->moved, while
- * its output is over the high-water mark or the socket is full. */
+ * The loop thread parses the request and buffers its body; a pool thread
+ * (pool.c) builds the environ, calls the application, iterates the
+ * response into C chunks (the head with the first bytes, or a whole list
+ * response, in one) and calls close(). The loop writes the chunks without
+ * the GIL: with threads it takes the GIL only when a callback runs Python
+ * (ps_py_loop_gil), so its network work goes on while an application
+ * thread runs and a request costs it no GIL switch.
+ *
+ * A job (wsgi_job_t) is what the two share, under ctx->mu: the chunks,
+ * the backpressure counts and the flags. The exchange is the loop's; the
+ * thread reads it (environ, wsgi.input, the exception log) with the GIL,
+ * until it posts its last chunk. The loop detaches a request from its
+ * thread with the GIL while the thread may still read the exchange (the
+ * client went away, a write failed), so a thread never sees one the loop
+ * is changing or freeing; after the thread's last post it does without.
+ * The thread waits without the GIL, on ctx->moved, while its output is
+ * over the high-water mark or the socket is full. */
+
+static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 
 /* Bytes a thread may have posted and not yet written before it waits. */
 #define POSTED_HIGH (64 * 1024)
+
+/* Output a thread posted: body bytes, after the response head in the
+ * first one (the head's strings are copied after the headers array). */
+typedef struct wsgi_chunk {
+    struct wsgi_chunk *next;
+    char *data; /* len body bytes */
+    size_t len;
+    ps_slice_t status; /* the head: status.base != NULL */
+    ps_header_t *h;
+    size_t nh;
+} wsgi_chunk_t;
+
+typedef struct wsgi_job {
+    ps_wsgi_t *ctx;
+    ps_exchange_t *x;            /* the loop's: NULL once it is done with the request */
+    RequestObject *req;          /* the thread's while it runs it (GIL) */
+    ps_proxy_result_t fwd;       /* what a trusted proxy forwarded (loop, on_request) */
+    PyObject *log_headers;       /* the response headers, for the access line (GIL) */
+    struct wsgi_job *next_ready; /* in ctx->ready (under ctx->mu) */
+    struct wsgi_job *next_wait;  /* in ctx->waiting (loop) */
+    int sendfile_fd;             /* loop: >= 0 while a file goes out (on_writable ends) */
+    unsigned head_sent : 1;      /* loop: the head is out */
+    /* Under ctx->mu. */
+    wsgi_chunk_t *out, *out_tail; /* posted, not written yet */
+    size_t posted;                /* bytes in out */
+    int sf_fd;                    /* with t_end: the file_wrapper's file to send, or -1 */
+    int64_t sf_off;
+    uint64_t sf_len;
+    int refs;               /* the loop's, the thread's (or the waiting list's), ctx->ready's */
+    unsigned scheduled : 1; /* in ctx->ready */
+    unsigned blocked : 1;   /* the connection's output waits for the socket */
+    unsigned loop_done : 1; /* the loop is done with the request: stop producing */
+    unsigned t_end : 1;     /* the thread posted its last chunk: the body is complete */
+    unsigned t_failed : 1;  /* ... or the application failed (logged): 500 or close */
+} wsgi_job_t;
 
 static void log_app_exception(ps_wsgi_t *ctx, ps_exchange_t *x)
 {
@@ -648,160 +681,194 @@ static void log_app_exception(ps_wsgi_t *ctx, ps_exchange_t *x)
                      r->target.base);
 }
 
+/* Any thread: drops a reference to job (the last frees it). */
+static void job_unref(wsgi_job_t *job)
+{
+    ps_wsgi_t *ctx = job->ctx;
+    pthread_mutex_lock(&ctx->mu);
+    int last = --job->refs == 0;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!last)
+        return;
+    for (wsgi_chunk_t *c = job->out, *next; c != NULL; c = next) {
+        next = c->next;
+        PyMem_RawFree(c);
+    }
+    PyMem_RawFree(job);
+}
+
 /* Loop thread: the request is over for the connection (answered or gone).
  * Writes its access line with `status`, detaches it from x and drops the
- * connection's reference; the thread stops producing. Idempotent. */
-static void t_detach(RequestObject *req, int status)
+ * loop's reference; the thread stops producing. Idempotent. */
+static void t_detach(wsgi_job_t *job, int status)
 {
-    ps_exchange_t *x = req->x;
-    ps_wsgi_t *ctx = req->ctx;
+    ps_exchange_t *x = job->x;
+    ps_wsgi_t *ctx = job->ctx;
     if (x == NULL)
         return;
-    /* Detached before logging: a thread may run while logging lets go of
-     * the GIL, and must find the request over by then. */
-    ((InputObject *)req->input)->x = NULL;
-    req->x = NULL;
+    pthread_mutex_lock(&ctx->mu);
+    int early = !job->t_end && !job->t_failed; /* its thread may still read x */
+    pthread_mutex_unlock(&ctx->mu);
+    if (early || ctx->access_log)
+        ps_py_loop_gil();
+    if (early && job->req != NULL) {
+        ((InputObject *)job->req->input)->x = NULL;
+        job->req->x = NULL;
+    }
+    job->x = NULL;
     x->app_data = NULL;
     pthread_mutex_lock(&ctx->mu);
-    req->loop_done = 1;
+    job->loop_done = 1;
     pthread_cond_broadcast(&ctx->moved);
     pthread_mutex_unlock(&ctx->mu);
     if (ctx->access_log && status)
-        ps_log_access(ctx->access_log, x, req->fwd_client, status, req->headers);
-    Py_DECREF(req);
+        ps_log_access(ctx->access_log, x, job->fwd.client, status, job->log_headers);
+    if (job->log_headers)
+        Py_CLEAR(job->log_headers);
+    job_unref(job);
 }
 
 /* Loop thread: the body is complete; ends the response. */
-static void t_finish(RequestObject *req)
+static void t_finish(wsgi_job_t *job)
 {
-    ps_exchange_t *x = req->x;
-    if (!req->headers_sent) {
-        req->known_length = 0;
-        int rc = send_head(req, NULL, 0);
-        if (rc == SEND_ERROR) {
-            log_app_exception(req->ctx, x);
-            t_detach(req, 500);
-            ps_exchange_send_error(x, 500);
-            return;
-        }
-    }
-    t_detach(req, x->status);
+    ps_exchange_t *x = job->x;
+    t_detach(job, x->status);
     ps_exchange_end(x); /* may move on to the next request at once */
 }
 
 /* Loop thread: the file_wrapper's file goes out with sendfile(2). */
-static void t_sendfile(RequestObject *req)
+static void t_sendfile(wsgi_job_t *job, int fd, int64_t off, uint64_t len)
 {
-    ps_exchange_t *x = req->x;
-    int fd = req->t_sf_fd;
-    req->t_sf_fd = -1;
-    int rc = send_head(req, NULL, 0);
-    if (rc >= 0)
-        rc = map_write(ps_exchange_sendfile(x, fd, req->t_sf_off, (uint64_t)req->known_length));
-    if (rc == SEND_ERROR) {
-        log_app_exception(req->ctx, x);
-        t_detach(req, 500);
-        ps_exchange_send_error(x, 500);
-    } else if (rc == SEND_GONE) {
-        t_detach(req, x->status);
+    ps_exchange_t *x = job->x;
+    int rc = map_write(ps_exchange_sendfile(x, fd, off, len));
+    if (rc == SEND_GONE) {
+        t_detach(job, x->status);
         ps_exchange_abort(x);
     } else if (rc == PS_WRITE_PENDING) {
-        req->sendfile_fd = fd; /* on_writable finishes */
+        job->sendfile_fd = fd; /* on_writable finishes */
     } else {
-        t_finish(req);
+        t_finish(job);
     }
 }
 
-/* Loop thread: writes what the thread posted, then acts on its end or
- * failure. Returns with req possibly detached. */
-static void deliver(RequestObject *req)
+/* Loop thread: the application's head was refused (nothing was sent). */
+static void t_bad_head(wsgi_job_t *job, const wsgi_chunk_t *c)
 {
-    ps_wsgi_t *ctx = req->ctx;
-    Py_ssize_t n = PyList_GET_SIZE(req->outq);
-    Py_ssize_t i = 0;
-    for (; i < n && req->x != NULL; i++) {
-        PyObject *item = PyList_GET_ITEM(req->outq, i);
-        Py_ssize_t len = PyBytes_GET_SIZE(item);
-        ps_exchange_t *x = req->x;
-        int rc = len || !req->headers_sent ? send_body(req, PyBytes_AS_STRING(item), (size_t)len)
-                                           : PS_WRITE_DONE;
-        pthread_mutex_lock(&ctx->mu);
-        req->posted -= (size_t)len;
-        if (rc == PS_WRITE_PENDING)
-            req->blocked = 1;
-        pthread_mutex_unlock(&ctx->mu);
-        if (rc == SEND_ERROR) {
-            log_app_exception(ctx, x);
-            t_detach(req, 500);
-            ps_exchange_send_error(x, 500);
-        } else if (rc == SEND_GONE) {
-            t_detach(req, x->status);
-            ps_exchange_abort(x);
-        }
-    }
-    if (PyList_SetSlice(req->outq, 0, n, NULL) < 0)
-        PyErr_Clear(); /* shrinking a list does not fail */
+    ps_exchange_t *x = job->x;
+    char msg[300];
+    snprintf(msg, sizeof(msg), "invalid status or header in the response: %.*s (%zu headers)",
+             (int)PS_MIN(c->status.len, 200), c->status.base, c->nh);
+    ps_py_loop_gil();
+    PyErr_SetString(PyExc_ValueError, msg);
+    log_app_exception(job->ctx, x);
+    t_detach(job, 500);
+    ps_exchange_send_error(x, 500);
+}
+
+/* Loop thread: writes what the thread posted, then acts on its end or
+ * failure. Returns with job possibly detached. Needs no GIL. */
+static void deliver(wsgi_job_t *job)
+{
+    ps_wsgi_t *ctx = job->ctx;
+    ps_exchange_t *x = job->x;
     pthread_mutex_lock(&ctx->mu);
-    if (req->x == NULL)
-        req->posted = 0;
+    wsgi_chunk_t *c = job->out;
+    job->out = job->out_tail = NULL;
+    int end = job->t_end, failed = job->t_failed, sf_fd = job->sf_fd;
+    pthread_mutex_unlock(&ctx->mu);
+    int rc = PS_WRITE_DONE, pending = 0;
+    size_t written = 0;
+    while (c != NULL) {
+        wsgi_chunk_t *next = c->next;
+        if (rc >= 0 && c->status.base != NULL) {
+            rc = ps_exchange_start(x, c->status, c->h, c->nh, c->data, c->len);
+            if (rc == -EINVAL) {
+                for (wsgi_chunk_t *n; next != NULL; next = n) {
+                    n = next->next;
+                    PyMem_RawFree(next);
+                }
+                t_bad_head(job, c);
+                PyMem_RawFree(c);
+                return;
+            }
+            job->head_sent = rc >= 0;
+        } else if (rc >= 0 && c->len) {
+            rc = ps_exchange_write(x, c->data, c->len);
+        }
+        pending |= rc == PS_WRITE_PENDING;
+        written += c->len;
+        PyMem_RawFree(c);
+        c = next;
+    }
+    pthread_mutex_lock(&ctx->mu);
+    job->posted -= written;
+    if (pending)
+        job->blocked = 1;
     pthread_cond_broadcast(&ctx->moved);
     pthread_mutex_unlock(&ctx->mu);
-    ps_exchange_t *x = req->x;
-    if (x == NULL || req->sendfile_fd >= 0)
-        return;
-    if (req->t_failed) {
-        t_detach(req, req->headers_sent ? x->status : 500);
-        if (req->headers_sent)
+    if (rc < 0) {
+        t_detach(job, x->status);
+        ps_exchange_abort(x);
+    } else if (failed) {
+        t_detach(job, job->head_sent ? x->status : 500);
+        if (job->head_sent)
             ps_exchange_abort(x);
         else
             ps_exchange_send_error(x, 500);
-    } else if (req->t_sf_fd >= 0) {
-        t_sendfile(req);
-    } else if (req->t_end) {
-        t_finish(req);
+    } else if (end && sf_fd >= 0) {
+        t_sendfile(job, sf_fd, job->sf_off, job->sf_len);
+    } else if (end) {
+        t_finish(job);
     }
 }
 
 /* Loop thread (the pool's notify): delivers the threads' results, then
- * hands waiting requests to the threads that are idle. */
+ * hands waiting requests to the threads. Needs no GIL. */
 static void pool_notify(void *data)
 {
     ps_wsgi_t *ctx = data;
-    while (ctx->ready) {
-        RequestObject *list = ctx->ready;
+    for (;;) {
+        pthread_mutex_lock(&ctx->mu);
+        wsgi_job_t *list = ctx->ready;
         ctx->ready = NULL;
+        for (wsgi_job_t *j = list; j != NULL; j = j->next_ready)
+            j->scheduled = 0;
+        pthread_mutex_unlock(&ctx->mu);
+        if (list == NULL)
+            break;
         while (list) {
-            RequestObject *req = list;
-            list = req->next_ready;
-            req->next_ready = NULL;
-            req->scheduled = 0;
-            if (req->x)
-                deliver(req);
-            Py_DECREF(req);
+            wsgi_job_t *job = list;
+            list = job->next_ready;
+            if (job->x)
+                deliver(job);
+            job_unref(job);
         }
     }
     while (ctx->waiting) {
-        RequestObject *req = ctx->waiting;
-        if (req->x != NULL && ps_pool_push(ctx->pool, req) < 0)
+        wsgi_job_t *job = ctx->waiting;
+        if (job->x != NULL && ps_pool_push(ctx->pool, job) < 0)
             break;
-        ctx->waiting = req->next_wait;
-        req->next_wait = NULL;
+        ctx->waiting = job->next_wait;
+        job->next_wait = NULL;
         if (ctx->waiting == NULL)
             ctx->wait_tail = NULL;
-        if (req->x == NULL)
-            Py_DECREF(req); /* gone before a thread took it */
+        if (job->x == NULL)
+            job_unref(job); /* gone before a thread took it */
     }
 }
 
-/* Pool thread: the loop should look at req soon. */
-static void schedule(RequestObject *req)
+/* Pool thread: the loop should look at job soon. */
+static void schedule(wsgi_job_t *job)
 {
-    ps_wsgi_t *ctx = req->ctx;
-    if (!req->scheduled) {
-        req->scheduled = 1;
-        req->next_ready = ctx->ready;
-        ctx->ready = (RequestObject *)Py_NewRef(req); /* the list's reference */
+    ps_wsgi_t *ctx = job->ctx;
+    pthread_mutex_lock(&ctx->mu);
+    if (!job->scheduled) {
+        job->scheduled = 1;
+        job->refs++; /* ctx->ready's */
+        job->next_ready = ctx->ready;
+        ctx->ready = job;
     }
+    pthread_mutex_unlock(&ctx->mu);
     ps_pool_wake(ctx->pool);
 }
 
@@ -814,15 +881,27 @@ enum { WAIT_ROOM, WAIT_DRAINED, WAIT_DONE };
 static int t_wait(RequestObject *req, int until)
 {
     ps_wsgi_t *ctx = req->ctx;
+    wsgi_job_t *job = req->job;
+    int done, timed_out = 0;
+    /* Most of the time there is room: no GIL switch for it. */
+    pthread_mutex_lock(&ctx->mu);
+    done = job->loop_done;
+    int ready = done || (until == WAIT_ROOM && job->posted < POSTED_HIGH && !job->blocked) ||
+                (until == WAIT_DRAINED && job->posted == 0 && !job->blocked);
+    int unannounced = !job->scheduled && job->out != NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    if (ready)
+        return done ? -1 : 0;
+    if (unannounced)
+        schedule(job); /* t_body's quiet posts: the loop must write them */
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)ctx->write_wait + 1;
-    int done, timed_out = 0;
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&ctx->mu);
     for (;;) {
-        done = req->loop_done;
-        if (done || (until == WAIT_ROOM && req->posted < POSTED_HIGH && !req->blocked) ||
-            (until == WAIT_DRAINED && req->posted == 0 && !req->blocked))
+        done = job->loop_done;
+        if (done || (until == WAIT_ROOM && job->posted < POSTED_HIGH && !job->blocked) ||
+            (until == WAIT_DRAINED && job->posted == 0 && !job->blocked))
             break;
         if (pthread_cond_timedwait(&ctx->moved, &ctx->mu, &deadline) == ETIMEDOUT) {
             timed_out = 1;
@@ -830,41 +909,183 @@ static int t_wait(RequestObject *req, int until)
         }
     }
     pthread_mutex_unlock(&ctx->mu);
-    Py_END_ALLOW_THREADS if (timed_out && !done && until != WAIT_DONE)
+    Py_END_ALLOW_THREADS if (timed_out && !done && until != WAIT_DONE && req->x != NULL)
     {
-        req->t_failed = 1; /* the client stopped reading: the loop closes */
-        schedule(req);
+        /* The client stopped reading: the loop closes. */
+        req->x = NULL;
+        ((InputObject *)req->input)->x = NULL;
+        pthread_mutex_lock(&ctx->mu);
+        job->t_failed = 1;
+        pthread_mutex_unlock(&ctx->mu);
+        schedule(job);
         return -1;
     }
     return done ? -1 : 0;
 }
 
-/* Pool thread: hands an item to the loop. Returns 0, or -1 when the
- * request is over for the loop (no exception) or with an exception. */
-static int t_post(RequestObject *req, PyObject *item)
+/* Pool thread: a chunk of room bytes, after the head from start_response's
+ * status and headers when the head is not out yet (the response's
+ * Content-Length added when req->known_length says it). Returns it, or
+ * NULL with an exception. */
+static wsgi_chunk_t *t_chunk(RequestObject *req, size_t room)
 {
-    if (req->x == NULL)
+    ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
+    char length[24];
+    ps_slice_t status = {NULL, 0};
+    size_t n = 0, strings = 0;
+    wsgi_chunk_t *c = NULL;
+    if (!req->headers_sent) {
+        if (req->status == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "the application did not call start_response()");
+            return NULL;
+        }
+        if (latin1_view(req->status, "status", &status) < 0)
+            return NULL;
+        Py_ssize_t count = PyList_GET_SIZE(req->headers);
+        if (count > MAX_STACK_HEADERS) {
+            hs = PyMem_Malloc((size_t)(count + 1) * sizeof(*hs));
+            if (hs == NULL) {
+                PyErr_NoMemory();
+                return NULL;
+            }
+        }
+        int has_length = 0;
+        for (Py_ssize_t i = 0; i < count && i < PyList_GET_SIZE(req->headers); i++) {
+            PyObject *item = PyList_GET_ITEM(req->headers, i);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+                PyErr_Format(PyExc_TypeError, "response headers must be (name, value) tuples: %R",
+                             item);
+                goto done;
+            }
+            if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &hs[n].name) < 0 ||
+                latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &hs[n].value) < 0)
+                goto done;
+            if (PS_SLICE_IEQ(hs[n].name, "content-length"))
+                has_length = 1;
+            strings += hs[n].name.len + hs[n].value.len;
+            n++;
+        }
+        const char *code = status.base;
+        int bodyless =
+            code[0] == '1' ||
+            (status.len >= 3 && (memcmp(code, "204", 3) == 0 || memcmp(code, "304", 3) == 0));
+        if (!has_length && req->known_length >= 0 && !bodyless) {
+            int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
+            hs[n].name = PS_SLICE_LIT("Content-Length");
+            hs[n].value = (ps_slice_t){length, (size_t)l};
+            strings += hs[n].name.len + hs[n].value.len;
+            n++;
+        }
+        strings += status.len;
+    }
+    c = PyMem_RawMalloc(sizeof(*c) + n * sizeof(ps_header_t) + strings + room);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    c->next = NULL;
+    c->h = (ps_header_t *)(c + 1);
+    c->nh = n;
+    char *p = (char *)(c->h + n);
+    c->status = (ps_slice_t){NULL, 0};
+    if (status.base != NULL) {
+        memcpy(p, status.base, status.len);
+        c->status = (ps_slice_t){p, status.len};
+        p += status.len;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(p, hs[i].name.base, hs[i].name.len);
+            c->h[i].name = (ps_slice_t){p, hs[i].name.len};
+            p += hs[i].name.len;
+            memcpy(p, hs[i].value.base, hs[i].value.len);
+            c->h[i].value = (ps_slice_t){p, hs[i].value.len};
+            p += hs[i].value.len;
+        }
+        req->headers_sent = 1;
+        if (req->ctx->access_log && req->job->log_headers == NULL)
+            req->job->log_headers = Py_NewRef(req->headers);
+    }
+    c->data = p;
+    c->len = room;
+done:
+    if (hs != stack)
+        PyMem_Free(hs);
+    return c;
+}
+
+/* Pool thread: hands a chunk to the loop, waking it when `wake` (else the
+ * end of the body, or a wait for room, does). Returns 0, or -1 when the
+ * request is over for the loop (the chunk is dropped). */
+static int t_post(RequestObject *req, wsgi_chunk_t *c, int wake)
+{
+    wsgi_job_t *job = req->job;
+    if (req->x == NULL) {
+        PyMem_RawFree(c);
         return -1;
-    if (PyList_Append(req->outq, item) < 0)
-        return -1;
+    }
     pthread_mutex_lock(&req->ctx->mu);
-    req->posted += (size_t)PyBytes_GET_SIZE(item);
+    if (job->out_tail)
+        job->out_tail->next = c;
+    else
+        job->out = c;
+    job->out_tail = c;
+    job->posted += c->len;
     pthread_mutex_unlock(&req->ctx->mu);
-    schedule(req);
+    if (wake)
+        schedule(job);
     return 0;
+}
+
+/* Pool thread: the thread's last post (c may be NULL): the body is
+ * complete, or the application failed. It reads the exchange no more. */
+static void t_last(RequestObject *req, wsgi_chunk_t *c, int failed)
+{
+    wsgi_job_t *job = req->job;
+    if (req->x == NULL) {
+        PyMem_RawFree(c);
+        return;
+    }
+    req->x = NULL;
+    ((InputObject *)req->input)->x = NULL;
+    pthread_mutex_lock(&req->ctx->mu);
+    if (c != NULL) {
+        if (job->out_tail)
+            job->out_tail->next = c;
+        else
+            job->out = c;
+        job->out_tail = c;
+        job->posted += c->len;
+    }
+    if (failed)
+        job->t_failed = 1;
+    else
+        job->t_end = 1;
+    pthread_mutex_unlock(&req->ctx->mu);
+    schedule(job);
 }
 
 /* Pool thread: the application raised (exception pending). */
 static void t_fail(RequestObject *req)
 {
-    ps_exchange_t *x = req->x;
-    if (x == NULL || ps_exchange_client_gone(x)) {
-        PyErr_Clear();
+    if (req->x == NULL) {
+        PyErr_Clear(); /* the client left; the application only noticed */
         return;
     }
-    log_app_exception(req->ctx, x);
-    req->t_failed = 1;
-    schedule(req);
+    log_app_exception(req->ctx, req->x);
+    t_last(req, NULL, 1);
+}
+
+/* Pool thread: the head, if it is not out, and the end. */
+static void t_end(RequestObject *req)
+{
+    wsgi_chunk_t *c = NULL;
+    if (!req->headers_sent) {
+        req->known_length = 0; /* nothing was produced */
+        if ((c = t_chunk(req, 0)) == NULL) {
+            t_fail(req);
+            return;
+        }
+    }
+    t_last(req, c, 0);
 }
 
 /* Pool thread: a file_wrapper over a regular file is sent by the loop
@@ -878,9 +1099,18 @@ static int t_try_sendfile(RequestObject *req)
         return 0;
     if (req->x == NULL)
         return 1;
-    req->t_sf_off = off;
-    req->t_sf_fd = fd;
-    schedule(req);
+    wsgi_chunk_t *c = t_chunk(req, 0);
+    if (c == NULL) {
+        t_fail(req);
+        return 1;
+    }
+    wsgi_job_t *job = req->job;
+    pthread_mutex_lock(&req->ctx->mu);
+    job->sf_fd = fd;
+    job->sf_off = off;
+    job->sf_len = (uint64_t)req->known_length;
+    pthread_mutex_unlock(&req->ctx->mu);
+    t_last(req, c, 0);
     t_wait(req, WAIT_DONE);
     return 1;
 }
@@ -898,6 +1128,21 @@ static void t_body(RequestObject *req)
         for (Py_ssize_t i = 0; i < n && total >= 0; i++)
             total = PyBytes_Check(items[i]) ? total + PyBytes_GET_SIZE(items[i]) : -1;
         req->known_length = total;
+        if (total >= 0 && total <= POSTED_HIGH) {
+            /* All there: the head, the body and the end in one chunk. */
+            wsgi_chunk_t *c = t_chunk(req, (size_t)total);
+            if (c == NULL) {
+                t_fail(req);
+                return;
+            }
+            char *p = c->data;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                memcpy(p, PyBytes_AS_STRING(items[i]), (size_t)PyBytes_GET_SIZE(items[i]));
+                p += PyBytes_GET_SIZE(items[i]);
+            }
+            t_last(req, c, 0);
+            return;
+        }
     } else if ((req->iter = PyObject_GetIter(r)) == NULL) {
         t_fail(req);
         return;
@@ -912,17 +1157,22 @@ static void t_body(RequestObject *req)
             Py_DECREF(item);
             break;
         }
-        int rc = PyBytes_GET_SIZE(item) ? t_post(req, item) : 0;
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        wsgi_chunk_t *c = len ? t_chunk(req, (size_t)len) : NULL;
+        if (c != NULL)
+            memcpy(c->data, PyBytes_AS_STRING(item), (size_t)len);
         Py_DECREF(item);
-        if (rc < 0 || t_wait(req, WAIT_ROOM) < 0)
+        if (len && c == NULL)
+            break;
+        /* An iterator's items go as they come (a stream may wait between
+         * them); a long list's wake the loop when the thread must wait. */
+        if ((c != NULL && t_post(req, c, req->iter != NULL) < 0) || t_wait(req, WAIT_ROOM) < 0)
             break;
     }
-    if (PyErr_Occurred()) {
+    if (PyErr_Occurred())
         t_fail(req);
-    } else if (req->x != NULL) {
-        req->t_end = 1;
-        schedule(req);
-    }
+    else if (req->x != NULL)
+        t_end(req);
 }
 
 /* Pool thread: calls close() on the response, as PEP 3333 asks, on the
@@ -942,15 +1192,30 @@ static void t_close(RequestObject *req)
     Py_CLEAR(req->result);
 }
 
-/* Pool thread (the pool's run): one request, from the application call to
- * close(). pool_release drops the job's reference to req. */
-static void pool_run(void *job, void *data)
+/* Pool thread (the pool's run): one request, from the environ to close().
+ * pool_release drops the thread's reference to the job. */
+static void pool_run(void *p_job, void *data)
 {
-    RequestObject *req = job;
+    wsgi_job_t *job = p_job;
     ps_wsgi_t *ctx = data;
-    PyObject *environ = req->environ;
-    req->environ = NULL;
-    if (req->x != NULL) {
+    ps_exchange_t *x = job->x; /* with the GIL: the loop clears it only with it, until t_last */
+    if (x == NULL)
+        return;
+    RequestObject *req = request_new(ctx, x);
+    if (req == NULL) {
+        ps_log_exception(ctx->error_logger, "Cannot start a request");
+        pthread_mutex_lock(&ctx->mu);
+        job->t_failed = 1;
+        pthread_mutex_unlock(&ctx->mu);
+        schedule(job);
+        return;
+    }
+    req->job = job;
+    job->req = req;
+    PyObject *environ = build_environ(ctx, x, req, &job->fwd);
+    if (environ == NULL) {
+        t_fail(req);
+    } else {
         PyObject *args[2] = {environ, (PyObject *)req};
         PyObject *result = PyObject_Vectorcall(ctx->app, args, 2, NULL);
         if (result == NULL) {
@@ -959,31 +1224,44 @@ static void pool_run(void *job, void *data)
             req->result = result;
             t_body(req);
         }
-        t_close(req);
+        Py_DECREF(environ);
     }
-    Py_XDECREF(environ);
+    t_close(req);
+    job->req = NULL;
+    req->job = NULL;
+    req->x = NULL;
+    ((InputObject *)req->input)->x = NULL;
+    Py_DECREF(req);
 }
 
 static void pool_release(void *job, void *data)
 {
     PS_UNUSED(data);
-    Py_DECREF((PyObject *)job);
+    job_unref(job);
 }
 
 /* Loop thread: hands the request to a thread, or keeps it until one is
- * idle. Takes a reference to req. */
-static void t_dispatch(ps_wsgi_t *ctx, RequestObject *req, PyObject *environ)
+ * free. Needs no GIL. Returns 0 or -ENOMEM. */
+static int t_dispatch(ps_wsgi_t *ctx, ps_exchange_t *x, const ps_proxy_result_t *fwd)
 {
-    req->environ = environ;
-    req->x->deferred = 1;
-    Py_INCREF(req);
-    if (ctx->waiting == NULL && ps_pool_push(ctx->pool, req) == 0)
-        return;
+    wsgi_job_t *job = PyMem_RawCalloc(1, sizeof(*job));
+    if (job == NULL)
+        return -ENOMEM;
+    job->ctx = ctx;
+    job->x = x;
+    job->fwd = *fwd;
+    job->sendfile_fd = job->sf_fd = -1;
+    job->refs = 2; /* the loop's and the thread's (or the waiting list's) */
+    x->app_data = job;
+    x->deferred = 1;
+    if (ctx->waiting == NULL && ps_pool_push(ctx->pool, job) == 0)
+        return 0;
     if (ctx->wait_tail)
-        ctx->wait_tail->next_wait = req;
+        ctx->wait_tail->next_wait = job;
     else
-        ctx->waiting = req;
-    ctx->wait_tail = req;
+        ctx->waiting = job;
+    ctx->wait_tail = job;
+    return 0;
 }
 
 /* The stack of a thread as text ("" when it cannot be had). New
@@ -1046,17 +1324,18 @@ static void on_watchdog(struct ev_loop *loop, ev_timer *t, int revents)
     ps_wsgi_t *ctx = ps_container_of(t, ps_wsgi_t, watchdog);
     PS_UNUSED(revents);
     uint32_t n;
+    ps_py_loop_gil(); /* the threads' jobs are read with it */
     ps_pool_thread_t *ts = ps_pool_threads(ctx->pool, &n);
     double now = ev_time();
     PS_UNUSED(loop);
     for (uint32_t i = 0; i < n; i++) {
-        RequestObject *req = ts[i].job;
-        if (req == NULL || now - ts[i].started < ctx->timeout)
+        wsgi_job_t *job = ts[i].job;
+        if (job == NULL || now - ts[i].started < ctx->timeout)
             continue;
         ps_slice_t m = PS_SLICE_LIT("-"), p = PS_SLICE_LIT("-");
-        if (req->x) {
-            m = req->x->req->method;
-            p = req->x->req->target;
+        if (job->x) {
+            m = job->x->req->method;
+            p = job->x->req->target;
         }
         log_stuck(ctx, &ts[i], m, p, (int)(now - ts[i].started));
         ev_timer_stop(loop, t);
@@ -1066,8 +1345,6 @@ static void on_watchdog(struct ev_loop *loop, ev_timer *t, int revents)
         return;
     }
 }
-
-static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x);
 
 static void on_request(ps_exchange_t *x)
 {
@@ -1084,6 +1361,15 @@ static void on_request(ps_exchange_t *x)
         ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }
+    if (ctx->pool) {
+        if (t_dispatch(ctx, x, &fwd) < 0) {
+            ps_py_loop_gil();
+            PyErr_NoMemory();
+            ps_log_exception(ctx->error_logger, "Cannot start a request");
+            ps_exchange_send_error(x, 500);
+        }
+        return;
+    }
     RequestObject *req = request_new(ctx, x);
     if (req == NULL) {
         ps_log_exception(ctx->error_logger, "Cannot start a request");
@@ -1094,10 +1380,6 @@ static void on_request(ps_exchange_t *x)
     PyObject *environ = build_environ(ctx, x, req, &fwd);
     if (environ == NULL) {
         fail(req);
-        return;
-    }
-    if (ctx->pool) {
-        t_dispatch(ctx, req, environ);
         return;
     }
     PyObject *args[2] = {environ, (PyObject *)req};
@@ -1111,53 +1393,64 @@ static void on_request(ps_exchange_t *x)
     start_body(req);
 }
 
-static void on_writable(ps_exchange_t *x)
+/* Loop thread, with threads: the output drained (no GIL needed). */
+static void t_on_writable(wsgi_job_t *job)
 {
-    RequestObject *req = x->app_data;
-    if (req == NULL)
-        return;
-    if (req->sendfile_fd >= 0) {
-        req->sendfile_fd = -1;
-        if (req->ctx->pool)
-            t_finish(req);
-        else
-            finish(req);
+    if (job->sendfile_fd >= 0) {
+        job->sendfile_fd = -1;
+        t_finish(job);
         return;
     }
-    if (req->ctx->pool) {
-        pthread_mutex_lock(&req->ctx->mu);
-        req->blocked = 0; /* the thread may produce more */
-        pthread_cond_broadcast(&req->ctx->moved);
-        pthread_mutex_unlock(&req->ctx->mu);
+    pthread_mutex_lock(&job->ctx->mu);
+    job->blocked = 0; /* the thread may produce more */
+    pthread_cond_broadcast(&job->ctx->moved);
+    pthread_mutex_unlock(&job->ctx->mu);
+}
+
+static void on_writable(ps_exchange_t *x)
+{
+    if (x->app_data == NULL)
+        return;
+    if (((ps_wsgi_t *)x->handler_data)->nthreads > 1) { /* a job, even once the pool is gone */
+        t_on_writable(x->app_data);
+        return;
+    }
+    RequestObject *req = x->app_data;
+    if (req->sendfile_fd >= 0) {
+        req->sendfile_fd = -1;
+        finish(req);
         return;
     }
     pump(req);
 }
 
-static void request_gone(RequestObject *req)
+static void request_gone(ps_exchange_t *x)
 {
-    if (req->ctx->pool)
-        t_detach(req, req->x->status);
+    if (((ps_wsgi_t *)x->handler_data)->nthreads > 1) /* a job, even once the pool is gone */
+        t_detach(x->app_data, x->status);
     else
-        request_done(req);
+        request_done(x->app_data);
 }
 
 static void on_disconnect(ps_exchange_t *x)
 {
     if (x->app_data)
-        request_gone(x->app_data);
+        request_gone(x);
 }
 
 static void dispose(ps_exchange_t *x)
 {
     if (x->app_data)
-        request_gone(x->app_data);
+        request_gone(x);
+    if (x->conn_data)
+        ps_py_loop_gil(); /* with threads the loop may not hold it */
     ps_py_addresses_free(x);
 }
 
 static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 {
     ps_wsgi_t *ctx = x->handler_data;
+    ps_py_loop_gil();
     ps_rejects_log(&ctx->rejects, x, status, reason);
 }
 
@@ -1173,6 +1466,7 @@ static void on_served(ps_exchange_t *x, int status)
 static void on_refused(ps_exchange_t *x, const char *reason)
 {
     ps_wsgi_t *ctx = x->handler_data;
+    ps_py_loop_gil();
     ps_py_log_refused(ctx->error_logger, &ctx->refusals, x, reason);
 }
 
@@ -1266,7 +1560,11 @@ static PyObject *Request_write(PyObject *op, PyObject *data)
         Py_RETURN_NONE;
     if (self->ctx->pool) {
         /* On a pool thread: the loop writes it; wait until it has. */
-        if (t_post(self, data) < 0 || t_wait(self, WAIT_DRAINED) < 0) {
+        wsgi_chunk_t *c = t_chunk(self, (size_t)len);
+        if (c == NULL)
+            return NULL;
+        memcpy(c->data, PyBytes_AS_STRING(data), (size_t)len);
+        if (t_post(self, c, 1) < 0 || t_wait(self, WAIT_DRAINED) < 0) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ConnectionResetError, "the client closed the connection");
             return NULL;
@@ -1296,8 +1594,6 @@ static int Request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->result);
     Py_VISIT(self->iter);
     Py_VISIT(self->input);
-    Py_VISIT(self->environ);
-    Py_VISIT(self->outq);
     return 0;
 }
 
@@ -1309,8 +1605,6 @@ static int Request_clear(PyObject *op)
     Py_CLEAR(self->result);
     Py_CLEAR(self->iter);
     Py_CLEAR(self->input);
-    Py_CLEAR(self->environ);
-    Py_CLEAR(self->outq);
     return 0;
 }
 
@@ -1534,11 +1828,6 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x)
     req->ctx = ctx;
     req->known_length = -1;
     req->sendfile_fd = -1;
-    req->t_sf_fd = -1;
-    if (ctx->pool && (req->outq = PyList_New(0)) == NULL) {
-        Py_DECREF(req);
-        return NULL;
-    }
     return req;
 }
 
@@ -1884,19 +2173,22 @@ int ps_wsgi_attach(ps_wsgi_t *ctx, ps_worker_t *w)
 static void drop_lists(ps_wsgi_t *ctx)
 {
     while (ctx->ready) {
-        RequestObject *req = ctx->ready;
-        ctx->ready = req->next_ready;
-        req->next_ready = NULL;
-        req->scheduled = 0;
-        Py_DECREF(req);
+        wsgi_job_t *job = ctx->ready;
+        ctx->ready = job->next_ready;
+        job->scheduled = 0;
+        job_unref(job);
     }
     while (ctx->waiting) {
-        RequestObject *req = ctx->waiting;
-        ctx->waiting = req->next_wait;
-        req->next_wait = NULL;
-        Py_DECREF(req);
+        wsgi_job_t *job = ctx->waiting;
+        ctx->waiting = job->next_wait;
+        job_unref(job);
     }
     ctx->wait_tail = NULL;
+}
+
+int ps_wsgi_threaded(const ps_wsgi_t *ctx)
+{
+    return ctx != NULL && ctx->pool != NULL;
 }
 
 void ps_wsgi_detach(ps_wsgi_t *ctx)

@@ -50,6 +50,12 @@ def app(environ, start_response):
         for i in range(int(q.get("n", "3"))):
             write(b"w%d;" % i)
         return []
+    if path == "/badheader":
+        start_response("200 OK", [("X-Bad", "a\r\nb")])
+        return [b"never sent"]
+    if path == "/many":
+        start_response("200 OK", TEXT)
+        return [b"%d," % i for i in range(int(q.get("n", "10")))]
     if path == "/file":
         f = open(q["path"], "rb")  # noqa: SIM115 - the file_wrapper closes it
         start_response("200 OK", TEXT)
