@@ -1459,8 +1459,10 @@ static void on_rejected(ps_exchange_t *x, int status, const char *reason)
 static void on_served(ps_exchange_t *x, int status)
 {
     ps_wsgi_t *ctx = x->handler_data;
-    if (ctx->access_log)
+    if (ctx->access_log) {
+        ps_py_loop_gil(); /* with threads the loop may not hold it */
         ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+    }
 }
 
 static void on_refused(ps_exchange_t *x, const char *reason)
