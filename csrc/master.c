@@ -552,22 +552,6 @@ static void on_sig_pipe(struct ev_loop *loop, ev_io *io, int revents)
     manage(m);
 }
 
-/* Resident memory of pid in KiB, or 0 when it cannot be read. */
-static uint64_t rss_kib(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return 0;
-    unsigned long size = 0, resident = 0;
-    int n = fscanf(f, "%lu %lu", &size, &resident);
-    fclose(f);
-    if (n != 2)
-        return 0;
-    return (uint64_t)resident * (uint64_t)(sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static void watch_worker(ps_master_t *m, int i, double now)
 {
     worker_t *w = &m->workers[i];
@@ -613,7 +597,7 @@ static void watch_worker(ps_master_t *m, int i, double now)
         w->retiring = 1;
         m->restarts[PS_METRICS_RESTART_MAX_REQUESTS]++;
     } else if (m->cfg.max_rss_kib > 0) {
-        uint64_t rss = rss_kib(w->pid);
+        uint64_t rss = ps_metrics_rss(w->pid) / 1024;
         if (rss > m->cfg.max_rss_kib) {
             logf_(m, PS_LOG_WARNING, "Worker (pid %d) uses %llu MiB (max-rss %llu MiB): retiring",
                   (int)w->pid, (unsigned long long)(rss / 1024),
