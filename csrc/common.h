@@ -16,6 +16,20 @@
 
 #define PS_UNUSED(x) ((void)(x))
 
+/* A decimal port: 1 to 5 digits, at most 65535. Returns it, or -1. */
+static inline int ps_parse_port(const char *s, size_t n)
+{
+    if (n == 0 || n > 5)
+        return -1;
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    return v <= 65535 ? (int)v : -1;
+}
+
 /* Invariants the code relies on (state transitions, buffer bounds).
  * Compiled in when PS_DEBUG_ASSERTS is defined, as make test-asan and
  * scripts/test-c.sh do: a broken one prints where and aborts. Compiled

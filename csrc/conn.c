@@ -939,15 +939,8 @@ static int https_on(ps_slice_t v)
 static int uwsgi_client(ps_slice_t addr, ps_slice_t port, ps_proxyproto_t *pp)
 {
     char text[INET6_ADDRSTRLEN];
-    unsigned long p = 0;
-    if (addr.len == 0 || addr.len >= sizeof(text) || port.len > 5)
-        return -1;
-    for (size_t i = 0; i < port.len; i++) {
-        if (port.base[i] < '0' || port.base[i] > '9')
-            return -1;
-        p = p * 10 + (unsigned long)(port.base[i] - '0');
-    }
-    if (p > 65535)
+    int p = port.len == 0 ? 0 : ps_parse_port(port.base, port.len);
+    if (addr.len == 0 || addr.len >= sizeof(text) || p < 0)
         return -1;
     memcpy(text, addr.base, addr.len);
     text[addr.len] = '\0';

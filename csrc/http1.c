@@ -896,18 +896,10 @@ int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port)
     }
     *port = -1;
     if (s < end) {
-        if (*s++ != ':' || end - s > 5)
+        if (*s++ != ':')
             return -EINVAL;
-        int v = 0;
-        for (const char *d = s; d < end; d++) {
-            if (*d < '0' || *d > '9')
-                return -EINVAL;
-            v = v * 10 + (*d - '0');
-        }
-        if (v > 65535)
-            return -EINVAL;
-        if (s < end)
-            *port = v;
+        if (s < end && (*port = ps_parse_port(s, (size_t)(end - s))) < 0)
+            return -EINVAL; /* an empty port ("host:") is allowed and means none */
     }
     *host = (ps_slice_t){h, (size_t)(he - h)};
     return 0;

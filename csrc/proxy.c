@@ -296,20 +296,6 @@ static int is_tchar(unsigned char ch)
     return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
 }
 
-/* A port: 1 to 5 digits, at most 65535. Returns it, or -1. */
-static int parse_port(const char *s, size_t n)
-{
-    if (n == 0 || n > 5)
-        return -1;
-    unsigned v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (unsigned)(s[i] - '0');
-    }
-    return v <= 65535 ? (int)v : -1;
-}
-
 /* One element: the parameters we read (base NULL when absent). */
 typedef struct {
     ps_slice_t for_, proto, host;
@@ -433,7 +419,7 @@ static void split_node(ps_slice_t v, ps_slice_t *host, uint16_t *port)
             host->len = (size_t)(colon - v.base);
     }
     if (colon) {
-        int n = parse_port(colon + 1, (size_t)(v.base + v.len - colon - 1));
+        int n = ps_parse_port(colon + 1, (size_t)(v.base + v.len - colon - 1));
         *port = n > 0 ? (uint16_t)n : 0;
     }
 }
@@ -511,7 +497,7 @@ int ps_proxy_split_host(ps_slice_t v, ps_slice_t *name, uint16_t *port)
     }
     if (colon + 1 == end)
         return 0; /* "host:": an empty port is no port (RFC 3986) */
-    int n = parse_port(colon + 1, (size_t)(end - colon - 1));
+    int n = ps_parse_port(colon + 1, (size_t)(end - colon - 1));
     if (n < 0)
         return -EINVAL;
     *port = (uint16_t)n;
@@ -633,7 +619,7 @@ static int apply_host_port(const ps_request_t *r, const found_t *f, ps_proxy_res
     if (f->port == UINT32_MAX)
         return 0;
     ps_slice_t v = last_item(r->headers[f->port].value);
-    int n = parse_port(v.base, v.len);
+    int n = ps_parse_port(v.base, v.len);
     if (n <= 0)
         return 0;
     if (out->port && out->port != n)

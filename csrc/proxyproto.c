@@ -44,15 +44,9 @@ static size_t field(const char **s, const char *end, const char **start)
 /* A decimal port without leading zeros (but "0"). Returns it, or -1. */
 static int v1_port(const char *s, size_t n)
 {
-    if (n == 0 || n > 5 || (n > 1 && s[0] == '0'))
+    if (n > 1 && s[0] == '0')
         return -1;
-    unsigned v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (unsigned)(s[i] - '0');
-    }
-    return v <= 65535 ? (int)v : -1;
+    return ps_parse_port(s, n);
 }
 
 /* An address and port of family af into ss. Returns 0 or -EPROTO. */

@@ -10,117 +10,51 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
-import signal
 import socket
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
 from helpers import free_port, run_server, wait_for
+from nginxproc import NGINX, STREAM_MODULE, NginxProcess, make_cert, rewrite
 
 FIXTURES = Path(__file__).parent / "nginx"
 HTTP_CONF = FIXTURES / "pyserver-http.conf"
 STREAM_CONF = FIXTURES / "pyserver-stream.conf"
 DEPLOYMENT = Path(__file__).parent.parent / "docs" / "deployment.md"
-STREAM_MODULE = Path("/usr/lib/nginx/modules/ngx_stream_module.so")
 CLIENT = "127.0.0.2"  # the "real" client: any 127/8 address is loopback on Linux
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 
 
-def _listening(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def _make_cert(directory):
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
-        + ["-subj", "/CN=example.com", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-class Nginx:
+class Nginx(NginxProcess):
     """nginx in the foreground with the documented configs, on free loopback ports."""
 
     def __init__(self, directory, app_port, proxy_protocol_port):
-        self.dir = directory
         self.http_port, self.https_port, self.stream_port = free_port(), free_port(), free_port()
-        cert, key = _make_cert(directory)
-        http_conf = HTTP_CONF.read_text()
-        for old, new in (
-            ("server 127.0.0.1:8000;", f"server 127.0.0.1:{app_port};"),
-            ("listen 80;", f"listen 127.0.0.1:{self.http_port};"),
-            ("listen 443 ssl;", f"listen 127.0.0.1:{self.https_port} ssl;"),
-            ("/etc/ssl/certs/example.com.pem", str(cert)),
-            ("/etc/ssl/private/example.com.key", str(key)),
-        ):
-            assert old in http_conf, old
-            http_conf = http_conf.replace(old, new)
+        cert, key = make_cert(directory)
+        http_conf = rewrite(
+            HTTP_CONF.read_text(),
+            (
+                ("server 127.0.0.1:8000;", f"server 127.0.0.1:{app_port};"),
+                ("listen 80;", f"listen 127.0.0.1:{self.http_port};"),
+                ("listen 443 ssl;", f"listen 127.0.0.1:{self.https_port} ssl;"),
+                ("/etc/ssl/certs/example.com.pem", str(cert)),
+                ("/etc/ssl/private/example.com.key", str(key)),
+            ),
+        )
         (directory / "http.conf").write_text(http_conf)
         self.stream = STREAM_MODULE.exists()
+        ports = [self.http_port, self.https_port]
         if self.stream:
-            stream_conf = STREAM_CONF.read_text()
-            for old, new in (
-                ("listen 8080;", f"listen 127.0.0.1:{self.stream_port};"),
-                ("proxy_pass 127.0.0.1:8001;", f"proxy_pass 127.0.0.1:{proxy_protocol_port};"),
-            ):
-                assert old in stream_conf, old
-                stream_conf = stream_conf.replace(old, new)
+            stream_conf = rewrite(
+                STREAM_CONF.read_text(),
+                (
+                    ("listen 8080;", f"listen 127.0.0.1:{self.stream_port};"),
+                    ("proxy_pass 127.0.0.1:8001;", f"proxy_pass 127.0.0.1:{proxy_protocol_port};"),
+                ),
+            )
             (directory / "stream.conf").write_text(stream_conf)
-        temp = "".join(
-            f"    {name}_temp_path {directory}/{name};\n"
-            for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        main = [
-            "daemon off;",
-            "worker_processes 1;",
-            f"pid {directory}/nginx.pid;",
-            f"error_log {directory}/error.log info;",
-        ]
-        if os.geteuid() == 0:
-            main.append("user root;")  # its workers read this test's private directory
-        if self.stream:
-            main.append(f"load_module {STREAM_MODULE};")
-        main += [
-            "events { worker_connections 256; }",
-            "http {",
-            f"    access_log {directory}/access.log;",
-            temp + f"    include {directory}/http.conf;",
-            "}",
-        ]
-        if self.stream:
-            main.append(f"include {directory}/stream.conf;")
-        self.conf = directory / "nginx.conf"
-        self.conf.write_text("\n".join(main) + "\n")
-        self.argv = [NGINX, "-p", str(directory), "-c", str(self.conf), "-e", "stderr"]
-        check = subprocess.run([*self.argv, "-t"], capture_output=True, text=True)
-        if check.returncode != 0:
-            pytest.skip(f"nginx cannot run here: {check.stderr.strip()[-400:]}")
-        self.log = open(directory / "nginx.out", "w")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
-        ports = [self.http_port, self.https_port] + ([self.stream_port] if self.stream else [])
-        if not wait_for(lambda: all(map(_listening, ports)), 10):
-            self.stop()
-            pytest.fail(f"nginx did not start: {(directory / 'nginx.out').read_text()}")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)  # graceful
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+            ports.append(self.stream_port)
+        super().__init__(directory, "http.conf", ports, "stream.conf" if self.stream else None)
 
 
 @pytest.fixture(scope="module", params=["wsgi", "asgi"])

@@ -13,7 +13,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import struct
@@ -24,12 +23,12 @@ from pathlib import Path
 import pytest
 from apps.uwsgi_echo import pattern
 from helpers import HOST, free_port, run_cli, run_server, wait_for
+from nginxproc import NGINX, NginxProcess, make_cert, rewrite
 
 FIXTURES = Path(__file__).parent / "nginx"
 UWSGI_CONF = FIXTURES / "pyserver-uwsgi.conf"
 UWSGI_PARAMS = Path("/etc/nginx/uwsgi_params")
 CLIENT = "127.0.0.2"
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 MIB = 1 << 20
 
 
@@ -90,80 +89,26 @@ def split_response(raw):
     return lines[0], headers, body
 
 
-def _listening(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-class Nginx:
+class Nginx(NginxProcess):
     """nginx in the foreground with the documented uwsgi config, on free loopback ports."""
 
     def __init__(self, directory, uwsgi_port):
-        self.dir = directory
         self.http_port, self.https_port = free_port(), free_port()
-        cert, key = directory / "cert.pem", directory / "key.pem"
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
-            + ["-subj", "/CN=example.com", "-keyout", str(key), "-out", str(cert)],
-            check=True,
-            capture_output=True,
+        cert, key = make_cert(directory)
+        conf = rewrite(
+            UWSGI_CONF.read_text(),
+            (
+                ("uwsgi_pass 127.0.0.1:8000;", f"uwsgi_pass 127.0.0.1:{uwsgi_port};"),
+                ("listen 80;", f"listen 127.0.0.1:{self.http_port};"),
+                ("listen 443 ssl;", f"listen 127.0.0.1:{self.https_port} ssl;"),
+                ("/etc/ssl/certs/example.com.pem", str(cert)),
+                ("/etc/ssl/private/example.com.key", str(key)),
+            ),
         )
-        conf = UWSGI_CONF.read_text()
-        for old, new in (
-            ("uwsgi_pass 127.0.0.1:8000;", f"uwsgi_pass 127.0.0.1:{uwsgi_port};"),
-            ("listen 80;", f"listen 127.0.0.1:{self.http_port};"),
-            ("listen 443 ssl;", f"listen 127.0.0.1:{self.https_port} ssl;"),
-            ("/etc/ssl/certs/example.com.pem", str(cert)),
-            ("/etc/ssl/private/example.com.key", str(key)),
-        ):
-            assert old in conf, old
-            conf = conf.replace(old, new)
         (directory / "uwsgi.conf").write_text(conf)
         # `include uwsgi_params;` is relative to the configuration's directory.
         shutil.copy(UWSGI_PARAMS, directory / "uwsgi_params")
-        temp = "".join(
-            f"    {name}_temp_path {directory}/{name};\n"
-            for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        main = [
-            "daemon off;",
-            "worker_processes 1;",
-            f"pid {directory}/nginx.pid;",
-            f"error_log {directory}/error.log info;",
-        ]
-        if os.geteuid() == 0:
-            main.append("user root;")
-        main += [
-            "events { worker_connections 256; }",
-            "http {",
-            f"    access_log {directory}/access.log;",
-            temp + f"    include {directory}/uwsgi.conf;",
-            "}",
-        ]
-        self.conf = directory / "nginx.conf"
-        self.conf.write_text("\n".join(main) + "\n")
-        self.argv = [NGINX, "-p", str(directory), "-c", str(self.conf), "-e", "stderr"]
-        check = subprocess.run([*self.argv, "-t"], capture_output=True, text=True)
-        if check.returncode != 0:
-            pytest.skip(f"nginx cannot run here: {check.stderr.strip()[-400:]}")
-        self.log = open(directory / "nginx.out", "w")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
-        if not wait_for(lambda: _listening(self.http_port) and _listening(self.https_port), 10):
-            self.stop()
-            pytest.fail(f"nginx did not start: {(directory / 'nginx.out').read_text()}")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        super().__init__(directory, "uwsgi.conf", [self.http_port, self.https_port])
 
 
 @pytest.fixture(scope="module", params=["wsgi", "asgi"])
