@@ -418,6 +418,25 @@ def _baseline_lines(data):
     ]
 
 
+def _config_files(data, once=False):
+    """The servers' configuration files as fenced blocks (each text once when once)."""
+    out, seen = [], set()
+    for name, info in data["commands"].items():
+        for path, text in info.get("files", {}).items():
+            if once and text in seen:
+                continue
+            seen.add(text)
+            out += [
+                f"`{name}` configuration (`{os.path.basename(path)}`):",
+                "",
+                "```nginx",
+                text.rstrip(),
+                "```",
+                "",
+            ]
+    return out
+
+
 def _scenario_markdown(data, chart):
     p, m = data["params"], data["machine"]
     if p["load"] == "max+fixed-rate":
@@ -567,16 +586,7 @@ def _scenario_markdown(data, chart):
             "```",
             "",
         ]
-    for name, info in data["commands"].items():
-        for path, text in info.get("files", {}).items():
-            out += [
-                f"`{name}` configuration (`{os.path.basename(path)}`):",
-                "",
-                "```nginx",
-                text.rstrip(),
-                "```",
-                "",
-            ]
+    out += _config_files(data)
     return out
 
 
@@ -655,18 +665,5 @@ def _memory_markdown(data, chart):
     out.append("# the client, against each server in turn (for the rows it has)")
     out += [_cmd(c) for c in loads] or ["# (not run)"]
     out += ["```", ""]
-    seen = set()
-    for name, info in data["commands"].items():
-        for path, text in info.get("files", {}).items():
-            if text in seen:
-                continue
-            seen.add(text)
-            out += [
-                f"`{name}` configuration (`{os.path.basename(path)}`):",
-                "",
-                "```nginx",
-                text.rstrip(),
-                "```",
-                "",
-            ]
+    out += _config_files(data, once=True)
     return out
