@@ -61,9 +61,9 @@ static void count_request(ps_conn_t *c, int status)
 }
 
 /* The states each state may move to (bit per enum ps_conn_state), checked
- * under PS_DEBUG_ASSERTS. */
+ * under PS_DEBUG_ASSERTS (unused, and not emitted, otherwise). */
 #define S(x) (1u << (x))
-static const uint8_t next_states[] = {
+static const uint8_t next_states[] __attribute__((unused)) = {
     [PS_CONN_IDLE] = S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) |
                      S(PS_CONN_H2) | S(PS_CONN_CLOSED),
     [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_H2) | S(PS_CONN_CLOSED),
