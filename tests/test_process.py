@@ -730,9 +730,8 @@ def test_usr1_while_the_workers_boot_does_not_kill_them():
         assert "killed by signal" not in srv.log()
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["single-process", "master"])
-def test_usr1_reopens_log_files(tmp_path, workers):
-    access_log = tmp_path / "access.log"
+def access_log_config(tmp_path, access_log):
+    """A --log-config file sending the access log to access_log."""
     log_config = tmp_path / "logging.json"
     log_config.write_text(
         json.dumps(
@@ -744,6 +743,13 @@ def test_usr1_reopens_log_files(tmp_path, workers):
             }
         )
     )
+    return log_config
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["single-process", "master"])
+def test_usr1_reopens_log_files(tmp_path, workers):
+    access_log = tmp_path / "access.log"
+    log_config = access_log_config(tmp_path, access_log)
     args = ("--log-config", str(log_config))
     with master(*args) if workers > 1 else run_server(APP, *args) as srv:
         wait_workers(srv.pid, workers if workers > 1 else 0)
@@ -768,17 +774,7 @@ def test_usr1_sent_while_the_workers_boot_reaches_them(tmp_path):
     # A booting worker ignores USR1; the master sends it again once the worker
     # is ready, or that worker would write to the rotated file for good.
     access_log = tmp_path / "access.log"
-    log_config = tmp_path / "logging.json"
-    log_config.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "disable_existing_loggers": False,
-                "handlers": {"file": {"class": "logging.FileHandler", "filename": str(access_log)}},
-                "loggers": {"pyserver.access": {"handlers": ["file"], "propagate": False}},
-            }
-        )
-    )
+    log_config = access_log_config(tmp_path, access_log)
     with master("--log-config", str(log_config), env={"PROC_APP_IMPORT_SLEEP": "2"}) as srv:
         wait_workers(srv.pid, 2)
         assert wait_for(access_log.exists, 5)
