@@ -198,26 +198,74 @@ error:
     return -1;
 }
 
-static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+/* A BIO reading b's bytes (not copied), or NULL. */
+static BIO *pem_bio(const ps_buf_t *b)
+{
+    return BIO_new_mem_buf(ps_buf_size(b) ? ps_buf_head(b) : "", (int)ps_buf_size(b));
+}
+
+/* 1 when OpenSSL's last error only says the PEM text has no more blocks
+ * (the end of a chain), which it then clears; 0 for a real error. */
+static int pem_ended(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    if (e != 0 && (ERR_GET_LIB(e) != ERR_LIB_PEM || ERR_GET_REASON(e) != PEM_R_NO_START_LINE))
+        return 0;
+    ERR_clear_error();
+    return 1;
+}
+
+/* The certificate then its chain, from PEM text. Returns 1 or 0 (OpenSSL's
+ * queue says why). */
+static int use_chain(SSL_CTX *ssl, const ps_buf_t *pem)
+{
+    BIO *bio = pem_bio(pem);
+    X509 *leaf = bio ? PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL) : NULL;
+    int ok = leaf != NULL && SSL_CTX_use_certificate(ssl, leaf) == 1 &&
+             SSL_CTX_clear_chain_certs(ssl) == 1;
+    X509_free(leaf);
+    while (ok) {
+        X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+        if (x == NULL) {
+            ok = pem_ended();
+            break;
+        }
+        if (SSL_CTX_add0_chain_cert(ssl, x) != 1) {
+            X509_free(x);
+            ok = 0;
+        }
+    }
+    BIO_free(bio);
+    return ok;
+}
+
+/* The private key from PEM text (decrypted with the context's password),
+ * checked against the certificate just loaded. Returns 1 or 0. */
+static int use_key(ps_tls_ctx_t *ctx, const ps_buf_t *pem)
+{
+    BIO *bio = pem_bio(pem);
+    EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, password_cb, ctx->password) : NULL;
+    int ok = key != NULL && SSL_CTX_use_PrivateKey(ctx->ssl, key) == 1;
+    EVP_PKEY_free(key);
+    BIO_free(bio);
+    return ok;
+}
+
+static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
+                      char *err, size_t errlen)
 {
     if (s->ncerts < 1 || s->ncerts > PS_TLS_MAX_CERTS) {
         snprintf(err, errlen, "TLS needs a certificate file and its key");
         return -1;
     }
-    SSL_CTX_set_default_passwd_cb(ctx->ssl, password_cb);
-    SSL_CTX_set_default_passwd_cb_userdata(ctx->ssl, ctx->password);
     for (int i = 0; i < s->ncerts; i++) {
         const char *cert = s->certs[i].certfile;
         const char *key = s->certs[i].keyfile ? s->certs[i].keyfile : cert;
-        if (cert == NULL) {
-            snprintf(err, errlen, "TLS needs a certificate file");
-            return -1;
-        }
-        if (SSL_CTX_use_certificate_chain_file(ctx->ssl, cert) != 1) {
+        if (!use_chain(ctx->ssl, &pem->cert[i])) {
             set_error(err, errlen, "cannot load the certificate chain %s", cert);
             return -1;
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx->ssl, key, SSL_FILETYPE_PEM) != 1) {
+        if (!use_key(ctx, s->certs[i].keyfile ? &pem->key[i] : &pem->cert[i])) {
             int reason = ERR_GET_REASON(ERR_peek_error());
             const char *what = "cannot load the private key %s";
             if (reason == X509_R_KEY_VALUES_MISMATCH)
@@ -241,7 +289,38 @@ static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, 
     return 0;
 }
 
-static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+/* The CAs that sign client certificates, from PEM text: trusted for
+ * verification and named in the CertificateRequest. Returns 1 or 0. */
+static int use_client_cas(SSL_CTX *ssl, const ps_buf_t *pem)
+{
+    BIO *bio = pem_bio(pem);
+    X509_STORE *store = SSL_CTX_get_cert_store(ssl);
+    STACK_OF(X509_NAME) *names = sk_X509_NAME_new_null();
+    int n = 0, ok = bio != NULL && store != NULL && names != NULL;
+    while (ok) {
+        X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+        if (x == NULL) {
+            ok = n > 0 && pem_ended();
+            break;
+        }
+        X509_NAME *name = X509_NAME_dup(X509_get_subject_name(x));
+        ok = X509_STORE_add_cert(store, x) == 1 && name != NULL &&
+             sk_X509_NAME_push(names, name) > 0;
+        if (!ok)
+            X509_NAME_free(name);
+        X509_free(x);
+        n++;
+    }
+    if (ok)
+        SSL_CTX_set_client_CA_list(ssl, names); /* takes names */
+    else
+        sk_X509_NAME_pop_free(names, X509_NAME_free);
+    BIO_free(bio);
+    return ok;
+}
+
+static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
+                       char *err, size_t errlen)
 {
     if (s->cert_reqs == PS_TLS_CERT_NONE) {
         SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_NONE, NULL);
@@ -255,21 +334,95 @@ static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err,
         snprintf(err, errlen, "verifying client certificates needs a CA certificates file");
         return -1;
     }
-    if (SSL_CTX_load_verify_locations(ctx->ssl, s->ca_certs, NULL) != 1) {
+    if (!use_client_cas(ctx->ssl, &pem->ca)) {
         set_error(err, errlen, "cannot load the CA certificates %s", s->ca_certs);
         return -1;
     }
-    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(s->ca_certs);
-    if (names == NULL) {
-        set_error(err, errlen, "cannot read CA names from %s", s->ca_certs);
-        return -1;
-    }
-    SSL_CTX_set_client_CA_list(ctx->ssl, names);
     int mode = SSL_VERIFY_PEER;
     if (s->cert_reqs == PS_TLS_CERT_REQUIRED)
         mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
     SSL_CTX_set_verify(ctx->ssl, mode, NULL);
     return 0;
+}
+
+/* Appends the file at path to b (at most 1 MiB: no PEM file is larger).
+ * Returns 0 or -errno (-EFBIG beyond the bound). */
+static int read_file(const char *path, ps_buf_t *b)
+{
+    enum { MAX_PEM = 1 << 20 };
+    FILE *f = fopen(path, "rbe");
+    if (f == NULL)
+        return -errno;
+    int rc = 0;
+    for (;;) {
+        if (ps_buf_size(b) >= MAX_PEM) {
+            rc = -EFBIG;
+            break;
+        }
+        if (ps_buf_reserve(b, 16384) < 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        size_t n = fread(b->data + b->len, 1, b->cap - b->len, f);
+        b->len += n;
+        if (n == 0) {
+            rc = ferror(f) ? -EIO : 0;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/* Reads path into b; on failure writes "what: reason" into err. */
+static int read_pem(const char *path, ps_buf_t *b, const char *what, char *err, size_t errlen)
+{
+    int rc = read_file(path, b);
+    if (rc == 0)
+        return 0;
+    int n = snprintf(err, errlen, what, path);
+    if (n >= 0 && (size_t)n < errlen)
+        snprintf(err + n, errlen - (size_t)n, ": %s", strerror(-rc));
+    return -1;
+}
+
+int ps_tls_pem_read(ps_tls_pem_t *pem, const ps_tls_settings_t *s, char *err, size_t errlen)
+{
+    int n = s->ncerts < 0 ? 0 : PS_MIN(s->ncerts, PS_TLS_MAX_CERTS);
+    for (int i = 0; i < n; i++) {
+        const char *cert = s->certs[i].certfile, *key = s->certs[i].keyfile;
+        if (cert == NULL) {
+            snprintf(err, errlen, "TLS needs a certificate file");
+            goto error;
+        }
+        if (read_pem(cert, &pem->cert[i], "cannot load the certificate chain %s", err, errlen) <
+                0 ||
+            (key && read_pem(key, &pem->key[i], "cannot load the private key %s", err, errlen) < 0))
+            goto error;
+    }
+    if (s->cert_reqs != PS_TLS_CERT_NONE && s->ca_certs &&
+        read_pem(s->ca_certs, &pem->ca, "cannot load the CA certificates %s", err, errlen) < 0)
+        goto error;
+    return 0;
+error:
+    ps_tls_pem_free(pem);
+    return -1;
+}
+
+static void wipe(ps_buf_t *b)
+{
+    if (b->data)
+        explicit_bzero(b->data, b->cap);
+    ps_buf_free(b);
+}
+
+void ps_tls_pem_free(ps_tls_pem_t *pem)
+{
+    for (int i = 0; i < PS_TLS_MAX_CERTS; i++) {
+        wipe(&pem->cert[i]); /* a key may be in the certificate's file */
+        wipe(&pem->key[i]);
+    }
+    wipe(&pem->ca);
 }
 
 static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
@@ -306,6 +459,18 @@ bad_alpn:
 
 ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errlen)
 {
+    ps_tls_pem_t pem;
+    memset(&pem, 0, sizeof(pem));
+    if (ps_tls_pem_read(&pem, s, err, errlen) < 0)
+        return NULL;
+    ps_tls_ctx_t *ctx = ps_tls_ctx_new_pem(s, &pem, err, errlen);
+    ps_tls_pem_free(&pem);
+    return ctx;
+}
+
+ps_tls_ctx_t *ps_tls_ctx_new_pem(const ps_tls_settings_t *s, const ps_tls_pem_t *pem, char *err,
+                                 size_t errlen)
+{
     ps_tls_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         goto oom;
@@ -338,8 +503,8 @@ ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errle
     }
     ctx->nkeys = 1;
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx->ssl, ticket_cb);
-    if (set_protocols(ctx, s, err, errlen) < 0 || load_certs(ctx, s, err, errlen) < 0 ||
-        load_verify(ctx, s, err, errlen) < 0)
+    if (set_protocols(ctx, s, err, errlen) < 0 || load_certs(ctx, s, pem, err, errlen) < 0 ||
+        load_verify(ctx, s, pem, err, errlen) < 0)
         goto error;
     ERR_clear_error();
     return ctx;

@@ -103,11 +103,30 @@ typedef struct {
     uint8_t hmac_key[32];
 } ps_tls_ticket_key_t;
 
+/* The PEM text of the files a context is built from, read once so that
+ * contexts can be built again from it whatever the files hold later (a
+ * worker respawned after a renewal that did not load). */
+typedef struct {
+    ps_buf_t cert[PS_TLS_MAX_CERTS];
+    ps_buf_t key[PS_TLS_MAX_CERTS]; /* empty: the key is in cert */
+    ps_buf_t ca;                    /* empty: no CA file */
+} ps_tls_pem_t;
+
+/* Reads the files s names into pem (zeroed by the caller). Returns 0, or
+ * -1 with a one-line reason in err; pem is then empty. */
+int ps_tls_pem_read(ps_tls_pem_t *pem, const ps_tls_settings_t *s, char *err, size_t errlen);
+/* Wipes and frees the text (the keys are secret). */
+void ps_tls_pem_free(ps_tls_pem_t *pem);
+
 /* Builds a context: loads certificates and keys (checking each key against
  * its certificate), the client CAs, the cipher lists, versions and ALPN.
  * Session tickets are on, with one random key until ps_tls_set_ticket_keys.
+ * ps_tls_ctx_new reads s's files; ps_tls_ctx_new_pem takes their text from
+ * pem (s still names the files, for the error messages).
  * Returns NULL with a one-line reason in err (never printed) on failure. */
 ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errlen);
+ps_tls_ctx_t *ps_tls_ctx_new_pem(const ps_tls_settings_t *s, const ps_tls_pem_t *pem, char *err,
+                                 size_t errlen);
 void ps_tls_ctx_free(ps_tls_ctx_t *ctx);
 /* Replaces the ticket keys: keys[0] encrypts new tickets, all of them
  * decrypt (a ticket under an older key is accepted and renewed). A master

@@ -92,6 +92,13 @@ static void close_idle(ps_worker_t *w)
     }
 }
 
+static void on_idle_grace(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    close_idle(ps_container_of(t, ps_worker_t, idle_grace));
+}
+
 void ps_worker_stop(ps_worker_t *w)
 {
     if (w->stopping)
@@ -105,8 +112,15 @@ void ps_worker_stop(ps_worker_t *w)
      * accepted just before the stop gets its first request served, and a
      * busy keep-alive client gets its next response with "Connection:
      * close" instead of racing a close with its next request. */
-    if (w->slot == NULL)
+    if (w->slot == NULL && w->reloading) {
+        /* The same second for a single process's reload: a connection
+         * still in its TLS handshake, or whose request is on its way, is
+         * served rather than closed. */
+        ev_timer_set(&w->idle_grace, 1.0, 0);
+        ev_timer_start(w->loop, &w->idle_grace);
+    } else if (w->slot == NULL) {
         close_idle(w);
+    }
     if (w->nconns == 0) {
         drained(w);
         return;
@@ -119,14 +133,14 @@ void ps_worker_stop(ps_worker_t *w)
 
 /* SIGHUP in a single process: a graceful stop that leaves the listening
  * sockets open and queueing for the server that replaces this one. Ignored
- * while a stop is under way. */
+ * while a stop is under way, and when the hook refuses the reload. */
 static void reload(ps_worker_t *w)
 {
-    if (w->stopping)
+    if (w->stopping || w->hooks->reload(w->hooks_data) < 0)
         return;
     for (uint32_t i = 0; i < w->nlisteners; i++)
         w->listeners[i].shut_at_stop = 0;
-    w->hooks->reload(w->hooks_data);
+    w->reloading = 1;
     ps_worker_stop(w);
 }
 
@@ -426,6 +440,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     ev_unref(w->loop); /* the prepare watcher alone does not keep the loop alive */
     ps_listener_gate_open(w);
     ev_init(&w->stop_timer, on_stop_timeout);
+    ev_init(&w->idle_grace, on_idle_grace);
     ev_signal_init(&w->sigint, on_signal, SIGINT);
     ev_signal_init(&w->sigterm, on_signal, SIGTERM);
     ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
@@ -471,6 +486,7 @@ void ps_worker_finish(ps_worker_t *w)
     ev_signal_stop(w->loop, &w->sigusr1);
     ev_signal_stop(w->loop, &w->sighup);
     ev_timer_stop(w->loop, &w->stop_timer);
+    ev_timer_stop(w->loop, &w->idle_grace);
 }
 
 void ps_worker_run(ps_worker_t *w)

@@ -74,10 +74,12 @@ typedef struct {
     /* A stop finished its last connection (the ASGI layer stops asyncio's
      * loop, which may be waiting outside libev). */
     void (*drained)(void *data);
-    /* SIGHUP in a single process: the worker stops gracefully, keeping its
-     * listening sockets open, and the code that runs it starts the new
-     * server on them (see pyserver/reexec.py). NULL leaves SIGHUP alone. */
-    void (*reload)(void *data);
+    /* SIGHUP in a single process: unless it returns -1 (the reload is
+     * refused and the worker serves on), the worker stops gracefully,
+     * keeping its listening sockets open, and the code that runs it starts
+     * the new server on them (see pyserver/reexec.py). NULL leaves SIGHUP
+     * alone. */
+    int (*reload)(void *data);
 } ps_worker_hooks_t;
 
 struct ps_worker {
@@ -91,7 +93,8 @@ struct ps_worker {
     ps_conn_t *dead;  /* closed, freed before the loop sleeps */
     uint32_t nconns;
     unsigned stopping : 1;
-    unsigned async : 1; /* handler->async, kept here for the hot path */
+    unsigned reloading : 1; /* the stop is a single process's reload (SIGHUP) */
+    unsigned async : 1;     /* handler->async, kept here for the hot path */
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
     /* The accept gate (see listener.c): shared listeners sit in libev's epoll set
@@ -104,6 +107,7 @@ struct ps_worker {
     ev_prepare prepare;
     ev_signal sigint, sigterm, sigquit, sigusr1, sighup;
     ev_timer stop_timer;
+    ev_timer idle_grace; /* a single process's reload: idle connections closed after 1 s */
     /* Under a master (ps_worker_attach_slot): the shared slot, the handler
      * the slot wrapper forwards to, and the master's pid to watch. */
     ps_slot_t *slot;

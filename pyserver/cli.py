@@ -833,8 +833,20 @@ def run(cfg: Config) -> int:
         # SIGHUP: stop gracefully, then start again on the same sockets (pyserver.reexec).
 
         def on_hup():
+            # The new server reads the TLS files again: files that do not load
+            # (a renewal gone wrong) would leave no server at all.
+            if cfg.ssl_certfile is not None:
+                try:
+                    _core.check_tls(cfg)
+                except ValueError as exc:
+                    logger.error(
+                        "Not reloading: %s; the server keeps serving with the files it loaded",
+                        exc,
+                    )
+                    return False
             reloading.append(True)
             logger.info("Reloading (SIGHUP): finishing requests in progress")
+            return True
 
         cfg.on_hup = on_hup
     try:

@@ -780,6 +780,87 @@ def test_hup_renews_certificate_under_load_losing_nothing(certs, tmp_path):
         assert seen.count(old_der) > 0 and seen[-1] == new_der
 
 
+BROKEN_PEM = "-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n"
+
+
+def _live_files(certs, tmp_path, name):
+    """Copies of certificate `name` and its key that a test can rewrite; (cert, key)."""
+    live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
+    shutil.copy(certs.path(f"{name}.pem"), live_cert)
+    shutil.copy(certs.path(f"{name}.key"), live_key)
+    return live_cert, live_key
+
+
+def _der(certs, name):
+    return ssl.PEM_cert_to_DER_cert(open(certs.path(f"{name}.pem")).read())
+
+
+def test_worker_respawned_after_a_refused_hup_serves_the_accepted_certificate(certs, tmp_path):
+    # A HUP refused because the files do not load leaves the old worker serving; a worker
+    # that dies afterwards for any reason is replaced by one built from the certificate
+    # the master accepted last, not from the broken files on disk. One worker, so that
+    # every request goes to the replacement (--timeout: a master with one worker).
+    _make_cert(certs.dir, "renewed2", "/CN=localhost", ca="ca")
+    live_cert, live_key = _live_files(certs, tmp_path, "server")
+    args = ("--ssl-certfile", str(live_cert), "--ssl-keyfile", str(live_key), "--timeout", "60")
+    ctx = certs.client_context()
+
+    def replace_worker():
+        old = int(_get(srv, ctx, "/pid")[0])
+        os.kill(old, signal.SIGKILL)
+        assert wait_for(lambda: int(_get(srv, ctx, "/pid")[0]) != old, 20), srv.log_tail()
+
+    with run_server(WSGI, *args) as srv:
+        assert _get(srv, ctx, "/hello")[3] == _der(certs, "server")  # the master is up
+        live_cert.write_text(BROKEN_PEM)
+        live_key.write_text("")
+        os.kill(srv.pid, signal.SIGHUP)
+        assert srv.wait_for_log("Not restarting the workers: TLS: cannot load", 10)
+        for _ in range(2):
+            replace_worker()
+            assert {_get(srv, ctx, "/hello")[3] for _ in range(5)} == {_der(certs, "server")}
+        assert "Worker failed to boot" not in srv.log()
+        assert "exited with code" not in srv.log()
+        # The files fixed with a renewed certificate: the next HUP serves it, and so
+        # does a worker replaced after it.
+        shutil.copy(certs.path("renewed2.pem"), live_cert)
+        shutil.copy(certs.path("renewed2.key"), live_key)
+        os.kill(srv.pid, signal.SIGHUP)
+        new_der = _der(certs, "renewed2")
+        assert wait_for(lambda: _get(srv, ctx, "/hello")[3] == new_der, 20), srv.log_tail()
+        replace_worker()
+        assert {_get(srv, ctx, "/hello")[3] for _ in range(5)} == {new_der}
+
+
+def test_single_process_hup_reloads_the_certificate_and_refuses_broken_files(certs, tmp_path):
+    _make_cert(certs.dir, "renewed3", "/CN=localhost", ca="ca")
+    live_cert, live_key = _live_files(certs, tmp_path, "server")
+    args = ("--ssl-certfile", str(live_cert), "--ssl-keyfile", str(live_key))
+    ctx = certs.client_context()
+    with run_server(WSGI, *args) as srv:
+        pid = int(_get(srv, ctx, "/pid")[0])
+        assert pid == srv.pid
+        assert _get(srv, ctx, "/hello")[3] == _der(certs, "server")
+        shutil.copy(certs.path("renewed3.pem"), live_cert)
+        shutil.copy(certs.path("renewed3.key"), live_key)
+        os.kill(srv.pid, signal.SIGHUP)
+        new_der = _der(certs, "renewed3")
+        assert wait_for(lambda: _get(srv, ctx, "/hello")[3] == new_der, 20), srv.log_tail()
+        assert int(_get(srv, ctx, "/pid")[0]) == pid  # the same process, executed again
+        # Broken files: the reload is refused and said so; the server keeps serving.
+        live_cert.write_text(BROKEN_PEM)
+        os.kill(srv.pid, signal.SIGHUP)
+        assert srv.wait_for_log("Not reloading: TLS: cannot load the certificate chain", 10)
+        time.sleep(0.5)
+        assert srv.proc.poll() is None, srv.log_tail()
+        assert all(_get(srv, ctx, "/hello")[3] == new_der for _ in range(5))
+        # Fixed again: the next HUP reloads.
+        shutil.copy(certs.path("server.pem"), live_cert)
+        shutil.copy(certs.path("server.key"), live_key)
+        os.kill(srv.pid, signal.SIGHUP)
+        assert wait_for(lambda: _get(srv, ctx, "/hello")[3] == _der(certs, "server"), 20)
+
+
 # ---- no leaks on the TLS path ----
 
 

@@ -82,8 +82,10 @@ typedef struct {
  * an exception (s freed). */
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s);
 void ps_py_settings_free(ps_py_settings_t *s);
-/* Loads config's TLS files and settings as a worker would, and drops them:
- * returns 0, or -1 with a ValueError saying what is wrong. */
+/* Loads config's TLS files (read afresh) and settings as a worker would,
+ * and drops the context, keeping the files' text when they loaded (see
+ * ps_py_tls_ctx_new): returns 0, or -1 with a ValueError saying what is
+ * wrong. */
 int ps_py_check_tls(PyObject *config);
 /* Parses a forwarded_allow_ips string into p (ps_proxy_free it). Returns 0,
  * or -1 with a ValueError naming the bad item, TypeError or MemoryError. */
@@ -189,6 +191,13 @@ int ps_py_tls_ring_create(double rotation);
 void ps_py_tls_ring_rotate(void);
 void ps_py_tls_ring_attach(struct ev_loop *loop, ps_tls_ctx_t *ctx);
 void ps_py_tls_ring_detach(void);
+/* A context for s. The text of its files is kept from the last context
+ * built from the files themselves: fresh (the start's check and each HUP's)
+ * reads them and, when they load, keeps their text in place of the old; a
+ * worker (fresh 0) builds from the kept text when s names the same files,
+ * so one respawned after a refused HUP serves what the master accepted
+ * last, never the files it refused. Returns NULL with the reason in err. */
+ps_tls_ctx_t *ps_py_tls_ctx_new(const ps_tls_settings_t *s, int fresh, char *err, size_t errlen);
 
 /* ---- request.c: what both interfaces take from an exchange ---- */
 

@@ -219,15 +219,18 @@ static const ps_worker_hooks_t serve_hooks = {
 };
 
 /* SIGHUP in a single process: config.on_hup() records that the server is
- * to be started again once serve() returns. */
-static void hook_reload(void *data)
+ * to be started again once serve() returns, or returns False to refuse
+ * (the TLS files do not load): then the server serves on (-1). */
+static int hook_reload(void *data)
 {
     serve_hooks_data_t *d = data;
     ps_py_loop_gil();
     PyObject *res = PyObject_CallNoArgs(d->on_hup);
     if (res == NULL)
         ps_log_exception(d->logger, "pyserver: config.on_hup failed");
+    int refused = res == Py_False;
     Py_XDECREF(res);
+    return refused ? -1 : 0;
 }
 
 /* A single process that reloads on SIGHUP (no master, no foreign manager). */

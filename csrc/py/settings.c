@@ -350,10 +350,11 @@ static int get_text(PyObject *config, const char *name, PyObject **objs, int *n,
 }
 
 /* --ssl-*: a TLS context in s->tls (and s->core.tls) when ssl_certfile is
- * set, loaded now: a bad certificate, key, password or cipher list is a
- * ValueError naming it ("pyserver: TLS: cannot load ..."). Returns 0 or -1
- * with an exception. */
-static int load_tls(PyObject *config, ps_py_settings_t *s)
+ * set, loaded now (fresh: from the files, else from the text kept since the
+ * last check when the names match; see ps_py_tls_ctx_new): a bad
+ * certificate, key, password or cipher list is a ValueError naming it
+ * ("pyserver: TLS: cannot load ..."). Returns 0 or -1 with an exception. */
+static int load_tls(PyObject *config, ps_py_settings_t *s, int fresh)
 {
     PyObject *objs[8];
     int nobj = 0, rc = -1;
@@ -393,7 +394,7 @@ static int load_tls(PyObject *config, ps_py_settings_t *s)
         ts.alpn_len = sizeof(alpn_both) - 1;
     }
     char err[512];
-    s->tls = ps_tls_ctx_new(&ts, err, sizeof(err));
+    s->tls = ps_py_tls_ctx_new(&ts, fresh, err, sizeof(err));
     if (s->tls == NULL) {
         PyErr_Format(PyExc_ValueError, "TLS: %s", err);
         goto done;
@@ -410,7 +411,7 @@ int ps_py_check_tls(PyObject *config)
 {
     ps_py_settings_t s;
     memset(&s, 0, sizeof(s));
-    int rc = load_tls(config, &s);
+    int rc = load_tls(config, &s, 1);
     ps_tls_ctx_free(s.tls);
     return rc;
 }
@@ -577,7 +578,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
         load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
-        load_tls(config, s) < 0 || load_static(config, s) < 0)
+        load_tls(config, s, 0) < 0 || load_static(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */

@@ -1,8 +1,10 @@
 /* TLS in the bridge: what WSGI and ASGI show of a TLS connection (the ASGI
  * "tls" scope extension, the Apache/uWSGI environ variables HTTPS and
  * SSL_*), built only for requests that came over TLS so that plain ones pay
- * nothing; and the session ticket keys a master's workers share. */
+ * nothing; the session ticket keys a master's workers share; and the text of
+ * the last certificate files that loaded. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -240,4 +242,86 @@ void ps_py_tls_ring_detach(void)
     ring_loop = NULL;
     ps_tls_set_key_refresh(ring_ctx, NULL, NULL);
     ring_ctx = NULL;
+}
+
+/* ---- the last certificate files that loaded ---- */
+
+/* Filled by the master (or the single process) in the checks at start and
+ * at each HUP, inherited by its workers at fork. */
+static struct {
+    int set;
+    char *names[2 * PS_TLS_MAX_CERTS + 1]; /* certfile, keyfile per cert, then ca_certs */
+    ps_tls_pem_t pem;
+} good;
+
+/* The file names of s in good.names' order (NULL where none). */
+static void file_names(const ps_tls_settings_t *s, const char **names)
+{
+    for (int i = 0; i < PS_TLS_MAX_CERTS; i++) {
+        names[2 * i] = i < s->ncerts ? s->certs[i].certfile : NULL;
+        names[2 * i + 1] = i < s->ncerts ? s->certs[i].keyfile : NULL;
+    }
+    names[2 * PS_TLS_MAX_CERTS] = s->cert_reqs != PS_TLS_CERT_NONE ? s->ca_certs : NULL;
+}
+
+static int same_name(const char *a, const char *b)
+{
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+/* 1 when good holds the text of the files s names. */
+static int good_matches(const ps_tls_settings_t *s)
+{
+    const char *names[PS_ARRAY_LEN(good.names)];
+    if (!good.set)
+        return 0;
+    file_names(s, names);
+    for (size_t i = 0; i < PS_ARRAY_LEN(names); i++)
+        if (!same_name(names[i], good.names[i]))
+            return 0;
+    return 1;
+}
+
+static void good_clear(void)
+{
+    for (size_t i = 0; i < PS_ARRAY_LEN(good.names); i++) {
+        free(good.names[i]);
+        good.names[i] = NULL;
+    }
+    ps_tls_pem_free(&good.pem);
+    good.set = 0;
+}
+
+/* Keeps pem (taken: the caller's copy is emptied) as the text of s's
+ * files. Out of memory keeps nothing: workers then read the files. */
+static void good_keep(const ps_tls_settings_t *s, ps_tls_pem_t *pem)
+{
+    const char *names[PS_ARRAY_LEN(good.names)];
+    good_clear();
+    file_names(s, names);
+    for (size_t i = 0; i < PS_ARRAY_LEN(names); i++) {
+        if (names[i] != NULL && (good.names[i] = strdup(names[i])) == NULL) {
+            good_clear();
+            ps_tls_pem_free(pem);
+            return;
+        }
+    }
+    good.pem = *pem;
+    memset(pem, 0, sizeof(*pem));
+    good.set = 1;
+}
+
+ps_tls_ctx_t *ps_py_tls_ctx_new(const ps_tls_settings_t *s, int fresh, char *err, size_t errlen)
+{
+    if (!fresh && good_matches(s))
+        return ps_tls_ctx_new_pem(s, &good.pem, err, errlen);
+    ps_tls_pem_t pem;
+    memset(&pem, 0, sizeof(pem));
+    if (ps_tls_pem_read(&pem, s, err, errlen) < 0)
+        return NULL;
+    ps_tls_ctx_t *ctx = ps_tls_ctx_new_pem(s, &pem, err, errlen);
+    if (ctx != NULL)
+        good_keep(s, &pem);
+    ps_tls_pem_free(&pem);
+    return ctx;
 }
