@@ -347,7 +347,14 @@ def load(sc, args, port, warmup):
         duration = args.warmup if warmup else args.duration
         conns = connections(sc, args)
         return loadgen.run_wsload(
-            port, sc.path, conns, sc.ws_size, duration, sc.ws_deflate, sc.client_cpus
+            port,
+            sc.path,
+            conns,
+            sc.ws_size,
+            duration,
+            sc.ws_deflate,
+            sc.client_cpus,
+            binary=sc.ws_binary,
         )
     if sc.load == "wrk":
         duration = args.warmup if warmup else args.duration

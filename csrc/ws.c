@@ -623,13 +623,16 @@ enum {
 #define EVENTS_KEEP (64 * 1024)  /* storage an idle session keeps for events */
 #define INFLATE_STEP (64 * 1024) /* output room per inflate() call */
 
-/* An event in ws->events: this header, then `len` bytes. */
+/* An event in ws->events: this header, then `len` bytes, unless the
+ * message is in the storage's memory (handle set: ext holds the bytes). */
 typedef struct {
     uint64_t len;
     uint8_t type;
     uint8_t origin;
     uint16_t code;
     uint8_t ascii;
+    void *handle;
+    unsigned char *ext;
 } record_t;
 
 /* Frames are read without wslay (ps_ws_feed): it is never asked for input. */
@@ -766,8 +769,15 @@ int ps_ws_init(ps_ws_t *ws, const ps_ws_limits_t *limits, const ps_ws_deflate_t 
     return 0;
 }
 
+static void drop_message(ps_ws_t *ws);
+
 void ps_ws_free(ps_ws_t *ws)
 {
+    ps_ws_event_t ev;
+    drop_message(ws);
+    while (ps_ws_next_event(ws, &ev))
+        if (ev.handle != NULL)
+            ws->storage->release(ev.handle);
     if (ws->frame != NULL)
         wslay_frame_context_free(ws->frame);
     if (ws->inflater != NULL) {
@@ -829,7 +839,11 @@ static int write_close(ps_ws_t *ws, uint16_t code, const char *reason, size_t le
 static void drop_message(ps_ws_t *ws)
 {
     if (ws->msg_active && !ws->msg_discard)
-        ws->events.len -= sizeof(record_t) + ws->msg_len;
+        ws->events.len -= sizeof(record_t) + (ws->msg_ext != NULL ? 0 : ws->msg_len);
+    if (ws->msg_handle != NULL)
+        ws->storage->release(ws->msg_handle);
+    ws->msg_ext = NULL;
+    ws->msg_handle = NULL;
     ws->msg_active = 0;
 }
 
@@ -1043,6 +1057,9 @@ static int start_frame(ps_ws_t *ws, const frame_t *f)
     if (!(op & 8) && !ws->msg_compressed && !ws->msg_discard && max != 0 &&
         f->len > max - ws->msg_len)
         return fail(ws, 1009, "message too big");
+    if (op == OP_BINARY && f->fin && !ws->msg_compressed && !ws->msg_discard &&
+        ws->storage != NULL && f->len >= PS_WS_STORAGE_MIN && f->len <= SIZE_MAX)
+        ws->msg_ext = ws->storage->alloc((size_t)f->len, &ws->msg_handle);
     return 0;
 }
 
@@ -1075,6 +1092,12 @@ static int frame_bytes(ps_ws_t *ws, const unsigned char *p, size_t n)
         }
         return 0;
     }
+    if (ws->msg_ext != NULL) {
+        /* binary, one frame, its length checked by start_frame */
+        unmask(ws->msg_ext + off, p, n, ws->frame_mask, off);
+        ws->msg_len += n;
+        return 0;
+    }
     if ((rc = ps_buf_reserve(&ws->events, n)) < 0)
         return rc;
     int ascii =
@@ -1099,11 +1122,17 @@ static int end_message(ps_ws_t *ws)
     if (ws->msg_op == OP_TEXT && ws->utf8 != 0)
         return fail(ws, 1007, "text message is not UTF-8");
     record_t r;
-    char *at = ws->events.data + ws->events.len - ws->msg_len - sizeof(r);
+    char *at = ws->events.data + ws->events.len - sizeof(r);
+    if (ws->msg_ext == NULL)
+        at -= ws->msg_len;
     memcpy(&r, at, sizeof(r));
     r.len = ws->msg_len;
     r.ascii = ws->msg_op == OP_TEXT && ws->msg_ascii;
+    r.handle = ws->msg_handle;
+    r.ext = ws->msg_ext;
     memcpy(at, &r, sizeof(r));
+    ws->msg_ext = NULL;
+    ws->msg_handle = NULL;
     ws->nqueued++;
     ws->msg_active = 0;
     return 0;
@@ -1277,8 +1306,14 @@ int ps_ws_next_event(ps_ws_t *ws, ps_ws_event_t *ev)
     ev->origin = r.origin;
     ev->code = r.code;
     ev->ascii = r.ascii;
-    ev->data = (ps_slice_t){at + sizeof(r), (size_t)r.len};
-    ps_buf_consume(&ws->events, sizeof(r) + (size_t)r.len);
+    ev->handle = r.handle;
+    if (r.handle != NULL) {
+        ev->data = (ps_slice_t){(const char *)r.ext, (size_t)r.len};
+        ps_buf_consume(&ws->events, sizeof(r));
+    } else {
+        ev->data = (ps_slice_t){at + sizeof(r), (size_t)r.len};
+        ps_buf_consume(&ws->events, sizeof(r) + (size_t)r.len);
+    }
     ws->nqueued--;
     return 1;
 }

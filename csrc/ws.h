@@ -149,9 +149,31 @@ typedef struct {
     uint16_t code;  /* for a close */
     uint8_t ascii;  /* text: every byte is below 0x80 */
     /* The message, or the close reason (the peer's, or ours in words).
-     * Valid until the next ps_ws_feed(), ps_ws_next_event() or ps_ws_free(). */
+     * Valid until the next ps_ws_feed(), ps_ws_next_event() or ps_ws_free(),
+     * unless handle is set: data is then the storage's (below). */
     ps_slice_t data;
+    /* Not NULL: the message was unmasked into storage the session's
+     * ps_ws_storage_t gave it, and the taker of the event now owns this
+     * handle (and data with it). */
+    void *handle;
 } ps_ws_event_t;
+
+/* Storage for a message the session knows the size of from its first
+ * frame header: an unfragmented, uncompressed binary message of at least
+ * PS_WS_STORAGE_MIN bytes. Its payload is unmasked straight into that
+ * storage, so the session's user gets it without another copy (the ASGI
+ * bridge hands out a bytes object this way).
+ *   alloc: storage for len bytes, setting *handle; NULL to let the session
+ *          keep the message in its own buffer as usual.
+ *   release: a handle whose message nobody took (dropped, or the session
+ *          freed with it queued).
+ * Both are called from inside ps_ws_feed() and ps_ws_free(). */
+typedef struct {
+    void *(*alloc)(size_t len, void **handle);
+    void (*release)(void *handle);
+} ps_ws_storage_t;
+
+#define PS_WS_STORAGE_MIN 1024
 
 struct wslay_frame_context;
 struct z_stream_s;
@@ -159,6 +181,7 @@ struct z_stream_s;
 typedef struct {
     struct wslay_frame_context *frame; /* wslay's framing, both directions */
     const ps_ws_limits_t *limits;
+    const ps_ws_storage_t *storage; /* NULL: every message in `events` */
     ps_ws_deflate_t deflate;
     struct z_stream_s *inflater; /* allocated with the first compressed message in */
     struct z_stream_s *deflater; /* and out */
@@ -181,6 +204,8 @@ typedef struct {
 
     /* the message being read */
     uint64_t msg_len;
+    unsigned char *msg_ext; /* its storage, when `storage` gave some */
+    void *msg_handle;
     uint32_t utf8;
     uint8_t msg_op;
     unsigned msg_active : 1;
@@ -209,7 +234,15 @@ typedef struct {
 /* Starts a session. limits must outlive it; deflate (NULL: none) is
  * copied. Returns 0 or -ENOMEM. */
 int ps_ws_init(ps_ws_t *ws, const ps_ws_limits_t *limits, const ps_ws_deflate_t *deflate);
+/* Frees the session, releasing the handles of events not taken. */
 void ps_ws_free(ps_ws_t *ws);
+
+/* Large binary messages go into storage's memory from now on (NULL: back
+ * to the session's buffer). storage must outlive the session. */
+static inline void ps_ws_set_storage(ps_ws_t *ws, const ps_ws_storage_t *storage)
+{
+    ws->storage = storage;
+}
 
 /* Reads frames from data. *consumed says how much was taken: all of it,
  * unless the event queue filled up (ps_ws_want_read() is then 0 until

@@ -217,6 +217,7 @@ int ps_wsconn_accept(ps_exchange_t *x, const ps_ws_handshake_t *hs, ps_slice_t s
         return rc;
     }
     ps_buf_reset(&c->wbuf);
+    ps_ws_set_storage(&wc->ws, ops->storage);
     wc->ops = ops;
     wc->data = data;
     ps_conn_set_ws(c, wc);
@@ -455,7 +456,8 @@ void ps_wsconn_release(ps_wsconn_t *wc)
     /* Nobody takes events any more: a full queue must not keep the peer's
      * close frame unread. */
     while (ps_wsconn_next_event(wc, &ev))
-        ;
+        if (ev.handle != NULL)
+            wc->ws.storage->release(ev.handle);
     if (!wc->ws.close_sent)
         ps_wsconn_close(wc, 1000, NULL, 0);
 }

@@ -29,6 +29,10 @@ typedef struct {
     void (*on_events)(ps_wsconn_t *wc, void *data);
     /* Output went below the high-water mark after a PS_WRITE_PENDING. */
     void (*on_writable)(ps_wsconn_t *wc, void *data);
+    /* Optional: where large binary messages are unmasked (ws.h); it must
+     * outlive the connection, as its handles may be released when the
+     * connection is freed. */
+    const ps_ws_storage_t *storage;
 } ps_wsconn_ops_t;
 
 /* Checks x's request for a WebSocket upgrade. Returns PS_WS_HS_OK (hs
@@ -51,8 +55,8 @@ int ps_wsconn_accept(ps_exchange_t *x, const ps_ws_handshake_t *hs, ps_slice_t s
 ps_wsconn_t *ps_wsconn_of(ps_exchange_t *x);
 
 /* Takes the oldest event (ws.h; its data is valid until the next call into
- * this connection). Reading resumes when the queue had been full. Returns
- * 1, or 0 when there is none. */
+ * this connection, unless it comes with a handle the caller now owns). Reading resumes when the
+ * queue had been full. Returns 1, or 0 when there is none. */
 int ps_wsconn_next_event(ps_wsconn_t *wc, ps_ws_event_t *ev);
 
 /* Sends a message (PS_WS_EV_TEXT or PS_WS_EV_BINARY). Returns

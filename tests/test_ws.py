@@ -3,6 +3,7 @@
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import time
@@ -320,6 +321,69 @@ def test_message_of_exactly_max_size_passes_one_more_byte_is_1009(srv):
         OP_CONT, b"a" * (MAX_SIZE // 2 + 1)
     )
     assert failed_with(srv, over) == 1009
+
+
+def test_binary_messages_around_the_direct_size_arrive_whole_in_any_pieces(srv):
+    """From 1 KiB up, an unfragmented binary message is unmasked straight into the bytes
+    object the application gets: sizes on both sides of that line, sent in pieces that cut
+    the header and the payload anywhere, come back byte for byte; so does a fragmented one."""
+    rng = random.Random(10)
+    sock, status, _, rest = handshake(srv.port, headers={"Sec-WebSocket-Extensions": None})
+    with sock:
+        assert status == 101
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = Reader(sock, rest)
+        for size in (1023, 1024, 1025, 3000, MAX_SIZE):
+            payload = rng.randbytes(size)
+            data = frame(OP_BINARY, payload)
+            cuts = sorted(rng.sample(range(1, len(data)), 5))
+            for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                sock.sendall(data[a:b])
+                time.sleep(0.01)
+            _, _, op, echoed = reader.frame()
+            assert (op, echoed) == (OP_BINARY, payload), size
+        payload = rng.randbytes(2048)
+        sock.sendall(frame(OP_BINARY, payload[:1500], fin=False) + frame(OP_CONT, payload[1500:]))
+        assert reader.frame()[2:] == (OP_BINARY, payload)
+
+
+def test_disconnect_inside_a_large_binary_frame_gives_1006(srv, events_file):
+    sock, status, _, _ = handshake(
+        srv.port, "/disconnect", headers={"Sec-WebSocket-Extensions": None}
+    )
+    assert status == 101
+    data = frame(OP_BINARY, b"x" * 3000)
+    sock.sendall(data[:1500])
+    time.sleep(0.2)
+    sock.close()
+    assert wait_for(lambda: events(events_file).count("1006 ") >= 1)
+
+
+def test_unread_binary_messages_are_freed_with_their_connection(events_file):
+    """Binary messages queued for an app that never reads them (each unmasked into its own
+    bytes object) go with the connection: once the allocator has reached its high-water
+    mark, 150 more connections leaving 4 x 64 KiB each (38 MiB in all) do not grow the
+    worker by more than 16 MiB."""
+    with run_server(APP, "--ws-max-queue", "4", env={"WS_TEST_EVENTS": str(events_file)}) as server:
+        msgs = frame(OP_BINARY, b"q" * 65536) * 4 + frame(OP_BINARY, b"r" * 30000)[:5000]
+
+        def one():
+            sock, status, _, _ = handshake(
+                server.port, "/noread?seconds=0.2", headers={"Sec-WebSocket-Extensions": None}
+            )
+            with sock:
+                assert status == 101
+                sock.sendall(msgs)
+
+        for _ in range(150):  # the allocator's high-water mark
+            one()
+        time.sleep(1.0)
+        before = rss_kib(server.pid)
+        for _ in range(150):
+            one()
+        time.sleep(1.0)
+        after = rss_kib(server.pid)
+        assert after - before < 16 * 1024, (before, after)
 
 
 def test_ping_is_answered_with_its_payload(srv):

@@ -254,17 +254,20 @@ def build_wsload():
     return WSLOAD
 
 
-def wsload_command(port, path, connections, size, duration, deflate, cpus=None, host=None):
+def wsload_command(
+    port, path, connections, size, duration, deflate, cpus=None, host=None, binary=False
+):
     argv = [WSLOAD, "-h", host or "127.0.0.1", "-p", str(port), "-u", path]
     argv += ["-c", str(connections), "-s", str(size), "-d", f"{duration:g}"]
-    return pinned(cpus, argv + (["-z"] if deflate else []))
+    return pinned(cpus, argv + (["-z"] if deflate else []) + (["-b"] if binary else []))
 
 
-def run_wsload(port, path, connections, size, duration, deflate, cpus=None):
+def run_wsload(port, path, connections, size, duration, deflate, cpus=None, binary=False):
     """Echo load over WebSockets (wsload.c): messages/s as rps, round-trip latency, the
-    client's own CPU share, whether permessage-deflate was negotiated."""
+    client's own CPU share, whether permessage-deflate was negotiated.  binary: binary
+    frames instead of text."""
     build_wsload()
-    argv = wsload_command(port, path, connections, size, duration, deflate, cpus)
+    argv = wsload_command(port, path, connections, size, duration, deflate, cpus, binary=binary)
     try:
         proc = subprocess.run(
             argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=duration + 60

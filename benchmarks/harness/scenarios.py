@@ -61,9 +61,11 @@ class Scenario:
     sidecar_port: int = 0  # ... which is ready once this port accepts
     baseline: bool = False  # --baseline REF adds pyserver@REF right after pyserver
     # load == "wsload": WebSocket echo of ws_size-byte messages (permessage-deflate offered
-    # when ws_deflate); servers keep their WebSocket support on.
+    # when ws_deflate; binary frames when ws_binary, else text); servers keep their WebSocket
+    # support on.
     ws_size: int = 0
     ws_deflate: bool = False
+    ws_binary: bool = False
     threads: int = 0  # threads of the one worker (pyserver --threads, gthread, granian, uwsgi)
     asgi_app: str = ""  # the same project as ASGI, for the pyserver-asgi server
     # load == "max+fixed-rate": first every server's maximum (wrk), then open-loop latency
@@ -194,20 +196,24 @@ WS_ECHO = "benchmarks.apps.ws_echo:app"
 WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "daphne", "hypercorn"]
 
 
-def _websocket_echo(size, label, deflate):
+def _websocket_echo(size, label, deflate, binary=False):
     with_deflate = (
         "permessage-deflate offered (context takeover, the client compresses at zlib level 1; "
         "a server that does not accept it is shown as UNSUPPORTED)"
         if deflate
         else "no extension offered"
     )
+    kind = "binary" if binary else "text"
     return Scenario(
-        f"websocket-echo-{label}" + ("-deflate" if deflate else ""),
-        f"Issue 10: WebSocket echo, {size:,}-byte text messages, {with_deflate}. An ASGI "
-        "echo app (benchmarks/apps/ws_echo.py); the load client is benchmarks/wsload/wsload.c "
+        f"websocket-echo-{label}" + ("-binary" if binary else "") + ("-deflate" if deflate else ""),
+        f"Issue 10: WebSocket echo, {size:,}-byte {kind} messages, {with_deflate}. An ASGI "
+        "echo app (benchmarks/apps/ws_echo.py, which answers text with text and bytes with "
+        "bytes); the load client is benchmarks/wsload/wsload.c "
         "(C, epoll, one thread, pinned to the other CPU): 16 connections, each sends a "
         "message, waits for its echo, checks it byte for byte, sends the next (JSON-like "
-        "text cut at random offsets). *msg/s* messages echoed per second, *msg/CPU-s* "
+        "text cut at random offsets, sent as "
+        + ("binary frames" if binary else "text frames")
+        + "). *msg/s* messages echoed per second, *msg/CPU-s* "
         "messages per CPU-second of the server's process tree, *client CPU* the load "
         "client's own CPU share (near 100% would mean the client limits the figure); latency is "
         "the round trip of one message. Goal recorded in the issue: pyserver >= 3x uvicorn "
@@ -219,11 +225,13 @@ def _websocket_echo(size, label, deflate):
         connections=16,
         ws_size=size,
         ws_deflate=deflate,
+        ws_binary=binary,
     )
 
 
 WEBSOCKET_ECHO = [
-    _websocket_echo(size, label, deflate)
+    _websocket_echo(size, label, deflate, binary)
+    for binary in (False, True)
     for deflate in (False, True)
     for size, label in ((64, "64"), (16384, "16k"))
 ]

@@ -245,7 +245,41 @@ static PyObject *text_of(const ps_ws_event_t *ev)
     return s;
 }
 
-/* The message for a session event; a close makes it the last one. */
+/* Large binary messages are unmasked straight into a new bytes object
+ * (ws.h's ps_ws_storage_t): the handle is the object. Called on the loop
+ * thread, which holds the GIL in ASGI mode. */
+static void *bytes_alloc(size_t len, void **handle)
+{
+    ps_py_loop_gil();
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (b == NULL) {
+        PyErr_Clear(); /* the session keeps the message itself */
+        return NULL;
+    }
+    *handle = b;
+    return PyBytes_AS_STRING(b);
+}
+
+static void bytes_release(void *handle)
+{
+    ps_py_loop_gil();
+    Py_DECREF((PyObject *)handle);
+}
+
+static const ps_ws_storage_t bytes_storage = {.alloc = bytes_alloc, .release = bytes_release};
+
+/* The bytes of a binary event: the event's own object when the session
+ * unmasked it into one (ownership passes here), else a copy. New reference
+ * or NULL. */
+static PyObject *bytes_of(const ps_ws_event_t *ev)
+{
+    if (ev->handle != NULL)
+        return ev->handle;
+    return PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len);
+}
+
+/* The message for a session event; a close makes it the last one. A
+ * binary event's handle is consumed whatever happens. */
 static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
 {
     if (ev->type == PS_WS_EV_CLOSE) {
@@ -255,14 +289,16 @@ static PyObject *event_message(ps_asgi_ws_t *ws, const ps_ws_event_t *ev)
         return m;
     }
     PyObject *m = type_message(ws, W_RECEIVE);
-    if (m == NULL)
+    if (m == NULL) {
+        if (ev->handle != NULL)
+            Py_DECREF((PyObject *)ev->handle);
         return NULL;
+    }
     int rc;
     if (ev->type == PS_WS_EV_TEXT)
         rc = ps_py_set_new(m, S(ws, W_TEXT), text_of(ev));
     else
-        rc = ps_py_set_new(m, S(ws, W_BYTES),
-                           PyBytes_FromStringAndSize(ev->data.base, (Py_ssize_t)ev->data.len));
+        rc = ps_py_set_new(m, S(ws, W_BYTES), bytes_of(ev));
     if (rc < 0)
         Py_CLEAR(m);
     return m;
@@ -339,7 +375,8 @@ static void on_writable(ps_wsconn_t *wc, void *data)
     ps_asgi_resolve(ws->ctx, &ws->send_waiter, Py_None, 0);
 }
 
-static const ps_wsconn_ops_t ws_ops = {.on_events = on_events, .on_writable = on_writable};
+static const ps_wsconn_ops_t ws_ops = {
+    .on_events = on_events, .on_writable = on_writable, .storage = &bytes_storage};
 
 void ps_asgi_ws_lost(ps_asgi_ws_t *ws)
 {

@@ -737,6 +737,150 @@ static void test_a_text_message_arrives_the_same_in_any_pieces(void)
     ps_buf_free(&in);
 }
 
+/* ---- storage for large binary messages ---- */
+
+static int storage_live;   /* handles given out and not released */
+static int storage_refuse; /* alloc returns NULL */
+
+static void *storage_alloc(size_t len, void **handle)
+{
+    if (storage_refuse)
+        return NULL;
+    void *p = malloc(len + 1);
+    if (p != NULL) {
+        storage_live++;
+        *handle = p;
+    }
+    return p;
+}
+
+static void storage_release(void *handle)
+{
+    storage_live--;
+    free(handle);
+}
+
+static const ps_ws_storage_t storage = {.alloc = storage_alloc, .release = storage_release};
+
+/* Takes the next event like take(), releasing its handle; *had_handle
+ * says whether it had one. */
+static int take_stored(session_t *s, int *had_handle)
+{
+    ps_ws_event_t e;
+    memset(&ev, 0, offsetof(event_t, data));
+    ev.len = 0;
+    if (!ps_ws_next_event(&s->ws, &e))
+        return 0;
+    ev.type = e.type;
+    ev.code = e.code;
+    ev.len = PS_MIN(e.data.len, sizeof(ev.data));
+    if (ev.len)
+        memcpy(ev.data, e.data.base, ev.len);
+    *had_handle = e.handle != NULL;
+    if (e.handle != NULL) {
+        CHECK(e.data.base == e.handle);
+        storage_release(e.handle);
+    }
+    return 1;
+}
+
+static void test_large_binary_messages_are_unmasked_into_the_storage(void)
+{
+    static unsigned char big[5000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (unsigned char)(i * 7 + 3);
+    ps_buf_t in = {0};
+    put_frame(&in, 1, 0, OP_BIN, big, PS_WS_STORAGE_MIN - 1); /* too small: the buffer */
+    put_frame(&in, 1, 0, OP_BIN, big, PS_WS_STORAGE_MIN);     /* stored */
+    put_frame(&in, 1, 0, OP_TEXT, "hi", 2);
+    put_frame(&in, 1, 0, OP_BIN, big, sizeof(big)); /* stored, 16-bit length */
+    put_frame(&in, 0, 0, OP_BIN, big, 3000);        /* fragmented: the buffer */
+    put_frame(&in, 1, 0, OP_CONT, big + 3000, 2000);
+    static const struct {
+        int type, stored;
+        size_t len, from;
+    } want[] = {
+        {PS_WS_EV_BINARY, 0, PS_WS_STORAGE_MIN - 1, 0},
+        {PS_WS_EV_BINARY, 1, PS_WS_STORAGE_MIN, 0},
+        {PS_WS_EV_TEXT, 0, 2, 0},
+        {PS_WS_EV_BINARY, 1, sizeof(big), 0},
+        {PS_WS_EV_BINARY, 0, sizeof(big), 0},
+    };
+    static const size_t pieces[] = {0, 1, 3, 7, 100, 1500};
+    for (size_t k = 0; k < sizeof(pieces) / sizeof(pieces[0]); k++) {
+        for (int refuse = 0; refuse <= 1; refuse++) {
+            session_t s;
+            int stored = 0;
+            storage_refuse = refuse;
+            session_open(&s, 1 << 20, 0, NULL);
+            ps_ws_set_storage(&s.ws, &storage);
+            feed(&s, &in, pieces[k]);
+            for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+                CHECK(take_stored(&s, &stored) && ev.type == want[i].type);
+                CHECK_EQ(stored, want[i].stored && !refuse);
+                if (want[i].type == PS_WS_EV_BINARY) {
+                    CHECK_EQ(ev.len, want[i].len);
+                    CHECK(memcmp(ev.data, big, want[i].len) == 0);
+                }
+            }
+            CHECK(!take_stored(&s, &stored));
+            CHECK_EQ(storage_live, 0);
+            session_close(&s);
+        }
+    }
+    storage_refuse = 0;
+    ps_buf_free(&in);
+}
+
+/* Handles of messages nobody took, or cut short, are released: at the
+ * session's end (queued, or inside the frame) and when the stream ends
+ * inside the frame. */
+static void test_stored_messages_not_taken_are_released(void)
+{
+    static unsigned char big[2048];
+    ps_buf_t in = {0}, cut = {0};
+    put_frame(&in, 1, 0, OP_BIN, big, sizeof(big));
+    put_frame(&in, 1, 0, OP_BIN, big, sizeof(big));
+    put_frame(&cut, 1, 0, OP_BIN, big, sizeof(big));
+    cut.len -= 100; /* the stream stops inside the second frame */
+    session_t s;
+    session_open(&s, 1 << 20, 0, NULL);
+    ps_ws_set_storage(&s.ws, &storage);
+    feed(&s, &in, 0);
+    CHECK_EQ(storage_live, 2);
+    session_close(&s); /* both queued */
+    CHECK_EQ(storage_live, 0);
+
+    session_open(&s, 1 << 20, 0, NULL);
+    ps_ws_set_storage(&s.ws, &storage);
+    feed(&s, &cut, 0);
+    CHECK_EQ(storage_live, 1);
+    CHECK_EQ(ps_ws_eof(&s.ws), 0);
+    CHECK_EQ(storage_live, 0);
+    CHECK(take(&s) && ev.type == PS_WS_EV_CLOSE && ev.code == 1006);
+    session_close(&s);
+
+    /* freed inside the frame, after our close */
+    session_open(&s, 1 << 20, 0, NULL);
+    ps_ws_set_storage(&s.ws, &storage);
+    feed(&s, &cut, 0);
+    CHECK_EQ(storage_live, 1);
+    CHECK_EQ(ps_ws_send_close(&s.ws, 1000, NULL, 0), 0);
+    session_close(&s);
+    CHECK_EQ(storage_live, 0);
+
+    /* A message over the limit is refused before any storage is asked for. */
+    session_open(&s, sizeof(big) - 1, 0, NULL);
+    ps_ws_set_storage(&s.ws, &storage);
+    size_t used = 0;
+    CHECK_EQ(ps_ws_feed(&s.ws, in.data, 8, &used), 0);
+    CHECK_EQ(storage_live, 0);
+    CHECK_EQ(out_close_code(&s.ws), 1009);
+    session_close(&s);
+    ps_buf_free(&in);
+    ps_buf_free(&cut);
+}
+
 static void test_long_frames_use_16_and_64_bit_lengths(void)
 {
     static char big[70000];
@@ -1600,5 +1744,7 @@ int main(void)
     test_a_final_deflate_block_keeps_the_window();
     test_corrupt_compressed_data_is_1007();
     test_an_empty_compressed_message();
+    test_large_binary_messages_are_unmasked_into_the_storage();
+    test_stored_messages_not_taken_are_released();
     return check_finish("test_ws");
 }
