@@ -44,6 +44,8 @@ PEER_PACKAGES = {
     "hypercorn": ("hypercorn", "hypercorn"),
     "daphne": ("daphne", "daphne"),
     "uvicorn-worker": ("uvicorn-worker", "uvicorn_worker"),
+    # hello-h2: uvicorn's experimental HTTP/2 (`--http zttp --http2`) needs the zttp parser.
+    "zttp": ("zttp", "zttp"),
     "django": ("django", "django"),
     "starlette": ("starlette", "starlette"),
     "bottle": ("bottle", "bottle"),

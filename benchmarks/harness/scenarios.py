@@ -311,25 +311,39 @@ def _hello_h2(http2):
     tls_note = f" {TLS_WHY}" if http2 == "h2" else ""
     return Scenario(
         "hello-h2c" if http2 == "h2c" else "hello-h2-tls",
-        f"Issue 13: the hello-asgi app over {over}, 100 connections with 10 concurrent "
-        "streams each (`h2load -c 100 -m 10 -D ...`); latency percentiles from h2load's "
-        "per-request log. pyserver-wsgi serves the hello-wsgi app the same way, for reference. "
+        f"Issue 13: the hello-asgi app over {over}, the issue's load shape: 10 connections "
+        "with 32 concurrent streams each (`h2load -c 10 -m 32 -D ...`); latency percentiles "
+        "from h2load's per-request log. pyserver-wsgi serves the hello-wsgi app the same way. "
         "pyserver runs with `--http auto`, granian with `--http 2` (HTTP/2 only), hypercorn "
-        "with its defaults, nginx with "
+        "with its defaults, gunicorn with its own ASGI worker (`-k asgi --http-protocols "
+        "h2,h1`"
+        + (", `--http2-cleartext prior-knowledge`" if http2 == "h2c" else "")
+        + "), uvicorn with its experimental HTTP/2 (`--http zttp --http2`, the zttp parser), "
+        "nginx with "
         + (
             "`listen ... http2` (nginx 1.22: without ssl, h2c by prior knowledge only). "
             if http2 == "h2c"
             else "`listen ... ssl http2`. "
         )
-        + "uvicorn "
-        "and gunicorn implement no HTTP/2 and are not in this table. Every server must "
-        "answer curl's HTTP/2 GET in HTTP/2 before it is measured (a server whose ALPN does "
-        f"not select h2 is shown as failed).{tls_note}",
+        + "Every server must answer curl's HTTP/2 GET in HTTP/2 before it is measured (a "
+        "server whose ALPN does not select h2 is shown as failed); h2load's failed requests "
+        f"are counted as errors. Goal in the issue: >= 2x granian per CPU-second, >= 0.7x "
+        f"nginx.{tls_note}",
         app=HELLO_ASGI,
         wsgi_app=HELLO_WSGI,
         interface="asgi",
-        servers=["pyserver", "pyserver-wsgi", "hypercorn", "granian", "nginx"],
+        servers=[
+            "pyserver",
+            "pyserver-wsgi",
+            "granian",
+            "hypercorn",
+            "gunicorn-asgi",
+            "uvicorn-h2",
+            "nginx",
+        ],
         load="h2load",
+        connections=10,
+        h2_streams=32,
         tls=http2 == "h2",
         http2=http2,
     )

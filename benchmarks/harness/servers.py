@@ -235,6 +235,21 @@ def uvicorn_worker_argv(ctx, sc, port):
     return argv, {}
 
 
+def gunicorn_asgi_argv(ctx, sc, port):
+    """gunicorn's own ASGI worker; HTTP/2 by ALPN, and by prior knowledge for h2c."""
+    argv = [ctx.peer_bin("gunicorn"), "-w", str(sc.workers), "-k", "asgi"]
+    argv += ["-b", f"{HOST}:{port}", "--log-level", "warning", sc.app]
+    return argv, {}
+
+
+def uvicorn_h2_argv(ctx, sc, port):
+    """uvicorn's experimental HTTP/2 (uvicorn >= 0.54: the zttp parser)."""
+    argv = [ctx.peer_bin("uvicorn"), sc.app, "--host", HOST, "--port", str(port)]
+    argv += ["--loop", "uvloop", "--http", "zttp", "--http2", "--no-access-log"]
+    argv += ["--log-level", "warning"]
+    return argv + _workers_flag("--workers", sc), {}
+
+
 def daphne_argv(ctx, sc, port):
     # -v 0: no access log on stdout (the gunicorn-run servers log none either).
     argv = [ctx.peer_bin("daphne"), "-b", HOST, "-p", str(port), "-v", "0", sc.app]
@@ -422,6 +437,28 @@ _SPECS = [
         uvicorn_worker_argv,
         module="uvicorn_worker",
         dist="uvicorn-worker",
+    ),
+    ServerSpec(
+        "gunicorn-asgi",
+        "peer",
+        "gunicorn -k asgi (gunicorn's own ASGI worker; HTTP/2 with --http-protocols h2,h1)",
+        gunicorn_asgi_argv,
+        dist="gunicorn",
+        tls=("--certfile", "--keyfile"),
+        h2={
+            "h2c": ["--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge"],
+            "h2": ["--http-protocols", "h2,h1"],
+        },
+    ),
+    ServerSpec(
+        "uvicorn-h2",
+        "peer",
+        "uvicorn --loop uvloop --http zttp --http2 (uvicorn's experimental HTTP/2)",
+        uvicorn_h2_argv,
+        dist="uvicorn",
+        module="zttp",
+        tls=("--ssl-certfile", "--ssl-keyfile"),
+        h2={"h2c": [], "h2": []},
     ),
     ServerSpec("daphne", "peer", "daphne (Twisted)", daphne_argv, max_workers=1),
     ServerSpec("nginx", "ceiling", 'nginx return 200 "Hello World!"', nginx_argv, binary="nginx"),
