@@ -14,8 +14,11 @@ ev_async instead of a byte written to, then read back from, asyncio's self-pipe 
 
 import asyncio
 import selectors
+from asyncio import base_events, events, format_helpers, selector_events
 from collections.abc import Mapping
 from selectors import EVENT_READ, EVENT_WRITE, SelectorKey
+
+from ._core import EvLoopHelpers
 
 __all__ = ["EvEventLoop", "EvSelector"]
 
@@ -155,14 +158,47 @@ class EvSelector(selectors.BaseSelector):
         return self._map
 
 
+def _report_callback_error(handle, exc):
+    """What asyncio's Handle._run does with an exception its callback raised (the C runner ran
+    the callback)."""
+    cb = format_helpers._format_callback_source(handle._callback, handle._args)
+    context = {
+        "message": f"Exception in callback {cb}",
+        "exception": exc,
+        "handle": handle,
+    }
+    if handle._source_traceback:
+        context["source_traceback"] = handle._source_traceback
+    handle._loop.call_exception_handler(context)
+
+
+_helpers = EvLoopHelpers(
+    events.Handle,
+    events.TimerHandle,
+    base_events.BaseEventLoop,
+    selector_events.BaseSelectorEventLoop,
+    _report_callback_error,
+)
+
+
 class EvEventLoop(asyncio.SelectorEventLoop):
     """asyncio.SelectorEventLoop over an EvSelector (a new one with its own libev loop when none
     is given) whose thread-safe wake-ups go through the core's ev_async.
 
     The self-pipe socket pair is still made and watched: signal handlers need it
-    (signal.set_wakeup_fd writes the signal numbers there), but nothing else writes to it. Over
-    any other selector this is a plain SelectorEventLoop.
+    (signal.set_wakeup_fd writes the signal numbers there), but nothing else writes to it.
+
+    The loop's hot methods are C (pyserver._core.EvLoopHelpers): one iteration of the loop
+    (_run_once: timers, select, the ready queue, each asyncio Handle run in its context),
+    call_soon, call_soon_threadsafe and get_debug. They do what asyncio's own do; in debug mode
+    they are asyncio's own. They work over any selector; over an EvSelector the wake-up of
+    call_soon_threadsafe is the core's ev_async.
     """
+
+    _run_once = _helpers.method("run_once")
+    call_soon = _helpers.method("call_soon")
+    call_soon_threadsafe = _helpers.method("call_soon_threadsafe")
+    get_debug = _helpers.method("get_debug")
 
     def __init__(self, selector=None):
         if selector is None:
