@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import websockets
-from helpers import HOST, rss_kib, run_server, wait_for
+from helpers import HOST, UNDER_ASAN, rss_kib, run_server, wait_for
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from wsclient import (
     OP_BINARY,
@@ -383,7 +383,8 @@ def test_unread_binary_messages_are_freed_with_their_connection(events_file):
             one()
         time.sleep(1.0)
         after = rss_kib(server.pid)
-        assert after - before < 16 * 1024, (before, after)
+        if not UNDER_ASAN:  # ASan's quarantine holds freed memory; LeakSanitizer checks leaks
+            assert after - before < 16 * 1024, (before, after)
 
 
 def test_ping_is_answered_with_its_payload(srv):
