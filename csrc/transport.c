@@ -289,32 +289,34 @@ static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tl
     return 0;
 }
 
-/* The CAs that sign client certificates, from PEM text: trusted for
- * verification and named in the CertificateRequest. Returns 1 or 0. */
+/* The CAs that sign client certificates, from PEM text: their certificates
+ * (and any CRLs, as the file loader takes them) trusted for verification,
+ * the certificates' names sent in the CertificateRequest. Returns 1 or 0. */
 static int use_client_cas(SSL_CTX *ssl, const ps_buf_t *pem)
 {
     BIO *bio = pem_bio(pem);
+    STACK_OF(X509_INFO) *infos = bio ? PEM_X509_INFO_read_bio(bio, NULL, NULL, NULL) : NULL;
     X509_STORE *store = SSL_CTX_get_cert_store(ssl);
     STACK_OF(X509_NAME) *names = sk_X509_NAME_new_null();
-    int n = 0, ok = bio != NULL && store != NULL && names != NULL;
-    while (ok) {
-        X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
-        if (x == NULL) {
-            ok = n > 0 && pem_ended();
-            break;
+    int ok = infos != NULL && store != NULL && names != NULL;
+    for (int i = 0; ok && i < sk_X509_INFO_num(infos); i++) {
+        X509_INFO *info = sk_X509_INFO_value(infos, i);
+        if (info->crl != NULL && X509_STORE_add_crl(store, info->crl) != 1)
+            ok = 0;
+        if (ok && info->x509 != NULL) {
+            X509_NAME *name = X509_NAME_dup(X509_get_subject_name(info->x509));
+            ok = X509_STORE_add_cert(store, info->x509) == 1 && name != NULL &&
+                 sk_X509_NAME_push(names, name) > 0;
+            if (!ok)
+                X509_NAME_free(name);
         }
-        X509_NAME *name = X509_NAME_dup(X509_get_subject_name(x));
-        ok = X509_STORE_add_cert(store, x) == 1 && name != NULL &&
-             sk_X509_NAME_push(names, name) > 0;
-        if (!ok)
-            X509_NAME_free(name);
-        X509_free(x);
-        n++;
     }
+    ok = ok && sk_X509_NAME_num(names) > 0;
     if (ok)
         SSL_CTX_set_client_CA_list(ssl, names); /* takes names */
     else
         sk_X509_NAME_pop_free(names, X509_NAME_free);
+    sk_X509_INFO_pop_free(infos, X509_INFO_free);
     BIO_free(bio);
     return ok;
 }

@@ -190,15 +190,18 @@ class EvEventLoop(asyncio.SelectorEventLoop):
 
     The loop's hot methods are C (pyserver._core.EvLoopHelpers): one iteration of the loop
     (_run_once: timers, select, the ready queue, each asyncio Handle run in its context),
-    call_soon, call_soon_threadsafe and get_debug. They do what asyncio's own do; in debug mode
-    they are asyncio's own. They work over any selector; over an EvSelector the wake-up of
-    call_soon_threadsafe is the core's ev_async.
+    call_soon, call_soon_threadsafe (where asyncio's makes a plain Handle) and get_debug. They
+    do what asyncio's own do; in debug mode they are asyncio's own. They work over any
+    selector; over an EvSelector the wake-up of call_soon_threadsafe is the core's ev_async.
     """
 
     _run_once = _helpers.method("run_once")
     call_soon = _helpers.method("call_soon")
-    call_soon_threadsafe = _helpers.method("call_soon_threadsafe")
     get_debug = _helpers.method("get_debug")
+    if not hasattr(events, "_ThreadSafeHandle"):
+        # Newer Pythons' call_soon_threadsafe makes a _ThreadSafeHandle (its cancel() takes a
+        # lock); there asyncio's own stays, and still wakes the loop through _write_to_self.
+        call_soon_threadsafe = _helpers.method("call_soon_threadsafe")
 
     def __init__(self, selector=None):
         if selector is None:
