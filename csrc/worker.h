@@ -43,12 +43,13 @@ typedef struct {
     unsigned server_header : 1;
     unsigned date_header : 1;
     /* WebSockets (asynchronous layers; wsconn.c) */
-    unsigned ws_enabled : 1; /* --ws auto: upgrades get a websocket scope */
-    unsigned ws_deflate : 1; /* --ws-per-message-deflate */
-    uint64_t ws_max_size;    /* bytes of one message, 0: no limit */
-    uint32_t ws_max_queue;   /* messages received, not yet read by the app */
-    double ws_ping_interval; /* 0: no pings */
-    double ws_ping_timeout;  /* a ping unanswered this long closes with 1011 (0: never) */
+    unsigned ws_enabled : 1;  /* --ws auto: upgrades get a websocket scope */
+    unsigned ws_deflate : 1;  /* --ws-per-message-deflate */
+    uint8_t ws_deflate_level; /* --ws-deflate-level: zlib level of what we compress */
+    uint64_t ws_max_size;     /* bytes of one message, 0: no limit */
+    uint32_t ws_max_queue;    /* messages received, not yet read by the app */
+    double ws_ping_interval;  /* 0: no pings */
+    double ws_ping_timeout;   /* a ping unanswered this long closes with 1011 (0: never) */
     /* HTTP/2 (h2conn.c) */
     unsigned h2c : 1;         /* cleartext HTTP/2 by prior knowledge (the client preface) */
     unsigned h2c_upgrade : 1; /* HTTP/1.1 `Upgrade: h2c` */

@@ -195,6 +195,7 @@ int ps_wsconn_accept(ps_exchange_t *x, const ps_ws_handshake_t *hs, ps_slice_t s
     memset(&d, 0, sizeof(d));
     if (w->cfg.ws_deflate) {
         ps_ws_deflate_config_t dc = PS_WS_DEFLATE_DEFAULTS;
+        dc.level = (int8_t)w->cfg.ws_deflate_level;
         if (!ps_ws_negotiate_deflate(ps_conn_request(c), &dc, &d))
             memset(&d, 0, sizeof(d));
     }

@@ -29,6 +29,7 @@ hold final values:
     ws_ping_interval          float seconds between server pings, 0 for none
     ws_ping_timeout           float seconds a ping may wait for its pong (close 1011), 0: forever
     ws_per_message_deflate    bool: accept permessage-deflate offers
+    ws_deflate_level          int zlib level of the messages the server compresses, 0..9
     http                      "auto" (HTTP/1.1, and HTTP/2 by prior knowledge or Upgrade: h2c),
                               "1" (HTTP/1.1 only) or "2" (HTTP/2 by prior knowledge only)
     http2_max_concurrent_streams  int streams a client may have open at once
@@ -143,6 +144,7 @@ INT_BOUNDS = {
     "max_rss": (0, None),
     "ws_max_size": (1, 1 << 40),
     "ws_max_queue": (1, 1 << 20),
+    "ws_deflate_level": (0, 9),
     "http2_max_concurrent_streams": (1, 1 << 20),
     "http2_max_headers_size": (1024, 1 << 24),
     "http2_initial_stream_window_size": (1024, (1 << 31) - 1),
@@ -421,6 +423,7 @@ class Config:
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         ws_per_message_deflate=True,
+        ws_deflate_level=1,
         http="auto",
         http2_max_concurrent_streams=100,
         http2_max_headers_size=65536,
@@ -524,6 +527,7 @@ class Config:
         self.ws_ping_interval = check_float("ws_ping_interval", ws_ping_interval or 0.0)
         self.ws_ping_timeout = check_float("ws_ping_timeout", ws_ping_timeout or 0.0)
         self.ws_per_message_deflate = bool(ws_per_message_deflate)
+        self.ws_deflate_level = check_int("ws_deflate_level", ws_deflate_level)
         http = str(http).lower()
         if http not in HTTP_MODES:
             raise ValueError(f"http must be one of {', '.join(HTTP_MODES)}, got {http!r}")

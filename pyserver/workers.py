@@ -79,8 +79,9 @@ class PyserverWorker(_GunicornWorker):
 
     interface = "auto"
     # Config options gunicorn has no setting for (the WebSocket ones: ws, ws_max_size,
-    # ws_max_queue, ws_ping_interval, ws_ping_timeout, ws_per_message_deflate), set by a
-    # subclass as with uvicorn's worker: class MyWorker(PyserverWorker): CONFIG_KWARGS = {...}
+    # ws_max_queue, ws_ping_interval, ws_ping_timeout, ws_per_message_deflate,
+    # ws_deflate_level), set by a subclass as with uvicorn's worker:
+    # class MyWorker(PyserverWorker): CONFIG_KWARGS = {...}
     CONFIG_KWARGS: dict[str, Any] = {}
     # Gunicorn's exit codes: the arbiter halts instead of respawning.
     WORKER_BOOT_ERROR = 3

@@ -6,12 +6,13 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import websockets
-from helpers import HOST, UNDER_ASAN, rss_kib, run_server, wait_for
+from helpers import HOST, UNDER_ASAN, pyserver_command, rss_kib, run_server, wait_for
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from wsclient import (
     OP_BINARY,
@@ -592,6 +593,68 @@ def test_compressed_frames_on_the_wire(srv):
         assert op == OP_TEXT and rsv == 4
         assert len(data) < len(text) // 10
         assert zlib.decompressobj(wbits=-15).decompress(data + b"\x00\x00\xff\xff") == text
+
+
+def _json_like_text(size):
+    rng = random.Random(7)
+    words = ["price", "order", "trade", "status", "user", "room", "chat", "update"]
+    parts, n = [], 0
+    while n < size:
+        a, b, c = (rng.choice(words) for _ in range(3))
+        part = f'{{"id": {rng.randrange(10**6)}, "user": "{a}", "text": "{b} {c}", '
+        part += f'"qty": {rng.randrange(1000)}}}, '
+        parts.append(part)
+        n += len(part)
+    return "".join(parts)[:size].encode()
+
+
+@pytest.mark.parametrize("level,how", [(None, "default"), (6, "cli"), (0, "env"), (9, "cli")])
+def test_deflate_level_sets_what_the_server_sends(level, how):
+    """The server compresses with --ws-deflate-level (default 1): the echoed payload is
+    byte for byte zlib's output at that level with the negotiated window (12 bits) and
+    memLevel 5 (level 0: stored blocks), and the client's message is inflated whatever
+    its own level."""
+    import zlib
+
+    args, env = [], None
+    if how == "cli":
+        args = ["--ws-deflate-level", str(level)]
+    elif how == "env":
+        env = {"PYSERVER_WS_DEFLATE_LEVEL": str(level)}
+    expected_level = 1 if level is None else level
+    text = _json_like_text(16384)
+    with run_server(APP, *args, env=env) as server:
+        sock, status, head, rest = handshake(
+            server.port, headers={"Sec-WebSocket-Extensions": "permessage-deflate"}
+        )
+        with sock:
+            assert status == 101 and "server_max_window_bits=12" in head
+            reader = Reader(sock, rest)
+            ours = zlib.compressobj(9, zlib.DEFLATED, -15)
+            sent = ours.compress(text) + ours.flush(zlib.Z_SYNC_FLUSH)
+            sock.sendall(frame(OP_TEXT, sent[:-4], rsv=4))
+            _, rsv, op, data = reader.frame()
+            assert op == OP_TEXT and rsv == 4
+            if expected_level == 0:  # stored blocks, cut where the server's buffer ends
+                assert len(data) > len(text)
+            else:
+                theirs = zlib.compressobj(expected_level, zlib.DEFLATED, -12, 5)
+                want = theirs.compress(text) + theirs.flush(zlib.Z_SYNC_FLUSH)
+                assert data == want[:-4]
+            inflated = zlib.decompressobj(wbits=-12).decompress(data + b"\x00\x00\xff\xff")
+            assert inflated == text
+
+
+@pytest.mark.parametrize("value", ["10", "-1", "fast"])
+def test_bad_deflate_level_is_a_cli_error(value):
+    proc = subprocess.run(
+        [*pyserver_command(), APP, "--ws-deflate-level", value],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "--ws-deflate-level" in proc.stderr
 
 
 def test_gunicorn_worker_serves_websockets_with_its_settings():

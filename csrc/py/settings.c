@@ -227,7 +227,7 @@ static int load_proxy(PyObject *config, ps_py_settings_t *s)
  * a ping interval or timeout reads as 0 (off). */
 static int load_ws(PyObject *config, ps_config_t *cfg)
 {
-    double size, queue;
+    double size, queue, level;
     int deflate;
     PyObject *mode = get_obj(config, "ws");
     if (mode == NULL)
@@ -238,14 +238,20 @@ static int load_ws(PyObject *config, ps_config_t *cfg)
     if (get_bool(config, "ws_per_message_deflate", &deflate) < 0 ||
         get_seconds(config, "ws_max_size", &size) < 0 ||
         get_seconds(config, "ws_max_queue", &queue) < 0 ||
+        get_seconds(config, "ws_deflate_level", &level) < 0 ||
         get_seconds(config, "ws_ping_interval", &cfg->ws_ping_interval) < 0 ||
         get_seconds(config, "ws_ping_timeout", &cfg->ws_ping_timeout) < 0)
         return -1;
+    if (level < 0 || level > 9) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: ws_deflate_level must be 0 to 9");
+        return -1;
+    }
     if (size < 0 || queue < 0 || cfg->ws_ping_interval < 0 || cfg->ws_ping_timeout < 0) {
         PyErr_SetString(PyExc_ValueError, "pyserver: WebSocket limits must not be negative");
         return -1;
     }
     cfg->ws_deflate = deflate != 0;
+    cfg->ws_deflate_level = (uint8_t)level;
     cfg->ws_max_size = (uint64_t)PS_MIN(size, (double)(1ULL << 62));
     cfg->ws_max_queue = (uint32_t)PS_MIN(queue, 1 << 24);
     return 0;
