@@ -2,7 +2,9 @@
  *
  * The first three bytes choose the session: permessage-deflate or not, its
  * context takeover and windows, the message limit, the event queue's bound,
- * the piece size, and whether the rest is raw wire bytes or a script. A
+ * the piece size, whether large binary messages go to a storage (as the
+ * ASGI bridge's bytes objects; it refuses every third allocation), and
+ * whether the rest is raw wire bytes or a script. A
  * script is a list of frames the driver builds as a client would (masked
  * or not, any opcode and RSV bits, payloads optionally compressed by a
  * client's zlib stream, so valid compressed messages are reached) and of
@@ -21,6 +23,8 @@
  *     frames of at most 125 bytes, one close at most and nothing after it,
  *     with a code a peer accepts; the messages decode (inflating with the
  *     client's window and takeover) to exactly what the server sent;
+ *   - a stored message is exactly the storage the session asked for, and
+ *     every handle is taken or released by the end of the session;
  *   - both runs give the same events and the same output bytes.
  * The same bytes are also read as header lines of an upgrade request for
  * the handshake checks and permessage-deflate negotiation.
@@ -51,6 +55,7 @@ typedef struct {
     ps_ws_deflate_t deflate; /* .enabled = 0: none */
     size_t piece;
     int scripted;
+    int stored; /* large binary messages go to `storage` */
 } setup_t;
 
 /* A server action at a point of the stream. */
@@ -77,7 +82,8 @@ static void read_setup(const uint8_t *d, setup_t *s)
     s->lim.max_message = max_sizes[(d[0] >> 3) & 3];
     s->lim.max_queue = max_queues[d[0] >> 6];
     s->scripted = (d[0] >> 5) & 1;
-    s->piece = d[1];
+    s->piece = d[1] & 0x7f;
+    s->stored = d[1] >> 7;
     if (d[0] & 1) {
         s->deflate.enabled = 1;
         s->deflate.server_no_context_takeover = (d[0] >> 1) & 1;
@@ -88,6 +94,38 @@ static void read_setup(const uint8_t *d, setup_t *s)
         s->deflate.mem_level = 8;
     }
 }
+
+/* ---- the storage --------------------------------------------------------------------- */
+
+/* A handle: the length asked for, then the memory. */
+typedef struct {
+    size_t len;
+    uint8_t data[];
+} stored_t;
+
+static size_t stored_live, stored_calls;
+
+static void *storage_alloc(size_t len, void **handle)
+{
+    INVARIANT(len >= PS_WS_STORAGE_MIN);
+    if (++stored_calls % 3 == 0) /* refused: the session keeps the message itself */
+        return NULL;
+    stored_t *m = malloc(sizeof(*m) + len);
+    INVARIANT(m != NULL);
+    m->len = len;
+    stored_live++;
+    *handle = m;
+    return m->data;
+}
+
+static void storage_release(void *handle)
+{
+    INVARIANT(handle != NULL && stored_live > 0);
+    stored_live--;
+    free(handle);
+}
+
+static const ps_ws_storage_t storage = {storage_alloc, storage_release};
 
 /* Appends a frame as a client builds it. */
 static void put_frame(ps_buf_t *b, uint8_t first, int mask, const uint8_t *p, size_t n,
@@ -289,6 +327,12 @@ static void check_event(run_t *r, const ps_ws_event_t *ev)
     mix_u64(&r->digest, (uint64_t)ev->type << 32 | (uint64_t)ev->origin << 16 | ev->code);
     mix_u64(&r->digest, ev->data.len);
     mix(&r->digest, ev->data.base, ev->data.len);
+    if (ev->handle != NULL) { /* ours now: exactly the memory asked for */
+        const stored_t *m = ev->handle;
+        INVARIANT(r->setup->stored && ev->type == PS_WS_EV_BINARY);
+        INVARIANT((const uint8_t *)ev->data.base == m->data && ev->data.len == m->len);
+        storage_release(ev->handle);
+    }
 }
 
 static void take_events(run_t *r, ps_ws_t *ws)
@@ -460,6 +504,9 @@ static uint64_t run(const setup_t *s, const script_t *sc, const uint8_t *input, 
     ps_buf_t out = {0}, sent = {0};
     size_t pos = 0;
     INVARIANT(ps_ws_init(&ws, &s->lim, s->deflate.enabled ? &s->deflate : NULL) == 0);
+    stored_live = stored_calls = 0;
+    if (s->stored)
+        ps_ws_set_storage(&ws, &storage);
     for (size_t i = 0; i <= sc->nactions; i++) {
         size_t at = i < sc->nactions ? sc->actions[i].at : sc->wire.len;
         feed_until(&r, &ws, &sc->wire, &pos, at, piece);
@@ -482,6 +529,7 @@ static uint64_t run(const setup_t *s, const script_t *sc, const uint8_t *input, 
     check_output(s, &out, &sent);
     mix(&r.digest, out.data, out.len);
     ps_ws_free(&ws);
+    INVARIANT(stored_live == 0); /* every handle taken or released */
     ps_buf_free(&out);
     ps_buf_free(&sent);
     return r.digest;
