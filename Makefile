@@ -4,6 +4,7 @@
 #   make test       build, run the C unit tests and the pytest suite
 #   make test-pythons  build and run pytest on Python 3.10, 3.12 and 3.13 (pyenv), each in
 #                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
+#   make test-asyncio-cpython  CPython's asyncio test suite on pyserver's loop and the stock one
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run every fuzzer in tests/fuzz (HTTP/1, HTTP/2, uwsgi, static, WebSocket),
@@ -46,7 +47,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
 
-.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-c test-asan fuzz bench autobahn lint \
+.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-asyncio-cpython test-c test-asan fuzz bench autobahn lint \
 	dist clean distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
@@ -117,6 +118,10 @@ TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file l
 TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
 test-pythons: apt-deps
 	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)
+
+# CPython's own asyncio tests (test.test_asyncio) on EvEventLoop against the stock loop.
+test-asyncio-cpython: build
+	$(PY) tests/asyncio_cpython.py compare
 
 test-c: apt-deps
 	scripts/test-c.sh
