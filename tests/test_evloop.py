@@ -245,6 +245,53 @@ def test_signal_handlers_still_run_through_the_self_pipe(loop):
 # ---- lifetime ----
 
 
+class _ShiftedClockLoop(EvEventLoop):
+    """A loop whose clock runs an hour ahead, as a test clock or a subclass may."""
+
+    calls = 0
+
+    def time(self):
+        _ShiftedClockLoop.calls += 1
+        return time.monotonic() + 3600.0
+
+
+@pytest.mark.parametrize("how", ["subclass", "instance"])
+def test_overridden_time_and_process_events_are_used(how):
+    """The C runner calls asyncio's methods itself only where the loop has them: a time()
+    or _process_events() of a subclass or set on the instance is what runs."""
+    loop = _ShiftedClockLoop() if how == "subclass" else EvEventLoop()
+    calls = {"time": 0, "events": 0}
+    if how == "instance":
+        base_time, base_events = loop.time, loop._process_events
+
+        def shifted_time():
+            calls["time"] += 1
+            return base_time() + 3600.0
+
+        def counted_events(events):
+            calls["events"] += 1
+            return base_events(events)
+
+        loop.time = shifted_time
+        loop._process_events = counted_events
+    try:
+        _ShiftedClockLoop.calls = 0
+        fired = []
+        start = time.monotonic()
+        loop.call_later(0.05, fired.append, "later")
+        loop.run_until_complete(asyncio.sleep(0.1))
+        assert fired == ["later"]
+        assert time.monotonic() - start < 5
+        if how == "subclass":
+            assert _ShiftedClockLoop.calls > 0
+        else:
+            assert calls["time"] > 0 and calls["events"] > 0
+        # the clock the timers used is the shifted one
+        assert loop.time() - time.monotonic() > 3000
+    finally:
+        loop.close()
+
+
 def test_close_gives_back_every_descriptor():
     before = open_fds()
     for _ in range(20):
