@@ -320,21 +320,6 @@ static ps_slice_t find_header(const ps_header_t *h, size_t n, ps_slice_t name)
     return (ps_slice_t){NULL, 0};
 }
 
-static int b64_digit(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
 /* The user of an "Authorization: Basic" field, decoded into scratch.
  * Returns 1 with *user set, 0 when there is none or it does not decode. */
 static int basic_user(ps_alog_t *p, ps_slice_t auth, ps_slice_t *user)
@@ -356,7 +341,7 @@ static int basic_user(ps_alog_t *p, ps_slice_t auth, ps_slice_t *user)
         unsigned char c = (unsigned char)auth.base[i];
         if (c == '=' || c == ' ' || c == '\t')
             break;
-        int d = b64_digit(c);
+        int d = ps_base64_digit(c);
         if (d < 0)
             return 0;
         acc = (acc << 6) | (uint32_t)d;

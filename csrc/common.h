@@ -16,6 +16,22 @@
 
 #define PS_UNUSED(x) ((void)(x))
 
+/* The value of a base64 digit (RFC 4648's standard alphabet), or -1. */
+static inline int ps_base64_digit(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
 /* A decimal port: 1 to 5 digits, at most 65535. Returns it, or -1. */
 static inline int ps_parse_port(const char *s, size_t n)
 {

@@ -178,28 +178,13 @@ static int only_header(const ps_request_t *req, const char *name, size_t name_le
 
 /* ---- the opening handshake ------------------------------------------------- */
 
-static int b64val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
 /* 1 when key is base64 for 16 bytes: 22 symbols and "==". */
 static int valid_key(ps_slice_t key)
 {
     if (key.len != 24 || key.base[22] != '=' || key.base[23] != '=')
         return 0;
     for (size_t i = 0; i < 22; i++)
-        if (b64val((unsigned char)key.base[i]) < 0)
+        if (ps_base64_digit((unsigned char)key.base[i]) < 0)
             return 0;
     return 1;
 }
