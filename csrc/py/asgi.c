@@ -849,7 +849,9 @@ static PyObject *send_pathsend(CycleObject *self, PyObject *msg)
         return NULL;
     }
     Py_DECREF(fspath);
+    self->x->file_follows = 1; /* the head leaves with the file */
     int rc = send_head(self, NULL, 0, st.st_size);
+    self->x->file_follows = 0; /* (send_head may fail before the start) */
     if (rc >= 0)
         rc = ps_exchange_sendfile(self->x, fd, 0, (uint64_t)st.st_size);
     if (rc == PS_WRITE_PENDING) {
