@@ -388,6 +388,39 @@ def test_static_hits_are_in_the_access_log(srv):
     assert srv.wait_for_log(f'"GET {marker}&r HTTP/1.1" 206 4 '), srv.log_tail()
 
 
+def access_line(server, token):
+    assert server.wait_for_log(token), server.log_tail()
+    return next(line for line in server.log().splitlines() if token in line)
+
+
+@pytest.mark.parametrize("iface", ["wsgi", "asgi"])
+def test_static_hit_logs_the_forwarded_client(tree, iface):
+    """The access line of a static hit names the client a trusted proxy forwarded, as an app
+    request's does: X-Forwarded-For from a peer in --forwarded-allow-ips, and a PROXY header's
+    client (that client a trusted proxy too: its X-Forwarded-For then names the client)."""
+    token = f"xff-{iface}"
+    with static_server(tree, iface, "--forwarded-allow-ips", "127.0.0.1") as srv:
+        with srv.connect() as conn:
+            r = conn.request(
+                "GET", f"/static/hello.txt?{token}", headers=[("X-Forwarded-For", "192.0.2.44")]
+            )
+            assert r.status == 200 and r.body == HELLO
+            r = conn.request("GET", f"/hello?{token}-app", headers=[("X-Forwarded-For", "192.0.2.45")])
+            assert r.status == 200
+        assert "192.0.2.44:0 - " in access_line(srv, f"?{token} "), srv.log_tail()
+        assert "192.0.2.45:0 - " in access_line(srv, f"?{token}-app "), srv.log_tail()
+    with static_server(tree, iface, "--forwarded-allow-ips", "127.0.0.1,192.0.2.8", "--proxy-protocol") as srv:
+        for src, xff, want in (
+            ("192.0.2.7", (), "192.0.2.7:56324 - "),
+            ("192.0.2.8", [("X-Forwarded-For", "198.51.100.9")], "198.51.100.9:0 - "),
+        ):
+            head = f"PROXY TCP4 {src} 198.51.100.1 56324 443\r\n".encode()
+            target = f"/static/hello.txt?pp-{src}"
+            out = raw(srv.port, head + build_request("GET", target, [*xff, ("Connection", "close")]))
+            assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(HELLO), out
+            assert want in access_line(srv, f"?pp-{src} "), srv.log_tail()
+
+
 # ---- files changing under a response ------------------------------------------------------
 
 

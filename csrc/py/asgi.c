@@ -1511,7 +1511,7 @@ static void on_served(ps_exchange_t *x, int status)
 {
     ps_asgi_t *ctx = x->handler_data;
     if (ctx->access_log)
-        ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+        ps_log_access(ctx->access_log, x, ps_py_served_client(x), status, NULL);
 }
 
 static void on_refused(ps_exchange_t *x, const char *reason)

@@ -1465,8 +1465,9 @@ static void on_served(ps_exchange_t *x, int status)
 {
     ps_wsgi_t *ctx = x->handler_data;
     if (ctx->access_log) {
+        ps_slice_t client = ps_py_served_client(x);
         ps_py_loop_gil(); /* with threads the loop may not hold it */
-        ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+        ps_log_access(ctx->access_log, x, client, status, NULL);
     }
 }
 
