@@ -628,6 +628,50 @@ def test_over_tls_http1_and_h2(tree, tmp_path):
         assert curl("-k", "--http2", "-r", "5-9", url) == data[5:10]
 
 
+def free_fd_slots(pid, limit):
+    """Descriptor numbers below limit that pid does not use (what it can still open)."""
+    used = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    return sum(1 for n in range(limit) if n not in used)
+
+
+def set_fd_limit(pid, free):
+    """Lowers pid's RLIMIT_NOFILE so that exactly `free` more descriptors can be opened."""
+    used = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    limit, spare = 0, 0
+    while spare < free or limit in used:
+        spare += limit not in used
+        limit += 1
+    subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={limit}:{limit}"], check=True)
+    return limit
+
+
+@pytest.mark.parametrize("iface", ["wsgi", "asgi"])
+def test_out_of_descriptors_answers_503_then_serves_again(tree, iface):
+    """A static hit that cannot open its file (EMFILE) is answered 503 with Connection: close
+    (never the app, never a hang), and the worker serves files again once descriptors free."""
+    with static_server(tree, iface) as srv:
+        pid = worker_pid(srv)
+        with srv.connect() as conn:  # warm up: whatever the first requests open lazily
+            assert conn.request("GET", "/static/hello.txt").body == HELLO
+            assert conn.request("GET", "/hello").status == 200
+        settled_fd_count(pid)
+        limit = set_fd_limit(pid, 2)
+        with srv.connect() as a, srv.connect() as b:
+            assert wait_for(lambda: free_fd_slots(pid, limit) == 0), os.listdir(f"/proc/{pid}/fd")
+            r = a.request("GET", "/static/hello.txt")
+            assert r.status == 503, r
+            assert r.header("Connection") == "close"
+            assert a.wait_closed() == b""
+            b.close()
+            assert wait_for(lambda: free_fd_slots(pid, limit) == 2), os.listdir(f"/proc/{pid}/fd")
+        with srv.connect() as c:
+            for _ in range(3):
+                r = c.request("GET", "/static/hello.txt")
+                assert r.status == 200 and r.body == HELLO, r
+            assert c.request("GET", "/hello").status == 200
+        assert srv.wait_for_log("no descriptor for a static file"), srv.log_tail()
+
+
 def test_no_descriptor_leaks(srv, tree):
     pid = worker_pid(srv)
     before = settled_fd_count(pid)
