@@ -405,18 +405,24 @@ def test_static_hit_logs_the_forwarded_client(tree, iface):
                 "GET", f"/static/hello.txt?{token}", headers=[("X-Forwarded-For", "192.0.2.44")]
             )
             assert r.status == 200 and r.body == HELLO
-            r = conn.request("GET", f"/hello?{token}-app", headers=[("X-Forwarded-For", "192.0.2.45")])
+            r = conn.request(
+                "GET", f"/hello?{token}-app", headers=[("X-Forwarded-For", "192.0.2.45")]
+            )
             assert r.status == 200
         assert "192.0.2.44:0 - " in access_line(srv, f"?{token} "), srv.log_tail()
         assert "192.0.2.45:0 - " in access_line(srv, f"?{token}-app "), srv.log_tail()
-    with static_server(tree, iface, "--forwarded-allow-ips", "127.0.0.1,192.0.2.8", "--proxy-protocol") as srv:
+    with static_server(
+        tree, iface, "--forwarded-allow-ips", "127.0.0.1,192.0.2.8", "--proxy-protocol"
+    ) as srv:
         for src, xff, want in (
             ("192.0.2.7", (), "192.0.2.7:56324 - "),
             ("192.0.2.8", [("X-Forwarded-For", "198.51.100.9")], "198.51.100.9:0 - "),
         ):
             head = f"PROXY TCP4 {src} 198.51.100.1 56324 443\r\n".encode()
             target = f"/static/hello.txt?pp-{src}"
-            out = raw(srv.port, head + build_request("GET", target, [*xff, ("Connection", "close")]))
+            out = raw(
+                srv.port, head + build_request("GET", target, [*xff, ("Connection", "close")])
+            )
             assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(HELLO), out
             assert want in access_line(srv, f"?pp-{src} "), srv.log_tail()
 
