@@ -438,6 +438,8 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
     if (ps_http1_write_head(&c->wbuf, status, h, n, extra, ne) < 0)
         return -ENOMEM;
     c->resp_started = 1;
+    if (c->x.file_follows && len == 0 && !c->resp_no_body)
+        return PS_WRITE_DONE; /* queued: flush() sends it with MSG_MORE before the file */
     return ps_conn_write(c, body, len);
 }
 
@@ -1141,7 +1143,7 @@ static void reset_for_next(ps_conn_t *c)
     c->head_deadline = 0;
     c->x.status = 0;
     c->x.body_sent = 0;
-    c->x.deferred = 0;
+    c->x.deferred = c->x.file_follows = 0;
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->wbuf, KEEP_BUF);

@@ -113,6 +113,13 @@ struct ps_exchange {
      * thread): the protocol then waits without a write or read watcher
      * until the layer writes. The protocol clears it for each request. */
     unsigned deferred : 1;
+    /* Set by a layer just before ps_exchange_start (no body bytes) when a
+     * ps_exchange_sendfile follows at once: the protocol may then hold the
+     * head and send it with the file's first bytes (HTTP/1: MSG_MORE, then
+     * sendfile). ps_exchange_start clears it; so does the protocol for
+     * each request. A layer that ends or aborts instead of sending the file
+     * loses nothing: the end flushes the held head, an abort drops it. */
+    unsigned file_follows : 1;
     /* A request a gateway passed on (uwsgi): the server the client reached,
      * as the gateway named it (SERVER_NAME, SERVER_PORT), which the bridge
      * reports instead of the local address; base NULL otherwise. */
@@ -147,6 +154,7 @@ static inline int ps_exchange_start(ps_exchange_t *x, ps_slice_t status, const p
                                     size_t n, const char *body, size_t len)
 {
     int rc = x->ops->start(x, status, h, n, body, len);
+    x->file_follows = 0;
     x->body_sent += rc >= 0 ? len : 0;
     return rc;
 }

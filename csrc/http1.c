@@ -36,7 +36,18 @@ static int is_token(const char *s, size_t n)
  * control characters (CR, LF and NUL among them) and no DEL. */
 static int is_field_value(const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    size_t i = 0;
+    /* Eight bytes at a time while none is below 0x20 or is 0x7f; from the
+     * first word that has one (an HTAB, say), byte by byte. */
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, del;
+        memcpy(&w, s + i, 8);
+        del = w ^ (ones * 0x7f);
+        if (((w - ones * 0x20) & ~w & highs) | ((del - ones) & ~del & highs))
+            break;
+    }
+    for (; i < n; i++) {
         uint8_t c = (uint8_t)s[i];
         if ((c < 0x20 && c != '\t') || c == 0x7f)
             return 0;

@@ -680,22 +680,28 @@ static void put_bytes(out_t *o, const char *s, size_t n)
 
 #define PUT_LIT(o, lit) put_bytes((o), (lit), sizeof(lit) - 1)
 
-/* v in base 10 or 16 (lower case), at least `width` digits. */
-static void put_number(out_t *o, uint64_t v, unsigned base, int width)
+/* v in lower-case hexadecimal. */
+static void put_hex(out_t *o, uint64_t v)
 {
-    static const char digits[] = "0123456789abcdef";
-    char tmp[24];
-    int n = 0;
+    char tmp[16], *p = tmp + sizeof(tmp);
     do {
-        tmp[n++] = digits[v % base];
-        v /= base;
+        *--p = "0123456789abcdef"[v & 15];
+        v >>= 4;
     } while (v);
-    while (n < width)
-        tmp[n++] = '0';
-    char rev[24];
-    for (int i = 0; i < n; i++)
-        rev[i] = tmp[n - 1 - i];
-    put_bytes(o, rev, (size_t)n);
+    put_bytes(o, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
+/* v in decimal, at least `width` digits. */
+static void put_dec(out_t *o, uint64_t v, int width)
+{
+    char tmp[20], *p = tmp + sizeof(tmp);
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (tmp + sizeof(tmp) - p < width)
+        *--p = '0';
+    put_bytes(o, p, (size_t)(tmp + sizeof(tmp) - p));
 }
 
 static void add_header(ps_static_plan_t *plan, ps_slice_t name, ps_slice_t value)
@@ -1004,7 +1010,7 @@ static void add_validators(const ps_static_t *s, ps_static_plan_t *plan, ps_slic
     if (s->max_age >= 0) {
         out_t o = scratch_begin(plan);
         PUT_LIT(&o, "public, max-age=");
-        put_number(&o, (uint64_t)s->max_age, 10, 1);
+        put_dec(&o, (uint64_t)s->max_age, 1);
         add_header(plan, PS_SLICE_LIT("Cache-Control"), scratch_end(plan, &o));
     }
     if (s->precompressed)
@@ -1026,26 +1032,26 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
     out_t o = scratch_begin(plan); /* "Sun, 06 Nov 1994 08:49:37 GMT" */
     put_bytes(&o, day_names[tm.tm_wday], 3);
     PUT_LIT(&o, ", ");
-    put_number(&o, (uint64_t)tm.tm_mday, 10, 2);
+    put_dec(&o, (uint64_t)tm.tm_mday, 2);
     PUT_LIT(&o, " ");
     put_bytes(&o, month_names[tm.tm_mon], 3);
     PUT_LIT(&o, " ");
-    put_number(&o, (uint64_t)(tm.tm_year + 1900), 10, 4);
+    put_dec(&o, (uint64_t)(tm.tm_year + 1900), 4);
     PUT_LIT(&o, " ");
-    put_number(&o, (uint64_t)tm.tm_hour, 10, 2);
+    put_dec(&o, (uint64_t)tm.tm_hour, 2);
     PUT_LIT(&o, ":");
-    put_number(&o, (uint64_t)tm.tm_min, 10, 2);
+    put_dec(&o, (uint64_t)tm.tm_min, 2);
     PUT_LIT(&o, ":");
-    put_number(&o, (uint64_t)tm.tm_sec, 10, 2);
+    put_dec(&o, (uint64_t)tm.tm_sec, 2);
     PUT_LIT(&o, " GMT");
     ps_slice_t date = scratch_end(plan, &o);
     o = scratch_begin(plan); /* "INODE-SIZE-MTIME_NS[-gz|-br]" in hex */
     PUT_LIT(&o, "\"");
-    put_number(&o, (uint64_t)st->st_ino, 16, 1);
+    put_hex(&o, (uint64_t)st->st_ino);
     PUT_LIT(&o, "-");
-    put_number(&o, size, 16, 1);
+    put_hex(&o, size);
     PUT_LIT(&o, "-");
-    put_number(&o, mtime_ns, 16, 1);
+    put_hex(&o, mtime_ns);
     put_bytes(&o, tag_suffix[encoding], strlen(tag_suffix[encoding]));
     PUT_LIT(&o, "\"");
     ps_slice_t etag = scratch_end(plan, &o);
@@ -1090,7 +1096,7 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
     add_header(plan, PS_SLICE_LIT("Content-Type"), ctype);
     uint64_t length = range == RANGE_OK ? last - first + 1 : size;
     o = scratch_begin(plan);
-    put_number(&o, length, 10, 1);
+    put_dec(&o, length, 1);
     add_header(plan, PS_SLICE_LIT("Content-Length"), scratch_end(plan, &o));
     if (range == RANGE_OK) {
         plan->status = 206;

@@ -317,6 +317,7 @@ static void static_served(ps_exchange_t *x, int status)
 static void static_answer(ps_exchange_t *x, ps_static_plan_t *plan)
 {
     x->log_start = ps_alog_clock();
+    x->file_follows = plan->fd >= 0; /* the head leaves with the file */
     int rc = ps_exchange_start(x, plan->status_line, plan->headers, plan->nheaders, plan->body.base,
                                plan->body.len);
     if (rc >= 0 && plan->fd >= 0)

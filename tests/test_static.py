@@ -388,6 +388,45 @@ def test_static_hits_are_in_the_access_log(srv):
     assert srv.wait_for_log(f'"GET {marker}&r HTTP/1.1" 206 4 '), srv.log_tail()
 
 
+def access_line(server, token):
+    assert server.wait_for_log(token), server.log_tail()
+    return next(line for line in server.log().splitlines() if token in line)
+
+
+@pytest.mark.parametrize("iface", ["wsgi", "asgi"])
+def test_static_hit_logs_the_forwarded_client(tree, iface):
+    """The access line of a static hit names the client a trusted proxy forwarded, as an app
+    request's does: X-Forwarded-For from a peer in --forwarded-allow-ips, and a PROXY header's
+    client (that client a trusted proxy too: its X-Forwarded-For then names the client)."""
+    token = f"xff-{iface}"
+    with static_server(tree, iface, "--forwarded-allow-ips", "127.0.0.1") as srv:
+        with srv.connect() as conn:
+            r = conn.request(
+                "GET", f"/static/hello.txt?{token}", headers=[("X-Forwarded-For", "192.0.2.44")]
+            )
+            assert r.status == 200 and r.body == HELLO
+            r = conn.request(
+                "GET", f"/hello?{token}-app", headers=[("X-Forwarded-For", "192.0.2.45")]
+            )
+            assert r.status == 200
+        assert "192.0.2.44:0 - " in access_line(srv, f"?{token} "), srv.log_tail()
+        assert "192.0.2.45:0 - " in access_line(srv, f"?{token}-app "), srv.log_tail()
+    with static_server(
+        tree, iface, "--forwarded-allow-ips", "127.0.0.1,192.0.2.8", "--proxy-protocol"
+    ) as srv:
+        for src, xff, want in (
+            ("192.0.2.7", (), "192.0.2.7:56324 - "),
+            ("192.0.2.8", [("X-Forwarded-For", "198.51.100.9")], "198.51.100.9:0 - "),
+        ):
+            head = f"PROXY TCP4 {src} 198.51.100.1 56324 443\r\n".encode()
+            target = f"/static/hello.txt?pp-{src}"
+            out = raw(
+                srv.port, head + build_request("GET", target, [*xff, ("Connection", "close")])
+            )
+            assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(HELLO), out
+            assert want in access_line(srv, f"?pp-{src} "), srv.log_tail()
+
+
 # ---- files changing under a response ------------------------------------------------------
 
 
@@ -593,6 +632,50 @@ def test_over_tls_http1_and_h2(tree, tmp_path):
         assert curl("-k", "--http1.1", url, url) == data * 2
         assert curl("-k", "--http2", url) == data
         assert curl("-k", "--http2", "-r", "5-9", url) == data[5:10]
+
+
+def free_fd_slots(pid, limit):
+    """Descriptor numbers below limit that pid does not use (what it can still open)."""
+    used = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    return sum(1 for n in range(limit) if n not in used)
+
+
+def set_fd_limit(pid, free):
+    """Lowers pid's RLIMIT_NOFILE so that exactly `free` more descriptors can be opened."""
+    used = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    limit, spare = 0, 0
+    while spare < free or limit in used:
+        spare += limit not in used
+        limit += 1
+    subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={limit}:{limit}"], check=True)
+    return limit
+
+
+@pytest.mark.parametrize("iface", ["wsgi", "asgi"])
+def test_out_of_descriptors_answers_503_then_serves_again(tree, iface):
+    """A static hit that cannot open its file (EMFILE) is answered 503 with Connection: close
+    (never the app, never a hang), and the worker serves files again once descriptors free."""
+    with static_server(tree, iface) as srv:
+        pid = worker_pid(srv)
+        with srv.connect() as conn:  # warm up: whatever the first requests open lazily
+            assert conn.request("GET", "/static/hello.txt").body == HELLO
+            assert conn.request("GET", "/hello").status == 200
+        settled_fd_count(pid)
+        limit = set_fd_limit(pid, 2)
+        with srv.connect() as a, srv.connect() as b:
+            assert wait_for(lambda: free_fd_slots(pid, limit) == 0), os.listdir(f"/proc/{pid}/fd")
+            r = a.request("GET", "/static/hello.txt")
+            assert r.status == 503, r
+            assert r.header("Connection") == "close"
+            assert a.wait_closed() == b""
+            b.close()
+            assert wait_for(lambda: free_fd_slots(pid, limit) == 2), os.listdir(f"/proc/{pid}/fd")
+        with srv.connect() as c:
+            for _ in range(3):
+                r = c.request("GET", "/static/hello.txt")
+                assert r.status == 200 and r.body == HELLO, r
+            assert c.request("GET", "/hello").status == 200
+        assert srv.wait_for_log("no descriptor for a static file"), srv.log_tail()
 
 
 def test_no_descriptor_leaks(srv, tree):

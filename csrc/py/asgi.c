@@ -849,7 +849,9 @@ static PyObject *send_pathsend(CycleObject *self, PyObject *msg)
         return NULL;
     }
     Py_DECREF(fspath);
+    self->x->file_follows = 1; /* the head leaves with the file */
     int rc = send_head(self, NULL, 0, st.st_size);
+    self->x->file_follows = 0; /* (send_head may fail before the start) */
     if (rc >= 0)
         rc = ps_exchange_sendfile(self->x, fd, 0, (uint64_t)st.st_size);
     if (rc == PS_WRITE_PENDING) {
@@ -1509,7 +1511,7 @@ static void on_served(ps_exchange_t *x, int status)
 {
     ps_asgi_t *ctx = x->handler_data;
     if (ctx->access_log)
-        ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+        ps_log_access(ctx->access_log, x, ps_py_served_client(x), status, NULL);
 }
 
 static void on_refused(ps_exchange_t *x, const char *reason)

@@ -330,6 +330,17 @@ static inline int ps_py_forwarded(ps_exchange_t *x, ps_proxy_result_t *fwd)
     memset(fwd, 0, sizeof(*fwd));
     return x->proxy ? ps_py_forwarded_apply(x, fwd) : 0;
 }
+/* The client a trusted proxy forwarded, for the access line of a request
+ * the core answered itself (a --static hit): base NULL when none, or when
+ * the proxy's headers do not parse (the peer is logged then; an app
+ * request would have been refused with 400). */
+static inline ps_slice_t ps_py_served_client(ps_exchange_t *x)
+{
+    ps_proxy_result_t fwd;
+    if (x->proxy == NULL || ps_proxy_apply(x->proxy, x->req, &fwd) < 0)
+        return (ps_slice_t){NULL, 0};
+    return fwd.client;
+}
 /* The forwarded client: WSGI its host as str, ASGI (host, port), port 0
  * when none was forwarded. New reference, or NULL with an exception. */
 PyObject *ps_py_forwarded_client(const ps_py_cache_t *c, ps_slice_t client, int port);

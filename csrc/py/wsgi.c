@@ -576,9 +576,12 @@ static int try_sendfile(RequestObject *req)
     long long off;
     if (!sendfile_source(req, &fd, &off))
         return 0;
+    ps_exchange_t *x = req->x;
+    x->file_follows = 1; /* the head leaves with the file */
     int rc = send_head(req, NULL, 0);
+    x->file_follows = 0; /* (send_head may fail before the start) */
     if (rc >= 0)
-        rc = map_write(ps_exchange_sendfile(req->x, fd, off, (uint64_t)req->known_length));
+        rc = map_write(ps_exchange_sendfile(x, fd, off, (uint64_t)req->known_length));
     if (rc == SEND_ERROR)
         fail(req);
     else if (rc == SEND_GONE)
@@ -781,6 +784,8 @@ static void deliver(wsgi_job_t *job)
     while (c != NULL) {
         wsgi_chunk_t *next = c->next;
         if (rc >= 0 && c->status.base != NULL) {
+            /* A file_wrapper's file follows at once: the head leaves with it. */
+            x->file_follows = next == NULL && end && !failed && sf_fd >= 0;
             rc = ps_exchange_start(x, c->status, c->h, c->nh, c->data, c->len);
             if (rc == -EINVAL) {
                 for (wsgi_chunk_t *n; next != NULL; next = n) {
@@ -1460,8 +1465,9 @@ static void on_served(ps_exchange_t *x, int status)
 {
     ps_wsgi_t *ctx = x->handler_data;
     if (ctx->access_log) {
+        ps_slice_t client = ps_py_served_client(x);
         ps_py_loop_gil(); /* with threads the loop may not hold it */
-        ps_log_access(ctx->access_log, x, (ps_slice_t){NULL, 0}, status, NULL);
+        ps_log_access(ctx->access_log, x, client, status, NULL);
     }
 }
 

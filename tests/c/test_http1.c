@@ -1456,6 +1456,28 @@ static void test_valid_field_needs_a_token_name_and_a_clean_value(void)
     CHECK(!ps_http1_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("a\0b")));
 }
 
+/* Every byte value at every position of values of 0 to 40 bytes (the check
+ * goes eight bytes at a time, then byte by byte): only controls but HTAB,
+ * and DEL, are refused, wherever they are; obs-text is allowed. */
+static void test_field_values_are_checked_at_every_position(void)
+{
+    char v[40];
+    for (size_t len = 1; len <= sizeof(v); len++) {
+        for (size_t at = 0; at < len; at++) {
+            for (int c = 0; c < 256; c++) {
+                memset(v, (at % 3) ? 'a' : 0xe9, len); /* letters and obs-text around */
+                v[at] = (char)c;
+                int want = !((c < 0x20 && c != '\t') || c == 0x7f);
+                int got = ps_http1_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, len});
+                if (got != want)
+                    CHECK_EQ(got * 1000 + c, want * 1000 + c); /* names the byte */
+            }
+        }
+    }
+    memset(v, '\t', sizeof(v));
+    CHECK(ps_http1_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, sizeof(v)}));
+}
+
 /* ---- request targets ----------------------------------------------------- */
 
 static void check_split_target_at(const char *file, int line, const char *target, const char *path,
@@ -1782,6 +1804,7 @@ int main(void)
     test_write_head_grows_for_large_heads();
 
     test_valid_field_needs_a_token_name_and_a_clean_value();
+    test_field_values_are_checked_at_every_position();
     test_split_target_separates_path_and_query();
     test_percent_decode_keeps_malformed_escapes();
 
