@@ -31,7 +31,7 @@
 /* A synchronous stream's body buffer is kept up to this between streams. */
 #define BODY_KEEP (16 * 1024)
 /* Exchanges kept for the next streams. */
-#define KEEP_SPARE 16
+#define KEEP_SPARE 32
 #define LINGER_SECONDS 2.0
 /* A graceful stop's final GOAWAY follows the PING's ACK, or this long. */
 #define FINAL_GOAWAY_AFTER 1.0
@@ -60,8 +60,6 @@ struct ps_h2conn {
     ps_conn_t *c;
     ps_h2_session_t *s; /* NULL once the connection closed */
     ps_buf_t out;       /* frames the kernel did not take yet */
-    ps_header_t *hdrs;  /* a response's fields plus date and server */
-    size_t hdrs_cap;
     h2x_t *live;  /* streams whose head was dispatched, until they close */
     h2x_t *dead;  /* streams over: disposed at the next safe point */
     h2x_t *spare; /* released exchanges, reused */
@@ -406,7 +404,6 @@ void ps_h2conn_free(ps_h2conn_t *hc)
         free_h2x(e);
     }
     ps_buf_free(&hc->out);
-    free(hc->hdrs);
     free(hc);
 }
 
@@ -810,23 +807,15 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
         return -EPIPE;
     if (x->status || ps_http1_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
-    if (n + 2 > hc->hdrs_cap) {
-        ps_header_t *p = realloc(hc->hdrs, (n + 2) * sizeof(*p));
-        if (p == NULL)
-            return -ENOMEM;
-        hc->hdrs = p;
-        hc->hdrs_cap = n + 2;
-    }
-    if (n)
-        memcpy(hc->hdrs, h, n * sizeof(*h));
-    size_t k = n;
+    ps_header_t extra[2];
+    size_t k = 0;
     if (cfg->date_header && !info.has_date) {
         ps_slice_t d = ps_date_header((time_t)ev_now(hc->c->w->loop)); /* "Date: ...\r\n" */
-        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
     }
     if (cfg->server_header && !info.has_server)
-        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
-    int rc = ps_h2_respond(st, info.status, hc->hdrs, k, 0);
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
+    int rc = ps_h2_respond_scanned(st, &info, h, n, extra, k, 0);
     if (rc < 0)
         return rc;
     x->status = info.status;

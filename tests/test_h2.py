@@ -441,6 +441,21 @@ def test_asgi_trailers_without_te(asgi_srv):
         assert r["trailers"] == {"x-checksum": "abc123"}
 
 
+@pytest.mark.parametrize("status", [200, 299, 404])
+def test_response_names_are_lower_cased_and_connection_fields_dropped(asgi_srv, status):
+    """The h2 library refuses upper-case names and connection-specific fields (RFC 9113
+    8.2): the response arrives only if the server lower-cased and dropped them."""
+    with H2(asgi_srv.port) as c:
+        r = c.response(c.request(f"/headers?status={status}"))
+        assert r["status"] == status and r["body"] == b"ok"
+        h = r["headers"]
+        assert h["x-a"] == "1" and h["x-eight1"] == "2" and h["x-lower-already-but-z"] == "3"
+        assert h["x-mixed-case-field-name-longer-than-sixteen"] == "4"
+        assert h["content-length"] == "2"
+        for name in ("connection", "keep-alive", "upgrade"):
+            assert name not in h
+
+
 def test_204_and_head_have_no_body(wsgi_srv):
     with H2(wsgi_srv.port) as c:
         sid = c.request("/nocontent")
