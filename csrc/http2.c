@@ -68,7 +68,7 @@ struct ps_h2_session {
     ps_h2_stream_t *cached;
     size_t nfree;
     size_t nlive;
-    ps_buf_t scratch; /* lower-cased header names of a response */
+    char status_buf[4]; /* a :status value not in status_text() */
     nghttp2_nv *nv;
     size_t nv_cap;
     double now, window_start, stalled_since;
@@ -818,7 +818,6 @@ void ps_h2_session_free(ps_h2_session_t *s)
         stream_free_storage(st);
     }
     nghttp2_session_del(s->ng);
-    ps_buf_free(&s->scratch);
     free(s->nv);
     free(s);
 }
@@ -1066,46 +1065,6 @@ static int connection_specific(ps_slice_t name)
     return 0;
 }
 
-/* Eight bytes at a time: 0x80 in each byte of x that is 'A'..'Z'. */
-static inline uint64_t upper_bytes(uint64_t x)
-{
-    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-    uint64_t low7 = x & ~high;
-    uint64_t ge_a = low7 + (0x80 - 'A') * ones; /* high bit: byte >= 'A' */
-    uint64_t gt_z = low7 + (0x7f - 'Z') * ones; /* high bit: byte > 'Z' */
-    return ge_a & ~gt_z & ~x & high;
-}
-
-static int has_upper(const char *p, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x;
-        memcpy(&x, p + i, 8);
-        if (upper_bytes(x))
-            return 1;
-    }
-    for (; i < n; i++)
-        if (p[i] >= 'A' && p[i] <= 'Z')
-            return 1;
-    return 0;
-}
-
-static void lower_copy(char *dst, const char *src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x;
-        memcpy(&x, src + i, 8);
-        x |= upper_bytes(x) >> 2; /* 0x80 >> 2 is the case bit 0x20 */
-        memcpy(dst + i, &x, 8);
-    }
-    for (; i < n; i++) {
-        char c = src[i];
-        dst[i] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-    }
-}
-
 /* ":status" values of the common statuses, static (nghttp2 need not copy them). */
 static const char *status_text(int status)
 {
@@ -1134,11 +1093,12 @@ static const char *status_text(int status)
     return NULL;
 }
 
-/* Builds s->nv: the status (when status > 0), the fields h and then extra,
- * names lower-cased (into s->scratch, only those that have upper case;
- * nghttp2 copies every name and value it is given when the frame is
- * submitted). With check set, every field is validated first (the callers
- * of ps_h2_respond_scanned have). Returns the count, -EINVAL or -ENOMEM. */
+/* Builds s->nv: the status (when status > 0), then the fields h and extra
+ * without the connection-specific ones. Names go as they are: nghttp2
+ * copies every name and value it is given and lower-cases the names (its
+ * documented contract for nghttp2_submit_response, _headers and _trailer).
+ * With check set, every field is validated first (the callers of
+ * ps_h2_respond_scanned have). Returns the count, -EINVAL or -ENOMEM. */
 static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, size_t n,
                         const ps_header_t *extra, size_t nextra, int check)
 {
@@ -1154,16 +1114,6 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
         s->nv = nv;
         s->nv_cap = total;
     }
-    /* room for every name (scratch does not move while pointers into it are taken) */
-    size_t bytes = 3;
-    for (size_t i = 0; i < n; i++)
-        bytes += h[i].name.len;
-    for (size_t i = 0; i < nextra; i++)
-        bytes += extra[i].name.len;
-    ps_buf_reset(&s->scratch);
-    if (ps_buf_reserve(&s->scratch, bytes) != 0)
-        return -ENOMEM;
-    char *p = s->scratch.data;
     size_t k = 0;
     if (status > 0) {
         if (status < 100 || status > 999)
@@ -1171,11 +1121,11 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
         const char *text = status_text(status);
         uint8_t flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
         if (text == NULL) {
+            char *p = s->status_buf;
             p[0] = (char)('0' + status / 100), p[1] = (char)('0' + status / 10 % 10);
             p[2] = (char)('0' + status % 10);
             text = p;
-            p += 3;
-            flags = NGHTTP2_NV_FLAG_NO_COPY_NAME;
+            flags = NGHTTP2_NV_FLAG_NO_COPY_NAME; /* the value is copied */
         }
         s->nv[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)text, 7, 3, flags};
     }
@@ -1183,13 +1133,7 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
         const ps_header_t *f = i < n ? &h[i] : &extra[i - n];
         if (connection_specific(f->name))
             continue;
-        const char *name = f->name.base;
-        if (has_upper(name, f->name.len)) {
-            lower_copy(p, name, f->name.len);
-            name = p;
-            p += f->name.len;
-        }
-        s->nv[k++] = (nghttp2_nv){(uint8_t *)name, (uint8_t *)f->value.base, f->name.len,
+        s->nv[k++] = (nghttp2_nv){(uint8_t *)f->name.base, (uint8_t *)f->value.base, f->name.len,
                                   f->value.len, NGHTTP2_NV_FLAG_NONE};
     }
     return (ssize_t)k;

@@ -144,7 +144,7 @@ async def asgi(scope, receive, send):
     if path == "/trailers":
         await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
         await send({"type": "http.response.body", "body": b"with trailers"})
-        await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc123")]})
+        await send({"type": "http.response.trailers", "headers": [(b"X-Checksum", b"abc123")]})
         return
     if path == "/hold":
         # A response that never ends by itself: the client resets it.
