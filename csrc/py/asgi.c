@@ -736,8 +736,13 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
             hs[n++].value = (ps_slice_t){length_text, (size_t)l};
         }
     }
+    /* "%d %s" without snprintf (st is 100..999, checked by send_start) */
     const char *reason = ps_http1_reason_phrase(st);
-    int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
+    size_t rl = PS_MIN(strlen(reason), sizeof(status_line) - 4);
+    status_line[0] = (char)('0' + st / 100), status_line[1] = (char)('0' + st / 10 % 10);
+    status_line[2] = (char)('0' + st % 10), status_line[3] = ' ';
+    memcpy(status_line + 4, reason, rl);
+    int sl = (int)(4 + rl);
     int rc =
         ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)
