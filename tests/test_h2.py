@@ -402,6 +402,41 @@ def test_stalled_body_gets_408_and_the_connection_goes_on(app, tmp_path):
         assert "request body deadline" in srv.log()
 
 
+@pytest.mark.parametrize("app", [WSGI, ASGI])
+def test_body_deadline_is_per_stream(app, tmp_path):
+    """A stream whose body stalls gets its 408 at --timeout-request-body while another
+    stream of the same connection keeps sending body bytes (the connection is never
+    idle), and that other stream completes."""
+    events = tmp_path / "events"
+    with run_server(app, "--timeout-request-body", "1", env={"H2_EVENTS": str(events)}) as srv:
+        with H2(srv.port) as c:
+            stalled = c.request("/echo", "POST", body=b"part", end=False)
+            busy = c.request("/echo", "POST", body=b"a", end=False)
+            c.sock.settimeout(0.25)
+            started = time.monotonic()
+            stalled_at = None
+            while time.monotonic() - started < 3.5:
+                c.conn.send_data(busy, b"b")
+                c.flush()
+                try:
+                    c.read_some()
+                except AssertionError:
+                    pass  # nothing to read this turn
+                r = c.responses[stalled]
+                if stalled_at is None and (r["ended"] or r["reset"] is not None):
+                    stalled_at = time.monotonic() - started
+            assert stalled_at is not None, "the stalled stream got nothing"
+            assert c.responses[stalled]["status"] == 408
+            assert 0.5 < stalled_at < 3.0
+            c.sock.settimeout(10)
+            c.conn.end_stream(busy)
+            c.flush()
+            r = c.response(busy)
+            assert r["status"] == 200
+            assert json.loads(r["body"])["length"] > 10
+        assert "request body deadline" in srv.log()
+
+
 def test_asgi_slow_reader_window(asgi_srv):
     """A large upload to an app that reads slowly completes: the window reopens as it reads."""
     body = os.urandom(1_500_000)
