@@ -52,6 +52,7 @@ struct h2x {
     h2x_t *next;                  /* in the dead or the spare list */
     h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
     unsigned dispatched : 1;      /* on_request was called */
+    unsigned extra : 1;           /* counted in the worker's h2_extra_streams */
     unsigned body_wanted : 1;     /* on_body is owed */
     unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
     unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
@@ -64,6 +65,7 @@ struct ps_h2conn {
     h2x_t *live;  /* streams whose head was dispatched, until they close */
     h2x_t *dead;  /* streams over: disposed at the next safe point */
     h2x_t *spare; /* released exchanges, reused */
+    uint32_t running; /* streams dispatched to the layer and not closed */
     size_t nspare;
     ev_tstamp last_read;     /* the idle deadline counts from here */
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
@@ -586,6 +588,10 @@ static void run_request(h2x_t *e)
 {
     ps_conn_t *c = e->hc->c;
     e->dispatched = 1;
+    if (e->hc->running++ > 0) { /* counted before on_request: its limit sees this one */
+        e->extra = 1;
+        c->w->h2_extra_streams++;
+    }
     if (c->w->metrics) {
         e->metrics_start = ps_metrics_clock();
         if (c->requests > 0)
@@ -706,6 +712,13 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
     ps_metrics_t *m = hc->c->w->metrics;
     if (m && e->dispatched && e->metrics_start)
         ps_metrics_request(m, e->x.req->method, e->x.status, ps_metrics_clock() - e->metrics_start);
+    if (e->dispatched) {
+        hc->running--;
+        if (e->extra) {
+            e->extra = 0;
+            hc->c->w->h2_extra_streams--;
+        }
+    }
     if (e->prev_live)
         e->prev_live->next_live = e->next_live;
     else if (hc->live == e)

@@ -437,6 +437,21 @@ def test_body_deadline_is_per_stream(app, tmp_path):
         assert "request body deadline" in srv.log()
 
 
+def test_wsgi_limit_concurrency_counts_streams():
+    """--limit-concurrency 2 with WSGI threads: over one HTTP/2 connection two slow
+    requests run, the third stream in progress at the same time gets 503 (over HTTP/1
+    each would hold a connection of its own), and once they are done streams pass again."""
+    with run_server(WSGI, "--threads", "4", "--limit-concurrency", "2") as srv:
+        with H2(srv.port) as c:
+            sids = [c.request("/slow?s=1") for _ in range(3)]
+            got = [c.response(sid) for sid in sids]
+            assert [r["status"] for r in got] == [200, 200, 503]
+            assert got[0]["body"] == got[1]["body"] == b"slow done"
+            again = [c.request("/slow?s=0.1") for _ in range(2)]
+            assert [c.response(sid)["status"] for sid in again] == [200, 200]
+        assert "concurrency limit reached" in srv.log()
+
+
 def test_asgi_slow_reader_window(asgi_srv):
     """A large upload to an app that reads slowly completes: the window reopens as it reads."""
     body = os.urandom(1_500_000)
