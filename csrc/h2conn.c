@@ -62,10 +62,10 @@ struct ps_h2conn {
     ps_conn_t *c;
     ps_h2_session_t *s; /* NULL once the connection closed */
     ps_buf_t out;       /* frames the kernel did not take yet */
-    h2x_t *live;  /* streams whose head was dispatched, until they close */
-    h2x_t *dead;  /* streams over: disposed at the next safe point */
-    h2x_t *spare; /* released exchanges, reused */
-    uint32_t running; /* streams dispatched to the layer and not closed */
+    h2x_t *live;        /* streams whose head was dispatched, until they close */
+    h2x_t *dead;        /* streams over: disposed at the next safe point */
+    h2x_t *spare;       /* released exchanges, reused */
+    uint32_t running;   /* streams dispatched to the layer and not closed */
     size_t nspare;
     ev_tstamp last_read;     /* the idle deadline counts from here */
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */

@@ -68,7 +68,6 @@ struct ps_h2_session {
     ps_h2_stream_t *cached;
     size_t nfree;
     size_t nlive;
-    char status_buf[4]; /* a :status value not in status_text() */
     nghttp2_nv *nv;
     size_t nv_cap;
     double now, window_start, stalled_since;
@@ -93,6 +92,8 @@ struct ps_h2_session {
     uint32_t initial_before;
     int32_t window_before;
 };
+
+static void status_table_fill(void);
 
 const ps_slice_t ps_h2_preface = PS_SLICE_LIT(NGHTTP2_CLIENT_MAGIC);
 const ps_slice_t ps_h2_upgrade_response =
@@ -749,6 +750,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option *opt = NULL;
     if (!s)
         return NULL;
+    status_table_fill();
     s->limits = limits;
     s->cb = cb;
     s->ud = ud;
@@ -1065,32 +1067,20 @@ static int connection_specific(ps_slice_t name)
     return 0;
 }
 
-/* ":status" values of the common statuses, static (nghttp2 need not copy them). */
-static const char *status_text(int status)
+/* ":status" values 100..999, static (nghttp2 need not copy them); filled
+ * by the first session (the loop thread), the same bytes every time. */
+static char status_table[900][3];
+
+static void status_table_fill(void)
 {
-    switch (status) {
-    case 200: return "200";
-    case 201: return "201";
-    case 204: return "204";
-    case 206: return "206";
-    case 301: return "301";
-    case 302: return "302";
-    case 303: return "303";
-    case 304: return "304";
-    case 307: return "307";
-    case 308: return "308";
-    case 400: return "400";
-    case 401: return "401";
-    case 403: return "403";
-    case 404: return "404";
-    case 405: return "405";
-    case 408: return "408";
-    case 413: return "413";
-    case 500: return "500";
-    case 502: return "502";
-    case 503: return "503";
+    if (status_table[0][0])
+        return;
+    for (int i = 0; i < 900; i++) {
+        int v = i + 100;
+        status_table[i][0] = (char)('0' + v / 100);
+        status_table[i][1] = (char)('0' + v / 10 % 10);
+        status_table[i][2] = (char)('0' + v % 10);
     }
-    return NULL;
 }
 
 /* Builds s->nv: the status (when status > 0), then the fields h and extra
@@ -1118,15 +1108,8 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
     if (status > 0) {
         if (status < 100 || status > 999)
             return -EINVAL;
-        const char *text = status_text(status);
+        const char *text = status_table[status - 100];
         uint8_t flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
-        if (text == NULL) {
-            char *p = s->status_buf;
-            p[0] = (char)('0' + status / 100), p[1] = (char)('0' + status / 10 % 10);
-            p[2] = (char)('0' + status % 10);
-            text = p;
-            flags = NGHTTP2_NV_FLAG_NO_COPY_NAME; /* the value is copied */
-        }
         s->nv[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)text, 7, 3, flags};
     }
     for (size_t i = 0; i < n + nextra; i++) {
