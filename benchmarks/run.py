@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from harness import environment, instructions, loadgen, memory, procs, report, tls
-from harness.scenarios import SCENARIO_GROUPS, SCENARIOS, Target
+from harness.scenarios import SCENARIO_GROUPS, SCENARIOS
 from harness.servers import (
     HOST,
     SERVERS,
@@ -996,11 +996,8 @@ def main(argv=None):
                 sc.servers.insert(sc.servers.index("pyserver") + 1, args.baseline_name)
                 old = [t for t in sc.targets if t.server == "pyserver"]
                 sc.targets += tuple(
-                    Target(
-                        f"{args.baseline_name}-{t.interface}",
-                        args.baseline_name,
-                        t.app,
-                        t.interface,
+                    dataclasses.replace(
+                        t, label=f"{args.baseline_name}-{t.interface}", server=args.baseline_name
                     )
                     for t in old
                 )

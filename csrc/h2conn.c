@@ -31,7 +31,7 @@
 /* A synchronous stream's body buffer is kept up to this between streams. */
 #define BODY_KEEP (16 * 1024)
 /* Exchanges kept for the next streams. */
-#define KEEP_SPARE 16
+#define KEEP_SPARE 32
 #define LINGER_SECONDS 2.0
 /* A graceful stop's final GOAWAY follows the PING's ACK, or this long. */
 #define FINAL_GOAWAY_AFTER 1.0
@@ -48,9 +48,11 @@ struct h2x {
     uint64_t spool_len; /* bytes written to it */
     uint64_t spool_read;
     uint64_t metrics_start;       /* --metrics-bind: when on_request was called */
+    ev_tstamp body_at;            /* body bytes last came, or the layer began waiting */
     h2x_t *next;                  /* in the dead or the spare list */
     h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
     unsigned dispatched : 1;      /* on_request was called */
+    unsigned extra : 1;           /* counted in the worker's h2_extra_streams */
     unsigned body_wanted : 1;     /* on_body is owed */
     unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
     unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
@@ -60,17 +62,16 @@ struct ps_h2conn {
     ps_conn_t *c;
     ps_h2_session_t *s; /* NULL once the connection closed */
     ps_buf_t out;       /* frames the kernel did not take yet */
-    ps_header_t *hdrs;  /* a response's fields plus date and server */
-    size_t hdrs_cap;
-    h2x_t *live;  /* streams whose head was dispatched, until they close */
-    h2x_t *dead;  /* streams over: disposed at the next safe point */
-    h2x_t *spare; /* released exchanges, reused */
+    h2x_t *live;        /* streams whose head was dispatched, until they close */
+    h2x_t *dead;        /* streams over: disposed at the next safe point */
+    h2x_t *spare;       /* released exchanges, reused */
+    uint32_t running;   /* streams dispatched to the layer and not closed */
     size_t nspare;
     ev_tstamp last_read;     /* the idle deadline counts from here */
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
     ev_tstamp going_away_at; /* the graceful stop's GOAWAY notice went out */
     ev_tstamp linger_until;
-    ev_tstamp body_checked;   /* streams awaiting body bytes were last checked then */
+    ev_tstamp body_due;       /* the earliest stream body deadline, or 0 */
     unsigned in_progress : 1; /* progress() is on the stack */
     unsigned broken : 1;      /* a write failed: the connection closes from the loop */
     unsigned fatal : 1;       /* the session gave up: write its GOAWAY and close */
@@ -171,6 +172,17 @@ static void kick(ps_h2conn_t *hc)
     later(hc);
 }
 
+/* A stream's body deadline starts (or moves): the connection's timer
+ * learns of it when it is the earliest. */
+static void body_wait(h2x_t *e)
+{
+    ps_h2conn_t *hc = e->hc;
+    double t = hc->c->w->cfg.timeout_request_body;
+    e->body_at = ev_now(hc->c->w->loop);
+    if (t > 0 && (hc->body_due == 0 || e->body_at + t < hc->body_due))
+        hc->body_due = e->body_at + t;
+}
+
 /* ---- the connection -------------------------------------------------------- */
 
 static void free_h2x(h2x_t *e)
@@ -236,8 +248,8 @@ static void rearm(ps_h2conn_t *hc)
     ev_tstamp at = 0, d[5] = {0, 0, 0, 0, 0};
     if (ps_h2_open_streams(hc->s) == 0 && cfg->timeout_keep_alive > 0)
         d[0] = hc->last_read + cfg->timeout_keep_alive;
-    else if (hc->live && cfg->timeout_request_body > 0)
-        d[4] = PS_MAX(hc->last_read, hc->body_checked) + cfg->timeout_request_body;
+    else if (hc->body_due > 0 && cfg->timeout_request_body > 0)
+        d[4] = hc->body_due;
     double stalled = ps_h2_stalled_since(hc->s);
     if (cfg->timeout_request_header > 0) {
         if (hc->write_since > 0)
@@ -406,7 +418,6 @@ void ps_h2conn_free(ps_h2conn_t *hc)
         free_h2x(e);
     }
     ps_buf_free(&hc->out);
-    free(hc->hdrs);
     free(hc);
 }
 
@@ -450,23 +461,37 @@ static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
     progress(c->h2);
 }
 
-/* Nothing arrived for --timeout-request-body: every stream still waiting
- * for request body bytes fails like a stalled HTTP/1 body (the layer
+/* 1 when the stream waits for request body bytes from the client: an
+ * asynchronous layer asked for them, a synchronous one is not running yet
+ * (it gets the whole body first). */
+static int awaits_body(h2x_t *e, int async)
+{
+    ps_h2_stream_t *st = usable(e);
+    if (st == NULL || st->req.message_complete || e->x.status)
+        return 0;
+    return async ? e->body_wanted : !e->dispatched;
+}
+
+/* --timeout-request-body, per stream: a stream that waited that long for
+ * body bytes with none coming fails like a stalled HTTP/1 body (the layer
  * hears a disconnect; the client gets 408, or a reset once a response
- * started). Streams whose body is complete are left alone. */
-static void body_deadline(ps_h2conn_t *hc)
+ * started). Only that stream: the others, and the connection, go on. Sets
+ * body_due to the next deadline. */
+static void body_deadline(ps_h2conn_t *hc, ev_tstamp now)
 {
     const ps_handler_t *handler = hc->c->w->handler;
     int async = hc->c->w->async;
+    double t = hc->c->w->cfg.timeout_request_body;
+    hc->body_due = 0;
     for (h2x_t *e = hc->live, *next; e; e = next) {
         next = e->next_live;
-        ps_h2_stream_t *st = usable(e);
-        if (st == NULL || st->req.message_complete)
+        if (!awaits_body(e, async))
             continue;
-        if (async && !e->body_wanted)
-            continue; /* the application is not waiting for it */
-        if (!async && e->dispatched)
+        if (now - e->body_at < t) {
+            if (hc->body_due == 0 || e->body_at + t < hc->body_due)
+                hc->body_due = e->body_at + t;
             continue;
+        }
         e->body_wanted = 0;
         if (e->x.app_data)
             handler->on_disconnect(&e->x);
@@ -494,11 +519,8 @@ static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
         ps_conn_close(c); /* a client that stopped reading, or never opens its window */
         return;
     }
-    if (hc->live && cfg->timeout_request_body > 0 &&
-        now - PS_MAX(hc->last_read, hc->body_checked) >= cfg->timeout_request_body) {
-        hc->body_checked = now;
-        body_deadline(hc);
-    }
+    if (hc->body_due > 0 && now >= hc->body_due && cfg->timeout_request_body > 0)
+        body_deadline(hc, now);
     if (hc->going_away_at > 0 && !hc->final_sent && now - hc->going_away_at >= FINAL_GOAWAY_AFTER) {
         hc->final_sent = 1;
         ps_h2_shutdown(hc->s);
@@ -566,6 +588,10 @@ static void run_request(h2x_t *e)
 {
     ps_conn_t *c = e->hc->c;
     e->dispatched = 1;
+    if (e->hc->running++ > 0) { /* counted before on_request: its limit sees this one */
+        e->extra = 1;
+        c->w->h2_extra_streams++;
+    }
     if (c->w->metrics) {
         e->metrics_start = ps_metrics_clock();
         if (c->requests > 0)
@@ -631,7 +657,8 @@ static void cb_head(ps_h2_stream_t *st, void *ud)
     }
     if (w->async)
         run_request(e);
-    /* else the body event follows (dispatch_stream): run once it is whole */
+    else if (!st->req.message_complete)
+        body_wait(e); /* the body event follows (dispatch_stream): run once it is whole */
 }
 
 static void cb_body(ps_h2_stream_t *st, void *ud)
@@ -643,6 +670,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
     if (!hc->c->w->async) {
         if (e->dispatched || e->x.status)
             return;
+        e->body_at = ev_now(hc->c->w->loop); /* bytes came: its deadline moves on */
         if (take_body(e) < 0) {
             ps_exchange_reject(&e->x, 500, "request body spool file failed");
             return;
@@ -651,6 +679,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
             run_request(e);
         return;
     }
+    e->body_at = ev_now(hc->c->w->loop);
     if (e->body_wanted && e->x.app_data) {
         e->body_wanted = 0;
         hc->c->w->handler->on_body(&e->x);
@@ -683,6 +712,13 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
     ps_metrics_t *m = hc->c->w->metrics;
     if (m && e->dispatched && e->metrics_start)
         ps_metrics_request(m, e->x.req->method, e->x.status, ps_metrics_clock() - e->metrics_start);
+    if (e->dispatched) {
+        hc->running--;
+        if (e->extra) {
+            e->extra = 0;
+            hc->c->w->h2_extra_streams--;
+        }
+    }
     if (e->prev_live)
         e->prev_live->next_live = e->next_live;
     else if (hc->live == e)
@@ -782,6 +818,7 @@ static int x_body_want(ps_exchange_t *x)
     if (ps_buf_size(&st->body) > 0 || st->req.message_complete)
         return 1;
     e->body_wanted = 1;
+    body_wait(e);
     return 0;
 }
 
@@ -810,23 +847,15 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
         return -EPIPE;
     if (x->status || ps_http1_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
-    if (n + 2 > hc->hdrs_cap) {
-        ps_header_t *p = realloc(hc->hdrs, (n + 2) * sizeof(*p));
-        if (p == NULL)
-            return -ENOMEM;
-        hc->hdrs = p;
-        hc->hdrs_cap = n + 2;
-    }
-    if (n)
-        memcpy(hc->hdrs, h, n * sizeof(*h));
-    size_t k = n;
+    ps_header_t extra[2];
+    size_t k = 0;
     if (cfg->date_header && !info.has_date) {
         ps_slice_t d = ps_date_header((time_t)ev_now(hc->c->w->loop)); /* "Date: ...\r\n" */
-        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
     }
     if (cfg->server_header && !info.has_server)
-        hc->hdrs[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
-    int rc = ps_h2_respond(st, info.status, hc->hdrs, k, 0);
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
+    int rc = ps_h2_respond_scanned(st, &info, h, n, extra, k, 0);
     if (rc < 0)
         return rc;
     x->status = info.status;

@@ -39,7 +39,9 @@ enum {
 
 enum { SHUTDOWN_NONE, SHUTDOWN_NOTICE, SHUTDOWN_FINAL };
 
-#define KEEP_FREE_STREAMS 16
+/* Finished streams kept per connection for the next ones (h2load-style
+ * clients keep 32 or more in flight). */
+#define KEEP_FREE_STREAMS 32
 #define STREAM_KEEP_BYTES 4096
 #define CLOSED_REMEMBERED 16
 
@@ -61,9 +63,11 @@ struct ps_h2_session {
     ps_h2_stream_t *ev_head, *ev_tail;
     ps_h2_stream_t *live;
     ps_h2_stream_t *free_list;
+    /* The last stream stream_of found (frames of one stream come in a row). */
+    int32_t cached_id;
+    ps_h2_stream_t *cached;
     size_t nfree;
     size_t nlive;
-    ps_buf_t scratch; /* lower-cased header names of a response */
     nghttp2_nv *nv;
     size_t nv_cap;
     double now, window_start, stalled_since;
@@ -88,6 +92,8 @@ struct ps_h2_session {
     uint32_t initial_before;
     int32_t window_before;
 };
+
+static void status_table_fill(void);
 
 const ps_slice_t ps_h2_preface = PS_SLICE_LIT(NGHTTP2_CLIENT_MAGIC);
 const ps_slice_t ps_h2_upgrade_response =
@@ -165,6 +171,8 @@ static void stream_free_storage(ps_h2_stream_t *st)
  * of its body nobody read are given back to the connection window. */
 static void stream_release(ps_h2_session_t *s, ps_h2_stream_t *st)
 {
+    if (s->cached == st)
+        s->cached = NULL;
     ps_h2_body_sync(st);
     size_t unread = ps_buf_size(&st->body);
     if (unread && s->ng)
@@ -215,7 +223,20 @@ static void queue_event(ps_h2_session_t *s, ps_h2_stream_t *st, uint32_t ev)
 
 static ps_h2_stream_t *stream_of(ps_h2_session_t *s, int32_t id)
 {
-    return nghttp2_session_get_stream_user_data(s->ng, id);
+    if (id == s->cached_id && s->cached)
+        return s->cached;
+    ps_h2_stream_t *st = nghttp2_session_get_stream_user_data(s->ng, id);
+    s->cached_id = id;
+    s->cached = st;
+    return st;
+}
+
+/* Sets the stream's user data in nghttp2 and in the cache. */
+static void stream_bind(ps_h2_session_t *s, int32_t id, ps_h2_stream_t *st)
+{
+    nghttp2_session_set_stream_user_data(s->ng, id, st);
+    s->cached_id = id;
+    s->cached = st;
 }
 
 /* Refuses a request whose head nghttp2 accepted but we do not. */
@@ -332,7 +353,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
     ps_h2_stream_t *st = stream_new(s, frame->hd.stream_id);
     if (!st)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    nghttp2_session_set_stream_user_data(s->ng, st->id, st);
+    stream_bind(s, st->id, st);
     if ((uint32_t)frame->hd.stream_id >= s->limits->last_stream_id)
         s->id_exhausted = 1;
     return 0;
@@ -609,6 +630,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
 static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
     ps_h2_session_t *s = ud;
+    PS_UNUSED(ng);
     ps_h2_stream_t *st = stream_of(s, id);
     uint8_t how = (uint32_t)id == s->last_rst_sent       ? CLOSED_BY_US
                   : st && !st->end_sent && !st->rejected ? CLOSED_BY_PEER
@@ -617,7 +639,7 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
         remember_closed(s, id, how);
     if (!st)
         return 0;
-    nghttp2_session_set_stream_user_data(ng, id, NULL);
+    stream_bind(s, id, NULL);
     st->closed = 1;
     if (st->close_why == PS_H2_CLOSE_ABORTED)
         ;
@@ -728,6 +750,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option *opt = NULL;
     if (!s)
         return NULL;
+    status_table_fill();
     s->limits = limits;
     s->cb = cb;
     s->ud = ud;
@@ -797,7 +820,6 @@ void ps_h2_session_free(ps_h2_session_t *s)
         stream_free_storage(st);
     }
     nghttp2_session_del(s->ng);
-    ps_buf_free(&s->scratch);
     free(s->nv);
     free(s);
 }
@@ -1022,60 +1044,80 @@ ps_h2_stream_t *ps_h2_upgrade(ps_h2_session_t *s, ps_slice_t settings, const ps_
     queue_event(s, st, PS_H2_EV_HEAD);
     return st;
 error:
-    nghttp2_session_set_stream_user_data(s->ng, 1, NULL);
+    stream_bind(s, 1, NULL);
     stream_release(s, st);
     return NULL;
 }
 
 /* ---- responses -------------------------------------------------------------- */
 
+/* Fields HTTP/2 forbids (RFC 9113 8.2.2), dropped from responses. */
 static int connection_specific(ps_slice_t name)
 {
-    return PS_SLICE_IEQ(name, "connection") || PS_SLICE_IEQ(name, "keep-alive") ||
-           PS_SLICE_IEQ(name, "proxy-connection") || PS_SLICE_IEQ(name, "transfer-encoding") ||
-           PS_SLICE_IEQ(name, "upgrade");
+    switch (name.len) {
+    case 7:
+        return PS_SLICE_IEQ(name, "upgrade");
+    case 10:
+        return PS_SLICE_IEQ(name, "connection") || PS_SLICE_IEQ(name, "keep-alive");
+    case 16:
+        return PS_SLICE_IEQ(name, "proxy-connection");
+    case 17:
+        return PS_SLICE_IEQ(name, "transfer-encoding");
+    }
+    return 0;
 }
 
-/* Builds s->nv: the status (when status > 0) and the fields with
- * lower-cased names. Returns the count, -EINVAL or -ENOMEM. */
-static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, size_t n)
+/* ":status" values 100..999, static (nghttp2 need not copy them); filled
+ * by the first session (the loop thread), the same bytes every time. */
+static char status_table[900][3];
+
+static void status_table_fill(void)
 {
-    size_t bytes = 4;
-    for (size_t i = 0; i < n; i++) {
-        if (!ps_http1_valid_field(h[i].name, h[i].value))
-            return -EINVAL;
-        bytes += h[i].name.len;
+    if (status_table[0][0])
+        return;
+    for (int i = 0; i < 900; i++) {
+        int v = i + 100;
+        status_table[i][0] = (char)('0' + v / 100);
+        status_table[i][1] = (char)('0' + v / 10 % 10);
+        status_table[i][2] = (char)('0' + v % 10);
     }
-    if (n + 1 > s->nv_cap) {
-        nghttp2_nv *nv = realloc(s->nv, (n + 1) * sizeof(*nv));
+}
+
+/* Builds s->nv: the status (when status > 0), then the fields h and extra
+ * without the connection-specific ones. Names go as they are: nghttp2
+ * copies every name and value it is given and lower-cases the names (its
+ * documented contract for nghttp2_submit_response, _headers and _trailer).
+ * With check set, every field is validated first (the callers of
+ * ps_h2_respond_scanned have). Returns the count, -EINVAL or -ENOMEM. */
+static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, size_t n,
+                        const ps_header_t *extra, size_t nextra, int check)
+{
+    if (check)
+        for (size_t i = 0; i < n; i++)
+            if (!ps_http1_valid_field(h[i].name, h[i].value))
+                return -EINVAL;
+    size_t total = n + nextra + 1;
+    if (total > s->nv_cap) {
+        nghttp2_nv *nv = realloc(s->nv, total * sizeof(*nv));
         if (!nv)
             return -ENOMEM;
         s->nv = nv;
-        s->nv_cap = n + 1;
+        s->nv_cap = total;
     }
-    ps_buf_reset(&s->scratch);
-    if (ps_buf_reserve(&s->scratch, bytes) != 0)
-        return -ENOMEM;
-    char *p = s->scratch.data;
     size_t k = 0;
     if (status > 0) {
         if (status < 100 || status > 999)
             return -EINVAL;
-        p[0] = (char)('0' + status / 100), p[1] = (char)('0' + status / 10 % 10);
-        p[2] = (char)('0' + status % 10);
-        s->nv[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)p, 7, 3, NGHTTP2_NV_FLAG_NONE};
-        p += 4;
+        const char *text = status_table[status - 100];
+        uint8_t flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+        s->nv[k++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)text, 7, 3, flags};
     }
-    for (size_t i = 0; i < n; i++) {
-        if (connection_specific(h[i].name))
+    for (size_t i = 0; i < n + nextra; i++) {
+        const ps_header_t *f = i < n ? &h[i] : &extra[i - n];
+        if (connection_specific(f->name))
             continue;
-        for (size_t j = 0; j < h[i].name.len; j++) {
-            char c = h[i].name.base[j];
-            p[j] = c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
-        }
-        s->nv[k++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)h[i].value.base, h[i].name.len,
-                                  h[i].value.len, NGHTTP2_NV_FLAG_NONE};
-        p += h[i].name.len;
+        s->nv[k++] = (nghttp2_nv){(uint8_t *)f->name.base, (uint8_t *)f->value.base, f->name.len,
+                                  f->value.len, NGHTTP2_NV_FLAG_NONE};
     }
     return (ssize_t)k;
 }
@@ -1092,11 +1134,29 @@ int ps_h2_info(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n)
         return -EPIPE;
     if (st->response_started || status < 100 || status > 199 || status == 101)
         return -EINVAL;
-    ssize_t k = build_nv(s, status, h, n);
+    ssize_t k = build_nv(s, status, h, n, NULL, 0, 1);
     if (k < 0)
         return (int)k;
     int rv = nghttp2_submit_headers(s->ng, NGHTTP2_FLAG_NONE, st->id, NULL, s->nv, (size_t)k, NULL);
     return rv == 0 ? 0 : rv == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
+}
+
+/* Submits the head built in s->nv (k fields); left: the content-length or -1. */
+static int submit_head(ps_h2_stream_t *st, int status, size_t k, int64_t left, int end)
+{
+    ps_h2_session_t *s = st->session;
+    int no_body = st->req.is_head || status == 204 || status == 304;
+    if (no_body)
+        end = 1;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_body};
+    int rv = nghttp2_submit_response(s->ng, st->id, s->nv, k, end ? NULL : &prd);
+    if (rv != 0)
+        return rv == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
+    st->response_started = 1;
+    st->body_ended = end ? 1 : 0;
+    st->no_body = no_body ? 1 : 0;
+    st->resp_left = left;
+    return 0;
 }
 
 int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n, int end)
@@ -1106,7 +1166,7 @@ int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n
         return -EPIPE;
     if (st->response_started || status < 200)
         return -EINVAL;
-    ssize_t k = build_nv(s, status, h, n);
+    ssize_t k = build_nv(s, status, h, n, NULL, 0, 1);
     if (k < 0)
         return (int)k;
     int64_t left = -1;
@@ -1123,18 +1183,21 @@ int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n
         if (h[i].value.len == 0)
             return -EINVAL;
     }
-    int no_body = st->req.is_head || status == 204 || status == 304;
-    if (no_body)
-        end = 1;
-    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_body};
-    int rv = nghttp2_submit_response(s->ng, st->id, s->nv, (size_t)k, end ? NULL : &prd);
-    if (rv != 0)
-        return rv == NGHTTP2_ERR_NOMEM ? -ENOMEM : -EINVAL;
-    st->response_started = 1;
-    st->body_ended = end ? 1 : 0;
-    st->no_body = no_body ? 1 : 0;
-    st->resp_left = left;
-    return 0;
+    return submit_head(st, status, (size_t)k, left, end);
+}
+
+int ps_h2_respond_scanned(ps_h2_stream_t *st, const ps_head_info_t *info, const ps_header_t *h,
+                          size_t n, const ps_header_t *extra, size_t nextra, int end)
+{
+    ps_h2_session_t *s = st->session;
+    if (!stream_usable(st))
+        return -EPIPE;
+    if (st->response_started || info->status < 200)
+        return -EINVAL;
+    ssize_t k = build_nv(s, info->status, h, n, extra, nextra, 0);
+    if (k < 0)
+        return (int)k;
+    return submit_head(st, info->status, (size_t)k, info->content_length, end);
 }
 
 static int body_check(const ps_h2_stream_t *st)
@@ -1233,7 +1296,7 @@ int ps_h2_trailers(ps_h2_stream_t *st, const ps_header_t *h, size_t n)
         return rc;
     if (n == 0 || short_body(st))
         return ps_h2_end(st);
-    ssize_t k = build_nv(s, 0, h, n);
+    ssize_t k = build_nv(s, 0, h, n, NULL, 0, 1);
     if (k < 0)
         return (int)k;
     /* Copied: the data provider submits them when the body is drained. */

@@ -93,6 +93,10 @@ struct ps_worker {
     ps_conn_t *conns; /* live connections */
     ps_conn_t *dead;  /* closed, freed before the loop sleeps */
     uint32_t nconns;
+    /* HTTP/2 requests in progress beyond the first of their connection
+     * (h2conn.c): with nconns, what a synchronous layer's concurrency
+     * limit counts. */
+    uint32_t h2_extra_streams;
     unsigned stopping : 1;
     unsigned reloading : 1; /* the stop is a single process's reload (SIGHUP) */
     unsigned async : 1;     /* handler->async, kept here for the hot path */
@@ -171,6 +175,14 @@ static inline void ps_worker_set_metrics(ps_worker_t *w, ps_metrics_t *m)
 static inline uint32_t ps_worker_connections(const ps_worker_t *w)
 {
     return w->nconns;
+}
+
+/* Requests that hold the worker: a connection counts once, with or without
+ * a request (as over HTTP/1), and an HTTP/2 connection once per request in
+ * progress beyond its first (its streams run side by side). */
+static inline uint32_t ps_worker_load(const ps_worker_t *w)
+{
+    return w->nconns + w->h2_extra_streams;
 }
 
 /* The worker's libev loop. */

@@ -402,6 +402,56 @@ def test_stalled_body_gets_408_and_the_connection_goes_on(app, tmp_path):
         assert "request body deadline" in srv.log()
 
 
+@pytest.mark.parametrize("app", [WSGI, ASGI])
+def test_body_deadline_is_per_stream(app, tmp_path):
+    """A stream whose body stalls gets its 408 at --timeout-request-body while another
+    stream of the same connection keeps sending body bytes (the connection is never
+    idle), and that other stream completes."""
+    events = tmp_path / "events"
+    with run_server(app, "--timeout-request-body", "1", env={"H2_EVENTS": str(events)}) as srv:
+        with H2(srv.port) as c:
+            stalled = c.request("/echo", "POST", body=b"part", end=False)
+            busy = c.request("/echo", "POST", body=b"a", end=False)
+            c.sock.settimeout(0.25)
+            started = time.monotonic()
+            stalled_at = None
+            while time.monotonic() - started < 3.5:
+                c.conn.send_data(busy, b"b")
+                c.flush()
+                try:
+                    c.read_some()
+                except AssertionError:
+                    pass  # nothing to read this turn
+                r = c.responses[stalled]
+                if stalled_at is None and (r["ended"] or r["reset"] is not None):
+                    stalled_at = time.monotonic() - started
+            assert stalled_at is not None, "the stalled stream got nothing"
+            assert c.responses[stalled]["status"] == 408
+            assert 0.5 < stalled_at < 3.0
+            c.sock.settimeout(10)
+            c.conn.end_stream(busy)
+            c.flush()
+            r = c.response(busy)
+            assert r["status"] == 200
+            assert json.loads(r["body"])["length"] > 10
+        assert "request body deadline" in srv.log()
+
+
+def test_wsgi_limit_concurrency_counts_streams():
+    """--limit-concurrency 2 with WSGI threads: over one HTTP/2 connection two slow
+    requests run, the third stream in progress at the same time gets 503 (over HTTP/1
+    each would hold a connection of its own), and once they are done streams pass again."""
+    with run_server(WSGI, "--threads", "4", "--limit-concurrency", "2") as srv:
+        with H2(srv.port) as c:
+            sids = [c.request("/slow?s=1") for _ in range(3)]
+            got = [c.response(sid) for sid in sids]
+            assert [r["status"] for r in got] == [200, 200, 503]
+            assert got[0]["body"] == got[1]["body"] == b"slow done"
+            again = [c.request("/slow?s=0.1") for _ in range(2)]
+            assert [c.response(sid)["status"] for sid in again] == [200, 200]
+        assert "concurrency limit reached" in srv.log()
+
+
 def test_asgi_slow_reader_window(asgi_srv):
     """A large upload to an app that reads slowly completes: the window reopens as it reads."""
     body = os.urandom(1_500_000)
@@ -439,6 +489,21 @@ def test_asgi_trailers_without_te(asgi_srv):
         r = c.response(sid)
         assert r["body"] == b"with trailers"
         assert r["trailers"] == {"x-checksum": "abc123"}
+
+
+@pytest.mark.parametrize("status", [200, 299, 404])
+def test_response_names_are_lower_cased_and_connection_fields_dropped(asgi_srv, status):
+    """The h2 library refuses upper-case names and connection-specific fields (RFC 9113
+    8.2): the response arrives only if the server lower-cased and dropped them."""
+    with H2(asgi_srv.port) as c:
+        r = c.response(c.request(f"/headers?status={status}"))
+        assert r["status"] == status and r["body"] == b"ok"
+        h = r["headers"]
+        assert h["x-a"] == "1" and h["x-eight1"] == "2" and h["x-lower-already-but-z"] == "3"
+        assert h["x-mixed-case-field-name-longer-than-sixteen"] == "4"
+        assert h["content-length"] == "2"
+        for name in ("connection", "keep-alive", "upgrade"):
+            assert name not in h
 
 
 def test_204_and_head_have_no_body(wsgi_srv):

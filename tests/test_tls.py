@@ -339,6 +339,19 @@ def test_asgi_tls_extension_with_client_cert(certs):
     assert tls["client_cert_error"] is None
 
 
+def test_asgi_tls_extension_is_each_requests_own(certs):
+    """The extension is built once per connection: what one request's application changes
+    in it (the dict, the client chain) does not reach the next request."""
+    args = ("--ssl-ca-certs", certs.path("ca.pem"), "--ssl-cert-reqs", "required")
+    with serve_tls(ASGI, certs, *args) as srv:
+        with httpx.Client(verify=certs.client_context(cert="client")) as client:
+            first = client.get(https(srv) + "/mutate").json()["tls"]
+            second = client.get(https(srv) + "/").json()["tls"]
+            third = client.get(https(srv) + "/").json()["tls"]
+    assert first["client_cert_chain"] and first["cipher_suite"]
+    assert second == first and third == first
+
+
 # ---- bad input ----
 
 

@@ -42,6 +42,14 @@ def _requests(port, n):
         conn.close()
 
 
+def _h2_requests(port, n):
+    """N GETs over cleartext HTTP/2, hello-h2's shape: 10 connections of 32 streams."""
+    argv = ["h2load", "-n", str(n), "-c", "10", "-m", "32", f"http://{HOST}:{port}/"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600).stdout
+    if f"{n} succeeded" not in out:
+        raise loadgen.LoadError(f"h2load: {out.strip()[-300:]!r}")
+
+
 def _control(pids, *flags):
     for pid in sorted(pids):
         subprocess.run(["callgrind_control", *flags, str(pid)], capture_output=True, timeout=120)
@@ -95,20 +103,32 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
     except procs.LaunchError as exc:
         return {"server": t.label, "round": rnd, "status": "failed", "error": str(exc)}
     rec.update(interface=t.interface, app=t.app, requests=n_req)
+    if getattr(t, "http2", "") == "h2c" and not shutil.which("h2load"):
+        server.stop(timeout=30)
+        procs.wait_port_free(args.port, 60)
+        rec.update(status="failed", error="h2load not installed")
+        return rec
+    requests = _h2_requests if getattr(t, "http2", "") == "h2c" else _requests
     try:
-        _requests(args.port, WARMUP)
+        requests(args.port, WARMUP)
         pids = procs.process_tree(server.pid)
         seen = set(glob.glob(os.path.join(out_dir, f"callgrind.{label}.*")))
         _control(pids, "-i", "on")
-        _requests(args.port, n_req)
+        requests(args.port, n_req)
         _control(pids, "-d")
         first = _dumped_ir(out_dir, label, seen)
-        _requests(args.port, 2 * n_req)
+        requests(args.port, 2 * n_req)
         _control(pids, "-d")
         second = _dumped_ir(out_dir, label, seen)
         if not server.alive():
             raise procs.LaunchError(f"exited: {procs.tail(server.log_path, 8)}")
-    except (OSError, http.client.HTTPException, loadgen.LoadError, procs.LaunchError) as exc:
+    except (
+        OSError,
+        http.client.HTTPException,
+        subprocess.SubprocessError,
+        loadgen.LoadError,
+        procs.LaunchError,
+    ) as exc:
         rec.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         return rec
     finally:
@@ -117,6 +137,11 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
     if not first or not second:
         rec.update(status="failed", error="callgrind wrote no counts")
         return rec
+    how = (
+        "by h2load -c 10 -m 32 (h2c)"
+        if requests is _h2_requests
+        else "on one keep-alive connection"
+    )
     rec.update(
         status="ok",
         instr_first=first,
@@ -124,7 +149,7 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
         instr_per_req=(second - first) / n_req,
         load_command=[
             "#",
-            f"callgrind_control -i on PID; {n_req} GETs on one keep-alive connection; "
+            f"callgrind_control -i on PID; {n_req} GETs {how}; "
             f"callgrind_control -d PID; {2 * n_req} GETs; callgrind_control -d PID",
         ],
     )

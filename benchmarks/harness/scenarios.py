@@ -15,6 +15,7 @@ class Target:
     app: str
     interface: str
     transfers: tuple = ()  # streams: which of STREAM_TRANSFERS it is asked for
+    http2: str = ""  # instructions: "h2c" counts requests over cleartext HTTP/2 (h2load)
 
 
 @dataclass
@@ -724,7 +725,10 @@ SCENARIOS = {
             "machine's perf has no hardware instruction counter): the hello-wsgi and "
             "hello-asgi apps, counting switched on after 200 warm-up requests, then N "
             "requests and 2N requests one at a time over one keep-alive connection; "
-            "(count of 2N - count of N) / N, PYTHONHASHSEED=0. It does not depend on what "
+            "(count of 2N - count of N) / N, PYTHONHASHSEED=0. The -h2c rows count the same "
+            "apps over cleartext HTTP/2 in hello-h2's load shape: `h2load -n N -c 10 -m 32` "
+            "(10 connections of 32 concurrent streams; the connections' set-up cancels out "
+            "in the difference). It does not depend on what "
             "else the machine runs; two runs of one build differed by about 1% in trials "
             "(12,688 and 12,835 for hello-wsgi), so a smaller difference between builds means "
             "nothing. *pyserver ÷ it*: this build's count ÷ that one's (below 1: this build "
@@ -737,6 +741,8 @@ SCENARIOS = {
             targets=(
                 Target("pyserver-wsgi", "pyserver", HELLO_WSGI, "wsgi"),
                 Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
+                Target("pyserver-wsgi-h2c", "pyserver", HELLO_WSGI, "wsgi-h2c", http2="h2c"),
+                Target("pyserver-asgi-h2c", "pyserver", HELLO_ASGI, "asgi-h2c", http2="h2c"),
             ),
             rounds=1,
             baseline=True,

@@ -62,6 +62,8 @@ enum {
     S_SET_EXCEPTION,
     S_LOOP,
     S_HTTPS,
+    S_TLS,
+    S_CLIENT_CERT_CHAIN,
     S_COUNT
 };
 
@@ -103,6 +105,8 @@ static const char *const str_names[S_COUNT] = {
     "set_exception",
     "loop",
     "https",
+    "tls",
+    "client_cert_chain",
 };
 
 struct ps_asgi {
@@ -384,15 +388,29 @@ static PyObject *target_server(const ps_request_t *r)
 }
 
 /* scope["extensions"]["tls"]: the ASGI TLS extension (HTTP and WebSocket
- * scopes). Returns 0 or -1 with an exception. */
-static int add_tls(PyObject *scope, PyObject *key, const ps_transport_t *t)
+ * scopes). What it holds does not change during a connection: it is built
+ * on the connection's first request and kept with its addresses; each
+ * request gets a copy (and its own copy of a non-empty client chain, a
+ * list the application could change). Returns 0 or -1 with an exception. */
+static int add_tls(ps_asgi_t *ctx, PyObject *scope, ps_exchange_t *x, ps_py_addresses_t *a)
 {
-    PyObject *ext = PyDict_GetItemWithError(scope, key); /* borrowed */
+    PyObject *ext = PyDict_GetItemWithError(scope, ctx->s[S_EXTENSIONS]); /* borrowed */
     if (ext == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *value = ps_py_tls_extension(t);
-    int rc = value ? PyDict_SetItemString(ext, "tls", value) : -1;
-    Py_XDECREF(value);
+    if (a->tls_ext == NULL && (a->tls_ext = ps_py_tls_extension(x->tls)) == NULL)
+        return -1;
+    PyObject *value = PyDict_Copy(a->tls_ext);
+    if (value == NULL)
+        return -1;
+    PyObject *chain = PyDict_GetItemWithError(value, ctx->s[S_CLIENT_CERT_CHAIN]); /* borrowed */
+    int rc = 0;
+    if (chain && PyList_Check(chain) && PyList_GET_SIZE(chain) > 0)
+        rc = ps_py_set_new(value, ctx->s[S_CLIENT_CERT_CHAIN],
+                           PyList_GetSlice(chain, 0, PyList_GET_SIZE(chain)));
+    else if (chain == NULL && PyErr_Occurred())
+        rc = -1;
+    rc = rc < 0 ? -1 : PyDict_SetItem(ext, ctx->s[S_TLS], value);
+    Py_DECREF(value);
     return rc;
 }
 
@@ -494,7 +512,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
         goto error;
     if (cycle->ws && ps_asgi_ws_scope(cycle->ws, scope) < 0)
         goto error;
-    if (ps_unlikely(x->tls != NULL) && add_tls(scope, s[S_EXTENSIONS], x->tls) < 0)
+    if (ps_unlikely(x->tls != NULL) && add_tls(ctx, scope, x, a) < 0)
         goto error;
     Py_XDECREF(forwarded);
     return scope;
@@ -718,8 +736,13 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
             hs[n++].value = (ps_slice_t){length_text, (size_t)l};
         }
     }
+    /* "%d %s" without snprintf (st is 100..999, checked by send_start) */
     const char *reason = ps_http1_reason_phrase(st);
-    int sl = snprintf(status_line, sizeof(status_line), "%d %s", st, reason);
+    size_t rl = PS_MIN(strlen(reason), sizeof(status_line) - 4);
+    status_line[0] = (char)('0' + st / 100), status_line[1] = (char)('0' + st / 10 % 10);
+    status_line[2] = (char)('0' + st % 10), status_line[3] = ' ';
+    memcpy(status_line + 4, reason, rl);
+    int sl = (int)(4 + rl);
     int rc =
         ps_exchange_start(self->x, (ps_slice_t){status_line, (size_t)sl}, hs, (size_t)n, body, len);
     if (hs != stack)

@@ -301,6 +301,7 @@ typedef struct {
     PyObject *client_port; /* WSGI REMOTE_PORT, NULL on a unix socket; ASGI NULL */
     PyObject *server; /* WSGI SERVER_NAME (address or path); ASGI (host, port) or [path, None] */
     PyObject *server_port; /* WSGI SERVER_PORT ("" on a unix socket); ASGI NULL */
+    PyObject *tls_ext;     /* ASGI over TLS: the "tls" scope extension, once built; else NULL */
 } ps_py_addresses_t;
 
 /* Returns the addresses (borrowed from x), or NULL with an exception. */

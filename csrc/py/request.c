@@ -89,6 +89,7 @@ static void addresses_free(ps_py_addresses_t *a)
     Py_XDECREF(a->client_port);
     Py_XDECREF(a->server);
     Py_XDECREF(a->server_port);
+    Py_XDECREF(a->tls_ext);
     PyMem_Free(a);
 }
 

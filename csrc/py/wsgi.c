@@ -1361,8 +1361,9 @@ static void on_request(ps_exchange_t *x)
         return;
     /* What the limit bounds is the open connections, this one included
      * (uvicorn counts connections or tasks): with --threads, every request
-     * in a thread or waiting for one holds its connection, so it counts. */
-    if (ctx->limit_concurrency && ps_worker_connections(x->worker) > ctx->limit_concurrency) {
+     * in a thread or waiting for one holds its connection, so it counts;
+     * an HTTP/2 connection counts once per stream in progress. */
+    if (ctx->limit_concurrency && ps_worker_load(x->worker) > ctx->limit_concurrency) {
         ps_exchange_reject(x, 503, "concurrency limit reached");
         return;
     }

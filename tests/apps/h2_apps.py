@@ -144,7 +144,7 @@ async def asgi(scope, receive, send):
     if path == "/trailers":
         await send({"type": "http.response.start", "status": 200, "headers": [], "trailers": True})
         await send({"type": "http.response.body", "body": b"with trailers"})
-        await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc123")]})
+        await send({"type": "http.response.trailers", "headers": [(b"X-Checksum", b"abc123")]})
         return
     if path == "/hold":
         # A response that never ends by itself: the client resets it.
@@ -153,6 +153,23 @@ async def asgi(scope, receive, send):
         while (m := await receive())["type"] != "http.disconnect":
             pass
         record(f"{m['type']} hold")
+        return
+    if path == "/headers":
+        # Mixed-case names of several lengths (the lower-casing works 8 bytes at a time)
+        # and fields HTTP/2 forbids, which the server drops.
+        headers = [
+            (b"X-A", b"1"),
+            (b"X-Eight1", b"2"),
+            (b"x-lower-already-but-Z", b"3"),
+            (b"X-Mixed-Case-Field-Name-Longer-Than-Sixteen", b"4"),
+            (b"Connection", b"keep-alive"),
+            (b"Keep-Alive", b"timeout=5"),
+            (b"Upgrade", b"h2c"),
+            (b"Content-Length", b"2"),
+        ]
+        status = int(q.get("status", "200"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
         return
     if path == "/slow":
         await asyncio.sleep(float(q.get("s", "1")))

@@ -65,6 +65,9 @@ async def asgi(scope, receive, send):
         return
     tls = scope["extensions"].get("tls")
     body = json.dumps({"scheme": scope["scheme"], "tls": tls}).encode()
+    if scope["path"] == "/mutate":  # the next request on the connection must not see this
+        tls["client_cert_chain"].append("changed")
+        tls["cipher_suite"] = 0
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
