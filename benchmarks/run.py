@@ -477,7 +477,7 @@ def target_starter(ctx, sc, args, extra_env):
         spec = SERVERS[target.server]
         tsc = dataclasses.replace(sc, app=target.app, interface=target.interface)
         argv, files = spec.argv(ctx, tsc, args.port)
-        argv += sc.server_args.get(spec.name, [])
+        argv += sc.server_args.get(spec.name, []) + list(target.args)
         exe = argv[0]
         argv = loadgen.pinned(sc.server_cpus, [*prefix, *argv])
         log_path = os.path.join(LOGS_DIR, f"{sc.name}-{target.label}-{tag}-r{rnd}.log")
@@ -997,10 +997,13 @@ def main(argv=None):
                 old = [t for t in sc.targets if t.server == "pyserver"]
                 sc.targets += tuple(
                     Target(
-                        f"{args.baseline_name}-{t.interface}",
+                        f"{args.baseline_name}-{t.interface}"
+                        + (f"-{t.variant}" if t.variant else ""),
                         args.baseline_name,
                         t.app,
                         t.interface,
+                        args=t.args,
+                        variant=t.variant,
                     )
                     for t in old
                 )
