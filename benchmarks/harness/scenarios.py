@@ -448,10 +448,11 @@ SCENARIOS = {
             "served by pyserver --threads 4 against pyserver --threads 1 (the application "
             "on the loop thread), one worker, pinned to one CPU as in the other scenarios: "
             "*pyserver ÷ it* is the --threads 4 figure ÷ the --threads 1 one (goal in the "
-            "issue: >= 0.8x).",
+            "issue: >= 0.8x). With --baseline REF, pyserver@REF runs --threads 4 too.",
             app="benchmarks.apps.hello_wsgi:app",
             interface="wsgi",
             check=check_hello,
+            baseline=True,
             servers=["pyserver", "pyserver-1thread"],
             server_args={"pyserver": ["--threads", "4"], "pyserver-1thread": ["--threads", "1"]},
         ),
