@@ -392,13 +392,21 @@ def warmup_requests(args):
     return max(args.requests // 10, args.connections)
 
 
+def scenario_args(sc, name):
+    """The scenario's extra options for server NAME; a --baseline build (pyserver@REF) gets
+    pyserver's, so that the A/B runs both builds alike."""
+    if name not in sc.server_args and name.startswith("pyserver@"):
+        name = "pyserver"
+    return sc.server_args.get(name, [])
+
+
 def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
     argv, files = spec.argv(ctx, sc, port)
     # "{VAR}" in a scenario's server options: its files in the run's tmpdir (scenario_env)
     fill = extra_env or {}
-    extra = [a.format(**fill) if "{" in a else a for a in sc.server_args.get(spec.name, [])]
+    extra = [a.format(**fill) if "{" in a else a for a in scenario_args(sc, spec.name)]
     argv += extra + protocol_argv(spec, ctx, sc)
     exe = argv[0]
     argv = loadgen.pinned(sc.server_cpus, argv)
@@ -477,7 +485,7 @@ def target_starter(ctx, sc, args, extra_env):
         spec = SERVERS[target.server]
         tsc = dataclasses.replace(sc, app=target.app, interface=target.interface)
         argv, files = spec.argv(ctx, tsc, args.port)
-        argv += sc.server_args.get(spec.name, [])
+        argv += scenario_args(sc, spec.name) + list(target.args)
         exe = argv[0]
         argv = loadgen.pinned(sc.server_cpus, [*prefix, *argv])
         log_path = os.path.join(LOGS_DIR, f"{sc.name}-{target.label}-{tag}-r{rnd}.log")
@@ -997,7 +1005,9 @@ def main(argv=None):
                 old = [t for t in sc.targets if t.server == "pyserver"]
                 sc.targets += tuple(
                     dataclasses.replace(
-                        t, label=f"{args.baseline_name}-{t.interface}", server=args.baseline_name
+                        t,
+                        label=args.baseline_name + t.label.removeprefix("pyserver"),
+                        server=args.baseline_name,
                     )
                     for t in old
                 )

@@ -102,7 +102,7 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
         server, rec = start(t, rnd, "callgrind", valgrind_prefix(out_dir, label))
     except procs.LaunchError as exc:
         return {"server": t.label, "round": rnd, "status": "failed", "error": str(exc)}
-    rec.update(interface=t.interface, app=t.app, requests=n_req)
+    rec.update(interface=t.interface, app=t.app, requests=n_req, variant=t.variant)
     if getattr(t, "http2", "") == "h2c" and not shutil.which("h2load"):
         server.stop(timeout=30)
         procs.wait_port_free(args.port, 60)
@@ -158,7 +158,8 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
 
 def summarize(runs, labels, reference="pyserver"):
     """A row per target: median instructions per request, and the pyserver build's count
-    divided by it (the same interface's pyserver target is the reference)."""
+    divided by it (the pyserver target of the same interface and variant is the
+    reference)."""
     rows = []
     medians = {}
     for label in labels:
@@ -174,6 +175,7 @@ def summarize(runs, labels, reference="pyserver"):
         row.update(
             status="ok",
             interface=good[0]["interface"],
+            variant=good[0].get("variant", ""),
             instr_per_req=values[len(values) // 2],
             requests=good[0]["requests"],
         )
@@ -182,6 +184,7 @@ def summarize(runs, labels, reference="pyserver"):
     for row in rows:
         if row["status"] != "ok":
             continue
-        ref = medians.get(f"{reference}-{row['interface']}")
+        variant = f"-{row['variant']}" if row.get("variant") else ""
+        ref = medians.get(f"{reference}-{row['interface']}{variant}")
         row["vs_reference"] = ref["instr_per_req"] / row["instr_per_req"] if ref else None
     return rows

@@ -16,6 +16,8 @@ class Target:
     interface: str
     transfers: tuple = ()  # streams: which of STREAM_TRANSFERS it is asked for
     http2: str = ""  # instructions: "h2c" counts requests over cleartext HTTP/2 (h2load)
+    args: tuple = ()  # extra server options of this target ("--threads", "4")
+    variant: str = ""  # names what args change ("threads4"): its label ends in -VARIANT
 
 
 @dataclass
@@ -442,6 +444,20 @@ SCENARIOS = {
             ],
         ),
         Scenario(
+            "hello-wsgi-threads",
+            "Issue 11: the cost of the thread pool's handoff. hello-wsgi (keep-alive, wrk) "
+            "served by pyserver --threads 4 against pyserver --threads 1 (the application "
+            "on the loop thread), one worker, pinned to one CPU as in the other scenarios: "
+            "*pyserver ÷ it* is the --threads 4 figure ÷ the --threads 1 one (goal in the "
+            "issue: >= 0.8x). With --baseline REF, pyserver@REF runs --threads 4 too.",
+            app="benchmarks.apps.hello_wsgi:app",
+            interface="wsgi",
+            check=check_hello,
+            baseline=True,
+            servers=["pyserver", "pyserver-1thread"],
+            server_args={"pyserver": ["--threads", "4"], "pyserver-1thread": ["--threads", "1"]},
+        ),
+        Scenario(
             "hello-asgi",
             "Raw ASGI callable, two send() calls, 12 bytes with Content-Length; keep-alive "
             "load with wrk, one worker process per server.",
@@ -743,6 +759,35 @@ SCENARIOS = {
                 Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
                 Target("pyserver-wsgi-h2c", "pyserver", HELLO_WSGI, "wsgi-h2c", http2="h2c"),
                 Target("pyserver-asgi-h2c", "pyserver", HELLO_ASGI, "asgi-h2c", http2="h2c"),
+            ),
+            rounds=1,
+            baseline=True,
+            ready_timeout=300.0,
+            env={"PYTHONHASHSEED": "0"},
+        ),
+        Scenario(
+            "instructions-threads",
+            "Issue 11: the instructions scenario's method (callgrind, one request at a time "
+            "over one keep-alive connection, every thread of the server counted) on "
+            "hello-wsgi served by pyserver --threads 1 and --threads 4: the second row less "
+            "the first is what the thread pool's handoff costs a request that finds every "
+            "thread idle (a wake-up, a wait and a completion through the loop each). "
+            "*pyserver ÷ it* compares a row with the same row of the --baseline build.",
+            app=HELLO_WSGI,
+            interface="wsgi",
+            servers=[],
+            load="instructions",
+            kind="instructions",
+            targets=(
+                Target("pyserver-wsgi", "pyserver", HELLO_WSGI, "wsgi"),
+                Target(
+                    "pyserver-wsgi-threads4",
+                    "pyserver",
+                    HELLO_WSGI,
+                    "wsgi",
+                    args=("--threads", "4"),
+                    variant="threads4",
+                ),
             ),
             rounds=1,
             baseline=True,

@@ -330,6 +330,13 @@ _SPECS = [
         dist="pyserver",
     ),
     ServerSpec(
+        "pyserver-1thread",
+        "project",
+        "pyserver --threads 1, the reference of a --threads scenario",
+        pyserver_argv,
+        dist="pyserver",
+    ),
+    ServerSpec(
         "pyserver-wsgi",
         "project",
         "pyserver serving the same project as WSGI",

@@ -73,6 +73,13 @@ struct ps_wsgi {
     pthread_cond_t moved;                 /* one of those changed: waiting threads re-check */
     struct wsgi_job *ready;               /* results for the loop (under mu) */
     struct wsgi_job *waiting, *wait_tail; /* requests no thread took yet (loop) */
+    uint32_t waiters;                     /* threads waiting on moved (under mu) */
+    /* Finished jobs kept for the next requests (a malloc and a free from
+     * two threads per request less): pushed by any thread, taken by the
+     * loop a whole list at a time; free_count bounds them by JOB_CACHE. */
+    struct wsgi_job *free_shared; /* atomic */
+    struct wsgi_job *free_local;  /* loop */
+    uint32_t free_count;          /* atomic: jobs in both lists */
     double write_wait;                    /* the longest a thread waits for its output to drain */
     double timeout;                       /* the watchdog's --timeout under a master, else 0 */
     struct ev_loop *loop;
@@ -652,6 +659,13 @@ typedef struct wsgi_chunk {
     size_t nh;
 } wsgi_chunk_t;
 
+/* A job's own room for its first chunk: a small response's head and body
+ * need no allocation. */
+#define JOB_INLINE 1024
+
+/* Finished jobs the pool keeps for reuse at most. */
+#define JOB_CACHE 256
+
 typedef struct wsgi_job {
     ps_wsgi_t *ctx;
     ps_exchange_t *x;            /* the loop's: NULL once it is done with the request */
@@ -662,19 +676,84 @@ typedef struct wsgi_job {
     struct wsgi_job *next_wait;  /* in ctx->waiting (loop) */
     int sendfile_fd;             /* loop: >= 0 while a file goes out (on_writable ends) */
     unsigned head_sent : 1;      /* loop: the head is out */
+    unsigned seen_end : 1;       /* loop: deliver saw t_end or t_failed (the thread reads x no more) */
     /* Under ctx->mu. */
     wsgi_chunk_t *out, *out_tail; /* posted, not written yet */
     size_t posted;                /* bytes in out */
     int sf_fd;                    /* with t_end: the file_wrapper's file to send, or -1 */
     int64_t sf_off;
     uint64_t sf_len;
-    int refs;               /* the loop's, the thread's (or the waiting list's), ctx->ready's */
+    int refs;               /* atomic: the loop's, the thread's (or the waiting list's), ctx->ready's */
     unsigned scheduled : 1; /* in ctx->ready */
     unsigned blocked : 1;   /* the connection's output waits for the socket */
     unsigned loop_done : 1; /* the loop is done with the request: stop producing */
     unsigned t_end : 1;     /* the thread posted its last chunk: the body is complete */
     unsigned t_failed : 1;  /* ... or the application failed (logged): 500 or close */
+    /* The thread's (set in t_chunk, cleared on reuse). */
+    unsigned inline_used : 1; /* inline holds a chunk */
+    struct wsgi_job *next_free;
+    union {
+        max_align_t align;
+        char bytes[JOB_INLINE];
+    } inline_chunk; /* last: a reused job is cleared up to here */
 } wsgi_job_t;
+
+/* Any thread: frees chunk c of job (the inline one stays with the job). */
+static void chunk_free(wsgi_job_t *job, wsgi_chunk_t *c)
+{
+    if ((char *)c != job->inline_chunk.bytes)
+        PyMem_RawFree(c);
+}
+
+/* Loop thread: a cleared job, reused or new, or NULL. */
+static wsgi_job_t *job_new(ps_wsgi_t *ctx)
+{
+    wsgi_job_t *job = ctx->free_local;
+    if (job == NULL)
+        job = __atomic_exchange_n(&ctx->free_shared, NULL, __ATOMIC_ACQUIRE);
+    if (job == NULL) {
+        job = PyMem_RawMalloc(sizeof(*job));
+    } else {
+        ctx->free_local = job->next_free;
+        __atomic_fetch_sub(&ctx->free_count, 1, __ATOMIC_RELAXED);
+    }
+    if (job != NULL)
+        memset(job, 0, offsetof(wsgi_job_t, inline_chunk));
+    return job;
+}
+
+/* Any thread: job's last reference is gone; keeps it for reuse or frees it. */
+static void job_free(wsgi_job_t *job)
+{
+    ps_wsgi_t *ctx = job->ctx;
+    for (wsgi_chunk_t *c = job->out, *next; c != NULL; c = next) {
+        next = c->next;
+        chunk_free(job, c);
+    }
+    if (__atomic_add_fetch(&ctx->free_count, 1, __ATOMIC_RELAXED) <= JOB_CACHE) {
+        /* A push only: the loop takes the whole list, so no ABA. */
+        wsgi_job_t *head = __atomic_load_n(&ctx->free_shared, __ATOMIC_RELAXED);
+        do
+            job->next_free = head;
+        while (!__atomic_compare_exchange_n(&ctx->free_shared, &head, job, 1, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED));
+        return;
+    }
+    __atomic_fetch_sub(&ctx->free_count, 1, __ATOMIC_RELAXED);
+    PyMem_RawFree(job);
+}
+
+/* ps_wsgi_free: the kept jobs. */
+static void free_jobs(ps_wsgi_t *ctx)
+{
+    wsgi_job_t *lists[2] = {ctx->free_local, ctx->free_shared};
+    for (int i = 0; i < 2; i++)
+        for (wsgi_job_t *j = lists[i], *next; j != NULL; j = next) {
+            next = j->next_free;
+            PyMem_RawFree(j);
+        }
+    ctx->free_local = ctx->free_shared = NULL;
+}
 
 static void log_app_exception(ps_wsgi_t *ctx, ps_exchange_t *x)
 {
@@ -687,17 +766,8 @@ static void log_app_exception(ps_wsgi_t *ctx, ps_exchange_t *x)
 /* Any thread: drops a reference to job (the last frees it). */
 static void job_unref(wsgi_job_t *job)
 {
-    ps_wsgi_t *ctx = job->ctx;
-    pthread_mutex_lock(&ctx->mu);
-    int last = --job->refs == 0;
-    pthread_mutex_unlock(&ctx->mu);
-    if (!last)
-        return;
-    for (wsgi_chunk_t *c = job->out, *next; c != NULL; c = next) {
-        next = c->next;
-        PyMem_RawFree(c);
-    }
-    PyMem_RawFree(job);
+    if (__atomic_sub_fetch(&job->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        job_free(job);
 }
 
 /* Loop thread: the request is over for the connection (answered or gone).
@@ -709,9 +779,12 @@ static void t_detach(wsgi_job_t *job, int status)
     ps_wsgi_t *ctx = job->ctx;
     if (x == NULL)
         return;
-    pthread_mutex_lock(&ctx->mu);
-    int early = !job->t_end && !job->t_failed; /* its thread may still read x */
-    pthread_mutex_unlock(&ctx->mu);
+    int early = 0; /* its thread may still read x */
+    if (!job->seen_end) {
+        pthread_mutex_lock(&ctx->mu);
+        early = !job->t_end && !job->t_failed;
+        pthread_mutex_unlock(&ctx->mu);
+    }
     if (early || ctx->access_log)
         ps_py_loop_gil();
     if (early && job->req != NULL) {
@@ -720,14 +793,16 @@ static void t_detach(wsgi_job_t *job, int status)
     }
     job->x = NULL;
     x->app_data = NULL;
-    pthread_mutex_lock(&ctx->mu);
-    job->loop_done = 1;
-    pthread_cond_broadcast(&ctx->moved);
-    pthread_mutex_unlock(&ctx->mu);
+    /* With the GIL when early: the thread, stopped, sets no log_headers. */
     if (ctx->access_log && status)
         ps_log_access(ctx->access_log, x, job->fwd.client, status, job->log_headers);
     if (job->log_headers)
         Py_CLEAR(job->log_headers);
+    pthread_mutex_lock(&ctx->mu);
+    job->loop_done = 1;
+    if (ctx->waiters)
+        pthread_cond_broadcast(&ctx->moved);
+    pthread_mutex_unlock(&ctx->mu);
     job_unref(job);
 }
 
@@ -779,6 +854,7 @@ static void deliver(wsgi_job_t *job)
     job->out = job->out_tail = NULL;
     int end = job->t_end, failed = job->t_failed, sf_fd = job->sf_fd;
     pthread_mutex_unlock(&ctx->mu);
+    job->seen_end = end || failed;
     int rc = PS_WRITE_DONE, pending = 0;
     size_t written = 0;
     while (c != NULL) {
@@ -790,10 +866,10 @@ static void deliver(wsgi_job_t *job)
             if (rc == -EINVAL) {
                 for (wsgi_chunk_t *n; next != NULL; next = n) {
                     n = next->next;
-                    PyMem_RawFree(next);
+                    chunk_free(job, next);
                 }
                 t_bad_head(job, c);
-                PyMem_RawFree(c);
+                chunk_free(job, c);
                 return;
             }
             job->head_sent = rc >= 0;
@@ -802,15 +878,20 @@ static void deliver(wsgi_job_t *job)
         }
         pending |= rc == PS_WRITE_PENDING;
         written += c->len;
-        PyMem_RawFree(c);
+        chunk_free(job, c);
         c = next;
     }
-    pthread_mutex_lock(&ctx->mu);
-    job->posted -= written;
-    if (pending)
-        job->blocked = 1;
-    pthread_cond_broadcast(&ctx->moved);
-    pthread_mutex_unlock(&ctx->mu);
+    if (rc >= 0 && !end && !failed) {
+        /* Room for the thread (once it ended, or when the request ends
+         * here, t_detach tells it). */
+        pthread_mutex_lock(&ctx->mu);
+        job->posted -= written;
+        if (pending)
+            job->blocked = 1;
+        if (ctx->waiters)
+            pthread_cond_broadcast(&ctx->moved);
+        pthread_mutex_unlock(&ctx->mu);
+    }
     if (rc < 0) {
         t_detach(job, x->status);
         ps_exchange_abort(x);
@@ -828,26 +909,23 @@ static void deliver(wsgi_job_t *job)
 }
 
 /* Loop thread (the pool's notify): delivers the threads' results, then
- * hands waiting requests to the threads. Needs no GIL. */
+ * hands waiting requests to the threads. Needs no GIL. A job scheduled
+ * meanwhile finds ctx->ready empty and wakes the loop again (schedule). */
 static void pool_notify(void *data)
 {
     ps_wsgi_t *ctx = data;
-    for (;;) {
-        pthread_mutex_lock(&ctx->mu);
-        wsgi_job_t *list = ctx->ready;
-        ctx->ready = NULL;
-        for (wsgi_job_t *j = list; j != NULL; j = j->next_ready)
-            j->scheduled = 0;
-        pthread_mutex_unlock(&ctx->mu);
-        if (list == NULL)
-            break;
-        while (list) {
-            wsgi_job_t *job = list;
-            list = job->next_ready;
-            if (job->x)
-                deliver(job);
-            job_unref(job);
-        }
+    pthread_mutex_lock(&ctx->mu);
+    wsgi_job_t *list = ctx->ready;
+    ctx->ready = NULL;
+    for (wsgi_job_t *j = list; j != NULL; j = j->next_ready)
+        j->scheduled = 0;
+    pthread_mutex_unlock(&ctx->mu);
+    while (list) {
+        wsgi_job_t *job = list;
+        list = job->next_ready;
+        if (job->x)
+            deliver(job);
+        job_unref(job);
     }
     while (ctx->waiting) {
         wsgi_job_t *job = ctx->waiting;
@@ -862,19 +940,31 @@ static void pool_notify(void *data)
     }
 }
 
+/* Pool thread, under ctx->mu: puts job in ctx->ready. Returns 1 when the
+ * loop must be woken for it: the list was empty, so no wake-up for it is
+ * on its way (the loop empties the list under the lock, then delivers). */
+static int schedule_locked(wsgi_job_t *job)
+{
+    ps_wsgi_t *ctx = job->ctx;
+    if (job->scheduled)
+        return 0;
+    job->scheduled = 1;
+    __atomic_add_fetch(&job->refs, 1, __ATOMIC_RELAXED); /* ctx->ready's */
+    int first = ctx->ready == NULL;
+    job->next_ready = ctx->ready;
+    ctx->ready = job;
+    return first;
+}
+
 /* Pool thread: the loop should look at job soon. */
 static void schedule(wsgi_job_t *job)
 {
     ps_wsgi_t *ctx = job->ctx;
     pthread_mutex_lock(&ctx->mu);
-    if (!job->scheduled) {
-        job->scheduled = 1;
-        job->refs++; /* ctx->ready's */
-        job->next_ready = ctx->ready;
-        ctx->ready = job;
-    }
+    int wake = schedule_locked(job);
     pthread_mutex_unlock(&ctx->mu);
-    ps_pool_wake(ctx->pool);
+    if (wake)
+        ps_pool_wake(ctx->pool);
 }
 
 enum { WAIT_ROOM, WAIT_DRAINED, WAIT_DONE };
@@ -903,6 +993,7 @@ static int t_wait(RequestObject *req, int until)
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)ctx->write_wait + 1;
     Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&ctx->mu);
+    ctx->waiters++;
     for (;;) {
         done = job->loop_done;
         if (done || (until == WAIT_ROOM && job->posted < POSTED_HIGH && !job->blocked) ||
@@ -913,6 +1004,7 @@ static int t_wait(RequestObject *req, int until)
             break;
         }
     }
+    ctx->waiters--;
     pthread_mutex_unlock(&ctx->mu);
     Py_END_ALLOW_THREADS if (timed_out && !done && until != WAIT_DONE && req->x != NULL)
     {
@@ -983,7 +1075,14 @@ static wsgi_chunk_t *t_chunk(RequestObject *req, size_t room)
         }
         strings += status.len;
     }
-    c = PyMem_RawMalloc(sizeof(*c) + n * sizeof(ps_header_t) + strings + room);
+    size_t size = sizeof(*c) + n * sizeof(ps_header_t) + strings + room;
+    wsgi_job_t *job = req->job;
+    if (!job->inline_used && size <= JOB_INLINE) {
+        job->inline_used = 1;
+        c = (wsgi_chunk_t *)job->inline_chunk.bytes;
+    } else {
+        c = PyMem_RawMalloc(size);
+    }
     if (c == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -1024,7 +1123,7 @@ static int t_post(RequestObject *req, wsgi_chunk_t *c, int wake)
 {
     wsgi_job_t *job = req->job;
     if (req->x == NULL) {
-        PyMem_RawFree(c);
+        chunk_free(job, c);
         return -1;
     }
     pthread_mutex_lock(&req->ctx->mu);
@@ -1034,9 +1133,10 @@ static int t_post(RequestObject *req, wsgi_chunk_t *c, int wake)
         job->out = c;
     job->out_tail = c;
     job->posted += c->len;
+    wake = wake && schedule_locked(job);
     pthread_mutex_unlock(&req->ctx->mu);
     if (wake)
-        schedule(job);
+        ps_pool_wake(req->ctx->pool);
     return 0;
 }
 
@@ -1046,7 +1146,8 @@ static void t_last(RequestObject *req, wsgi_chunk_t *c, int failed)
 {
     wsgi_job_t *job = req->job;
     if (req->x == NULL) {
-        PyMem_RawFree(c);
+        if (c != NULL)
+            chunk_free(job, c);
         return;
     }
     req->x = NULL;
@@ -1064,8 +1165,10 @@ static void t_last(RequestObject *req, wsgi_chunk_t *c, int failed)
         job->t_failed = 1;
     else
         job->t_end = 1;
+    int wake = schedule_locked(job);
     pthread_mutex_unlock(&req->ctx->mu);
-    schedule(job);
+    if (wake)
+        ps_pool_wake(req->ctx->pool);
 }
 
 /* Pool thread: the application raised (exception pending). */
@@ -1249,7 +1352,7 @@ static void pool_release(void *job, void *data)
  * free. Needs no GIL. Returns 0 or -ENOMEM. */
 static int t_dispatch(ps_wsgi_t *ctx, ps_exchange_t *x, const ps_proxy_result_t *fwd)
 {
-    wsgi_job_t *job = PyMem_RawCalloc(1, sizeof(*job));
+    wsgi_job_t *job = job_new(ctx);
     if (job == NULL)
         return -ENOMEM;
     job->ctx = ctx;
@@ -1409,7 +1512,8 @@ static void t_on_writable(wsgi_job_t *job)
     }
     pthread_mutex_lock(&job->ctx->mu);
     job->blocked = 0; /* the thread may produce more */
-    pthread_cond_broadcast(&job->ctx->moved);
+    if (job->ctx->waiters)
+        pthread_cond_broadcast(&job->ctx->moved);
     pthread_mutex_unlock(&job->ctx->mu);
 }
 
@@ -2226,6 +2330,7 @@ void ps_wsgi_free(ps_wsgi_t *ctx)
 {
     if (ctx == NULL || ctx->abandoned)
         return;
+    free_jobs(ctx);
     pthread_cond_destroy(&ctx->moved);
     pthread_mutex_destroy(&ctx->mu);
     Py_XDECREF(ctx->app);
