@@ -80,8 +80,8 @@ struct ps_wsgi {
     struct wsgi_job *free_shared; /* atomic */
     struct wsgi_job *free_local;  /* loop */
     uint32_t free_count;          /* atomic: jobs in both lists */
-    double write_wait;                    /* the longest a thread waits for its output to drain */
-    double timeout;                       /* the watchdog's --timeout under a master, else 0 */
+    double write_wait;            /* the longest a thread waits for its output to drain */
+    double timeout;               /* the watchdog's --timeout under a master, else 0 */
     struct ev_loop *loop;
     ev_timer watchdog;
     unsigned abandoned : 1; /* a thread outlived the worker: ctx stays allocated */
@@ -676,14 +676,14 @@ typedef struct wsgi_job {
     struct wsgi_job *next_wait;  /* in ctx->waiting (loop) */
     int sendfile_fd;             /* loop: >= 0 while a file goes out (on_writable ends) */
     unsigned head_sent : 1;      /* loop: the head is out */
-    unsigned seen_end : 1;       /* loop: deliver saw t_end or t_failed (the thread reads x no more) */
+    unsigned seen_end : 1; /* loop: deliver saw t_end or t_failed (the thread reads x no more) */
     /* Under ctx->mu. */
     wsgi_chunk_t *out, *out_tail; /* posted, not written yet */
     size_t posted;                /* bytes in out */
     int sf_fd;                    /* with t_end: the file_wrapper's file to send, or -1 */
     int64_t sf_off;
     uint64_t sf_len;
-    int refs;               /* atomic: the loop's, the thread's (or the waiting list's), ctx->ready's */
+    int refs; /* atomic: the loop's, the thread's (or the waiting list's), ctx->ready's */
     unsigned scheduled : 1; /* in ctx->ready */
     unsigned blocked : 1;   /* the connection's output waits for the socket */
     unsigned loop_done : 1; /* the loop is done with the request: stop producing */
