@@ -689,8 +689,10 @@ typedef struct wsgi_job {
     unsigned loop_done : 1; /* the loop is done with the request: stop producing */
     unsigned t_end : 1;     /* the thread posted its last chunk: the body is complete */
     unsigned t_failed : 1;  /* ... or the application failed (logged): 500 or close */
-    /* The thread's (set in t_chunk, cleared on reuse). */
-    unsigned inline_used : 1; /* inline holds a chunk */
+    /* The thread's (set in t_chunk without the lock, cleared on reuse): a
+     * byte of its own, not a bit beside the ones above, which the loop
+     * changes under ctx->mu meanwhile (a bit field shares their word). */
+    unsigned char inline_used; /* inline holds a chunk */
     struct wsgi_job *next_free;
     union {
         max_align_t align;
