@@ -374,8 +374,8 @@ def build_parser():
         "--http2-max-resets",
         metavar="N",
         type=_int("http2_max_resets"),
-        help="RST_STREAM frames received plus streams refused, a second (the Rapid Reset "
-        "bound); one more: GOAWAY ENHANCE_YOUR_CALM "
+        help="RST_STREAM frames received, plus HEADERS on a stream the client reset, a second "
+        "(the Rapid Reset bound); one more: GOAWAY ENHANCE_YOUR_CALM "
         f"(default: {D['http2_max_resets']})",
     )
     add(
