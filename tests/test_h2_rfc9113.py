@@ -946,9 +946,22 @@ def test_flood_bound_option_low_value(srv, option):
         assert_h2_serving(server.port)
 
 
-def test_flood_bound_from_the_environment():
-    """PYSERVER_HTTP2_MAX_RESETS sets the Rapid Reset bound as --http2-max-resets does."""
-    with run_server(APP_ASGI, "--http", "2", env={"PYSERVER_HTTP2_MAX_RESETS": str(LOW)}) as server:
+@pytest.mark.parametrize("source", ["environment", "config-file", "pyproject"])
+def test_flood_bound_from_the_environment_and_files(tmp_path, source):
+    """PYSERVER_HTTP2_MAX_RESETS, `http2_max_resets` in a -c file and
+    `http2-max-resets` in [tool.pyserver] set the Rapid Reset bound as
+    --http2-max-resets does."""
+    args, env = ("--http", "2"), None
+    if source == "environment":
+        env = {"PYSERVER_HTTP2_MAX_RESETS": str(LOW)}
+    elif source == "config-file":
+        (tmp_path / "conf.py").write_text(f"http2_max_resets = {LOW}\n")
+        args += ("-c", str(tmp_path / "conf.py"))
+    else:
+        (tmp_path / "pyproject.toml").write_text(f"[tool.pyserver]\nhttp2-max-resets = {LOW}\n")
+    with run_server(APP_ASGI, *args, env=env, cwd=tmp_path) as server:
+        with _send_all_at_once(server.port, _resets(LOW)[0]) as c:
+            _served(c, 1 + 2 * LOW)
         with _send_all_at_once(server.port, _resets(LOW + 1)[0]) as c:
             c.connection_error(E.ENHANCE_YOUR_CALM)
 
