@@ -361,6 +361,57 @@ def build_parser():
         help="request body bytes a connection may have unread "
         f"(default: {D['http2_initial_connection_window_size']})",
     )
+    add(
+        http2,
+        "--http2-max-new-streams",
+        metavar="N",
+        type=_int("http2_max_new_streams"),
+        help="streams one client may open a second; one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_new_streams']})",
+    )
+    add(
+        http2,
+        "--http2-max-resets",
+        metavar="N",
+        type=_int("http2_max_resets"),
+        help="RST_STREAM frames received, plus HEADERS on a stream the client reset, a second "
+        "(the Rapid Reset bound); one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_resets']})",
+    )
+    add(
+        http2,
+        "--http2-max-control-frames",
+        metavar="N",
+        type=_int("http2_max_control_frames"),
+        help="SETTINGS, PING, PRIORITY and unknown frames a second; "
+        "one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_control_frames']})",
+    )
+    add(
+        http2,
+        "--http2-max-empty-frames",
+        metavar="N",
+        type=_int("http2_max_empty_frames"),
+        help="DATA frames without payload or END_STREAM, a second; "
+        "one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_empty_frames']})",
+    )
+    add(
+        http2,
+        "--http2-max-window-updates",
+        metavar="N",
+        type=_int("http2_max_window_updates"),
+        help="WINDOW_UPDATE frames a second; one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_window_updates']})",
+    )
+    add(
+        http2,
+        "--http2-max-continuations",
+        metavar="N",
+        type=_int("http2_max_continuations"),
+        help="CONTINUATION frames of one header block; one more: GOAWAY ENHANCE_YOUR_CALM "
+        f"(default: {D['http2_max_continuations']})",
+    )
 
     websocket = parser.add_argument_group("WebSockets (ASGI)")
     add(

@@ -36,6 +36,14 @@ hold final values:
     http2_max_headers_size    int bytes of a decoded request header list (431 beyond)
     http2_initial_stream_window_size  int request body bytes buffered per stream
     http2_initial_connection_window_size  int request body bytes buffered per connection
+    http2_max_new_streams     int streams a client may open a second (flood bound)
+    http2_max_resets          int RST_STREAMs received, plus HEADERS on a stream the client
+                              reset, a second (the Rapid Reset bound)
+    http2_max_control_frames  int SETTINGS, PING, PRIORITY and unknown frames a second
+    http2_max_empty_frames    int DATA frames without payload or END_STREAM a second
+    http2_max_window_updates  int WINDOW_UPDATE frames a second
+    http2_max_continuations   int CONTINUATION frames of one header block
+                              (over any of the six: GOAWAY ENHANCE_YOUR_CALM)
     url_scheme                "http" (a TLS connection's requests say "https")
     ssl_certfile              None, or the PEM certificate (then its chain): TLS on the
                               TCP binds; unix-socket binds stay plain
@@ -149,6 +157,12 @@ INT_BOUNDS = {
     "http2_max_headers_size": (1024, 1 << 24),
     "http2_initial_stream_window_size": (1024, (1 << 31) - 1),
     "http2_initial_connection_window_size": (65535, (1 << 31) - 1),
+    "http2_max_new_streams": (1, 1 << 24),
+    "http2_max_resets": (1, 1 << 24),
+    "http2_max_control_frames": (1, 1 << 24),
+    "http2_max_empty_frames": (1, 1 << 24),
+    "http2_max_window_updates": (1, 1 << 24),
+    "http2_max_continuations": (1, 1 << 16),
     "static_max_age": (0, None),
 }
 FLOAT_BOUNDS = {
@@ -226,9 +240,12 @@ class StartupError(Exception):
 
 
 def _range_text(lo, hi):
+    def text(x):
+        return str(x) if isinstance(x, int) else f"{x:g}"  # 16777216, not 1.67772e+07
+
     if hi is None:
-        return f"at least {lo:g}"
-    return f"between {lo:g} and {hi:g}"
+        return f"at least {text(lo)}"
+    return f"between {text(lo)} and {text(hi)}"
 
 
 def check_int(name, value):
@@ -429,6 +446,12 @@ class Config:
         http2_max_headers_size=65536,
         http2_initial_stream_window_size=256 * 1024,
         http2_initial_connection_window_size=1024 * 1024,
+        http2_max_new_streams=20000,
+        http2_max_resets=200,
+        http2_max_control_frames=100,
+        http2_max_empty_frames=100,
+        http2_max_window_updates=50000,
+        http2_max_continuations=16,
         proxy_headers=True,
         forwarded_allow_ips=None,
         proxy_protocol=False,
@@ -542,6 +565,16 @@ class Config:
         self.http2_initial_connection_window_size = check_int(
             "http2_initial_connection_window_size", http2_initial_connection_window_size
         )
+        self.http2_max_new_streams = check_int("http2_max_new_streams", http2_max_new_streams)
+        self.http2_max_resets = check_int("http2_max_resets", http2_max_resets)
+        self.http2_max_control_frames = check_int(
+            "http2_max_control_frames", http2_max_control_frames
+        )
+        self.http2_max_empty_frames = check_int("http2_max_empty_frames", http2_max_empty_frames)
+        self.http2_max_window_updates = check_int(
+            "http2_max_window_updates", http2_max_window_updates
+        )
+        self.http2_max_continuations = check_int("http2_max_continuations", http2_max_continuations)
         self.proxy_headers = bool(proxy_headers)
         self.proxy_protocol = bool(proxy_protocol)
         self.proxy_protocol_bind = [

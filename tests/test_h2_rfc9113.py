@@ -27,7 +27,7 @@ import h2.settings
 import hpack
 import httpx
 import pytest
-from helpers import HOST, UNDER_ASAN, rss_kib, run_server
+from helpers import HOST, UNDER_ASAN, rss_kib, run_cli, run_server
 from test_h2 import H2, needs_curl
 
 APP_WSGI = "apps.h2_rfc_apps:wsgi"
@@ -863,6 +863,119 @@ def test_ping_flood(srv):
     check_bounded(waited, growth, "PING flood")
 
 
+# ---- the flood bounds as options -------------------------------------------------------
+
+
+def _requests(n, first_sid=1):
+    return b"".join(
+        frame(HEADERS, END_STREAM | END_HEADERS, first_sid + 2 * i, block(REQUEST))
+        for i in range(n)
+    )
+
+
+def _resets(n):
+    rst = struct.pack(">I", E.CANCEL)
+    pairs = b"".join(
+        _requests(1, 1 + 2 * i) + frame(RST_STREAM, 0, 1 + 2 * i, rst) for i in range(n)
+    )
+    return pairs + _requests(1, 1 + 2 * n), 1 + 2 * n
+
+
+def _control(n):
+    # the client's first SETTINGS is one of the n
+    pings = b"".join(frame(PING, 0, 0, i.to_bytes(8, "big")) for i in range(n - 1))
+    return pings + _requests(1), 1
+
+
+def _empty(n):
+    post = [(":method", "POST"), REQUEST[1], (":path", "/ok"), REQUEST[3]]
+    opened = frame(HEADERS, END_HEADERS, 1, block(post))
+    return opened + frame(DATA, 0, 1) * n + _requests(1, 3), 3
+
+
+def _window_updates(n):
+    return frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1)) * n + _requests(1), 1
+
+
+def _continuations(n):
+    pieces = [hpack_literal(f"x-c{i}", "c") for i in range(n)]
+    out = frame(HEADERS, END_STREAM, 1, block(REQUEST))
+    for i, piece in enumerate(pieces):
+        out += frame(CONTINUATION, END_HEADERS if i == n - 1 else 0, 1, piece)
+    return out, 1
+
+
+# option: frames(n) -> (n counted frames then a request, the request's stream id)
+FLOOD_OPTIONS = {
+    "--http2-max-new-streams": lambda n: (_requests(n), 2 * n - 1),
+    "--http2-max-resets": _resets,
+    "--http2-max-control-frames": _control,
+    "--http2-max-empty-frames": _empty,
+    "--http2-max-window-updates": _window_updates,
+    "--http2-max-continuations": _continuations,
+}
+LOW = 5
+
+
+def _send_all_at_once(port, frames):
+    """Preface, SETTINGS and frames in one write, so that they fall in one second."""
+    return Raw(port, first=frame(SETTINGS, 0, 0) + frames)
+
+
+def _served(c, sid):
+    assert c.response(sid) == (200, b"2 /ok", None), (c.goaway, c.rst, c.status)
+    assert c.goaway is None, c.goaway
+
+
+@pytest.mark.parametrize("option", list(FLOOD_OPTIONS))
+def test_flood_bound_option_low_value(srv, option):
+    """With a bound set to 5, 5 such frames a second (one header block) are served and a
+    6th gets GOAWAY ENHANCE_YOUR_CALM; the default bound lets those 6 through."""
+    build = FLOOD_OPTIONS[option]
+    frames, sid = build(LOW + 1)
+    with _send_all_at_once(srv.port, frames) as c:
+        _served(c, sid)
+    with run_server(APP_ASGI, "--http", "2", option, str(LOW)) as server:
+        frames, sid = build(LOW)
+        with _send_all_at_once(server.port, frames) as c:
+            _served(c, sid)
+        frames, sid = build(LOW + 1)
+        with _send_all_at_once(server.port, frames) as c:
+            c.connection_error(E.ENHANCE_YOUR_CALM)
+            assert sid not in c.status
+        assert_h2_serving(server.port)
+
+
+@pytest.mark.parametrize("source", ["environment", "config-file", "pyproject"])
+def test_flood_bound_from_the_environment_and_files(tmp_path, source):
+    """PYSERVER_HTTP2_MAX_RESETS, `http2_max_resets` in a -c file and
+    `http2-max-resets` in [tool.pyserver] set the Rapid Reset bound as
+    --http2-max-resets does."""
+    args, env = ("--http", "2"), None
+    if source == "environment":
+        env = {"PYSERVER_HTTP2_MAX_RESETS": str(LOW)}
+    elif source == "config-file":
+        (tmp_path / "conf.py").write_text(f"http2_max_resets = {LOW}\n")
+        args += ("-c", str(tmp_path / "conf.py"))
+    else:
+        (tmp_path / "pyproject.toml").write_text(f"[tool.pyserver]\nhttp2-max-resets = {LOW}\n")
+    with run_server(APP_ASGI, *args, env=env, cwd=tmp_path) as server:
+        with _send_all_at_once(server.port, _resets(LOW)[0]) as c:
+            _served(c, 1 + 2 * LOW)
+        with _send_all_at_once(server.port, _resets(LOW + 1)[0]) as c:
+            c.connection_error(E.ENHANCE_YOUR_CALM)
+
+
+@pytest.mark.parametrize("option", list(FLOOD_OPTIONS))
+@pytest.mark.parametrize("value", ["0", "-1", "many", str((1 << 24) + 1)])
+def test_flood_bound_option_bad_value_is_a_cli_error(option, value):
+    if value == str((1 << 24) + 1) and option == "--http2-max-continuations":
+        value = str((1 << 16) + 1)
+    result = run_cli(APP_ASGI, option, value)
+    assert result.returncode == 2, result
+    assert f"argument {option}: " in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("sid", [(1 << 31) - 1 - 100, (1 << 31) - 1])
 def test_stream_id_exhaustion(srv, after, sid):
     """A client near the end of the stream id space (2^31-1): its request is served, then
@@ -1168,3 +1281,19 @@ def test_gunicorn_worker_maps_http2_settings():
         assert c.server_settings[S.MAX_CONCURRENT_STREAMS] == 7
         assert c.server_settings[S.INITIAL_WINDOW_SIZE] == 100000
         assert c.server_settings[S.MAX_HEADER_LIST_SIZE] == 4096
+
+
+def test_gunicorn_worker_passes_the_flood_bounds_through():
+    """gunicorn has no setting for the flood bounds: a worker subclass sets them in
+    CONFIG_KWARGS (tests/apps/h2_worker.py: 5 resets, 5 control frames a second), and
+    the 6th gets GOAWAY ENHANCE_YOUR_CALM."""
+    tg = _gunicorn()
+    args = ("--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge")
+    worker = "apps.h2_worker.LowResetsWorker"
+    with tg.gunicorn("apps.h2_rfc_apps:asgi", *args, worker=worker, workers=1) as g:
+        for build in (_resets, _control):
+            frames, sid = build(LOW)
+            with _send_all_at_once(g.port, frames) as c:
+                _served(c, sid)
+            with _send_all_at_once(g.port, build(LOW + 1)[0]) as c:
+                c.connection_error(E.ENHANCE_YOUR_CALM)

@@ -257,8 +257,29 @@ static int load_ws(PyObject *config, ps_config_t *cfg)
     return 0;
 }
 
-/* The HTTP/2 settings (--http, --http2-*); the flood bounds keep their
- * defaults (ps_h2_limits_default). */
+/* The flood bounds (--http2-max-new-streams ... --http2-max-continuations),
+ * each at least 1; Config has checked their ranges already. */
+static int load_h2_floods(PyObject *config, ps_h2_limits_t *l)
+{
+    uint64_t opened, resets, control, empty, window, continuations;
+    if (get_count(config, "http2_max_new_streams", 1 << 24, &opened) < 0 ||
+        get_count(config, "http2_max_resets", 1 << 24, &resets) < 0 ||
+        get_count(config, "http2_max_control_frames", 1 << 24, &control) < 0 ||
+        get_count(config, "http2_max_empty_frames", 1 << 24, &empty) < 0 ||
+        get_count(config, "http2_max_window_updates", 1 << 24, &window) < 0 ||
+        get_count(config, "http2_max_continuations", 1 << 16, &continuations) < 0)
+        return -1;
+    l->max_new_streams = (uint32_t)PS_MAX(opened, 1);
+    l->max_resets = (uint32_t)PS_MAX(resets, 1);
+    l->max_control = (uint32_t)PS_MAX(control, 1);
+    l->max_empty_data = (uint32_t)PS_MAX(empty, 1);
+    l->max_window_updates = (uint32_t)PS_MAX(window, 1);
+    l->max_continuations = (uint32_t)PS_MAX(continuations, 1);
+    return 0;
+}
+
+/* The HTTP/2 settings (--http, --http2-*), over the defaults of
+ * ps_h2_limits_default. */
 static int load_h2(PyObject *config, ps_config_t *cfg)
 {
     uint64_t streams, headers, stream_window, conn_window;
@@ -284,7 +305,7 @@ static int load_h2(PyObject *config, ps_config_t *cfg)
     cfg->h2.stream_window = (uint32_t)PS_MAX(stream_window, 1024);
     cfg->h2.connection_window = (uint32_t)PS_MAX(conn_window, 65535);
     cfg->h2.max_body = cfg->limits.max_body;
-    return 0;
+    return load_h2_floods(config, &cfg->h2);
 }
 
 /* The core's part (ps_config_t), but for the proxy. */
