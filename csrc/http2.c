@@ -553,7 +553,8 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
         over = ++s->n_control > l->max_control;
         break;
     }
-    if (over) {
+    /* Streams refused since the client's last frame count as resets too. */
+    if (over || s->n_reset > l->max_resets) {
         s->calm = 1;
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
@@ -662,8 +663,15 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *
         s->data_sent = 1;
     if (frame->hd.type == NGHTTP2_RST_STREAM) {
         s->last_rst_sent = (uint32_t)frame->hd.stream_id;
-        if (!nghttp2_session_find_stream(ng, frame->hd.stream_id))
+        if (!nghttp2_session_find_stream(ng, frame->hd.stream_id)) {
             remember_closed(s, frame->hd.stream_id, CLOSED_BY_US); /* refused, never opened */
+            /* A refused stream costs what a reset one does: counted here,
+             * answered at the client's next frame (on_begin_frame). */
+            if (frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM) {
+                budget_window(s);
+                s->n_reset++;
+            }
+        }
     }
     if ((frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))

@@ -946,6 +946,41 @@ def test_flood_bound_option_low_value(srv, option):
         assert_h2_serving(server.port)
 
 
+def test_refused_streams_count_as_resets():
+    """Streams refused over --http2-max-concurrent-streams (RST_STREAM REFUSED_STREAM)
+    count against --http2-max-resets: with a bound of 5, five refusals leave the
+    connection serving, a sixth makes the client's next frame get GOAWAY
+    ENHANCE_YOUR_CALM, and the open stream's client is not answered on that connection."""
+    slow = [*REQUEST[:2], (":path", "/slow?s=2"), REQUEST[3]]
+    args = ("--http", "2", "--http2-max-concurrent-streams", "1", "--http2-max-resets", str(LOW))
+    with run_server(APP_ASGI, *args) as server:
+        with Raw(server.port) as c:
+            c.headers(1, slow)
+            c.send(
+                b"".join(
+                    frame(HEADERS, END_HEADERS | END_STREAM, 3 + 2 * i, block(REQUEST))
+                    for i in range(LOW)
+                )
+            )
+            assert c.until(lambda: len(c.rst) == LOW)
+            assert set(c.rst.values()) == {E.REFUSED_STREAM}
+            c.send(frame(PING, 0, 0, b"12345678"))
+            assert not c.until(lambda: c.goaway is not None, 0.5)
+            assert not c.closed
+        with Raw(server.port) as c:
+            c.headers(1, slow)
+            c.send(
+                b"".join(
+                    frame(HEADERS, END_HEADERS | END_STREAM, 3 + 2 * i, block(REQUEST))
+                    for i in range(LOW + 1)
+                )
+            )
+            assert c.until(lambda: len(c.rst) == LOW + 1)
+            c.send(frame(PING, 0, 0, b"12345678"))
+            c.connection_error(E.ENHANCE_YOUR_CALM)
+        assert_h2_serving(server.port)
+
+
 @pytest.mark.parametrize("source", ["environment", "config-file", "pyproject"])
 def test_flood_bound_from_the_environment_and_files(tmp_path, source):
     """PYSERVER_HTTP2_MAX_RESETS, `http2_max_resets` in a -c file and
