@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include "transport.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,7 @@ struct ps_tls_ctx {
         size_t pem_len;
     } certs[PS_TLS_MAX_CERTS];
     int ncerts;
+    int hold_tickets; /* sessions write through a ticket-holding BIO (no kernel TLS) */
 };
 
 /* ---- contexts ---- */
@@ -427,6 +431,166 @@ void ps_tls_pem_free(ps_tls_pem_t *pem)
     wipe(&pem->ca);
 }
 
+/* Whether the kernel can take TLS sessions (its tls module is loaded or
+ * can be): asking a socket not yet connected for it fails with ENOENT
+ * only when it cannot. */
+static int kernel_has_tls(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int r = setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls"));
+    int e = errno;
+    close(fd);
+    return r == 0 || e != ENOENT;
+}
+
+/* ---- the ticket-holding BIO ----
+ *
+ * A TLS 1.3 server sends its session tickets after the client's Finished,
+ * each in a write of its own, just before the response to the request
+ * that usually came with that Finished. Sessions without kernel TLS write
+ * through this BIO instead of a socket BIO: it keeps what is written while
+ * OpenSSL sends tickets and puts it in front of the next write, so tickets
+ * and response leave in one system call (and one segment). Tickets only
+ * serve a later connection, so holding them until the first response (or
+ * the close_notify) delays nothing a client waits for. Everything else is
+ * written at once, as by a socket BIO. */
+
+typedef struct {
+    int fd;
+    SSL *ssl;
+    char *held; /* tickets not sent yet: held[off..len) */
+    size_t off, len;
+} hold_state_t;
+
+static BIO_METHOD *hold_bio_method;
+static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
+
+static int hold_retry(BIO *b)
+{
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        BIO_set_retry_write(b);
+    return -1;
+}
+
+static int hold_write(BIO *b, const char *data, int n)
+{
+    hold_state_t *h = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (n <= 0)
+        return 0;
+    if (SSL_get_state(h->ssl) == TLS_ST_SW_SESSION_TICKET) {
+        char *p = realloc(h->held, h->len + (size_t)n);
+        if (p != NULL) {
+            memcpy(p + h->len, data, (size_t)n);
+            h->held = p;
+            h->len += (size_t)n;
+            return n;
+        }
+        /* No memory to hold it: it goes now. */
+    }
+    size_t pending = h->len - h->off;
+    struct iovec v[2] = {{h->held + h->off, pending}, {(void *)data, (size_t)n}};
+    struct msghdr m = {.msg_iov = pending ? v : v + 1, .msg_iovlen = pending ? 2 : 1};
+    ssize_t w;
+    do
+        w = sendmsg(h->fd, &m, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return hold_retry(b);
+    if (pending) {
+        if ((size_t)w < pending) {
+            h->off += (size_t)w;
+            errno = EAGAIN;
+            return hold_retry(b);
+        }
+        free(h->held);
+        h->held = NULL;
+        h->off = h->len = 0;
+        w -= (ssize_t)pending;
+        if (w == 0) {
+            errno = EAGAIN;
+            return hold_retry(b);
+        }
+    }
+    return (int)w;
+}
+
+static long hold_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    PS_UNUSED(num);
+    PS_UNUSED(ptr);
+    hold_state_t *h = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH: /* writes are not buffered; held tickets wait for the next one */
+    case BIO_CTRL_PUSH:
+    case BIO_CTRL_POP:
+        return 1;
+    case BIO_CTRL_WPENDING:
+        return h ? (long)(h->len - h->off) : 0;
+    default:
+        return 0;
+    }
+}
+
+static int hold_create(BIO *b)
+{
+    hold_state_t *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return 0;
+    h->fd = -1;
+    BIO_set_data(b, h);
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static int hold_destroy(BIO *b)
+{
+    hold_state_t *h = BIO_get_data(b);
+    if (h != NULL) {
+        free(h->held);
+        free(h);
+        BIO_set_data(b, NULL);
+    }
+    return 1;
+}
+
+static void hold_method_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "pyserver hold");
+    if (m == NULL || !BIO_meth_set_write(m, hold_write) || !BIO_meth_set_ctrl(m, hold_ctrl) ||
+        !BIO_meth_set_create(m, hold_create) || !BIO_meth_set_destroy(m, hold_destroy)) {
+        BIO_meth_free(m);
+        ERR_clear_error();
+        return;
+    }
+    hold_bio_method = m;
+}
+
+static BIO_METHOD *hold_method(void)
+{
+    pthread_once(&hold_once, hold_method_init);
+    return hold_bio_method;
+}
+
+/* Sets ssl's BIOs: a socket BIO to read, the holding one to write. */
+static int set_hold_bios(SSL *ssl, int fd)
+{
+    BIO *r = BIO_new_socket(fd, BIO_NOCLOSE);
+    BIO *w = BIO_new(hold_method());
+    if (r == NULL || w == NULL) {
+        BIO_free(r);
+        BIO_free(w);
+        return -1;
+    }
+    hold_state_t *h = BIO_get_data(w);
+    h->fd = fd;
+    h->ssl = ssl;
+    SSL_set_bio(ssl, r, w);
+    return 0;
+}
+
 static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
 {
     int min = s->min_version ? s->min_version : TLS1_2_VERSION;
@@ -487,8 +651,12 @@ ps_tls_ctx_t *ps_tls_ctx_new_pem(const ps_tls_settings_t *s, const ps_tls_pem_t 
     }
     SSL_CTX_set_app_data(ctx->ssl, ctx);
     uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF;
-    if (!s->no_ktls)
+    /* Without kernel TLS, OpenSSL would still try it on every connection
+     * (two failing setsockopt calls), and sessions can hold their tickets. */
+    if (!s->no_ktls && kernel_has_tls())
         opts |= SSL_OP_ENABLE_KTLS;
+    else
+        ctx->hold_tickets = hold_method() != NULL;
     SSL_CTX_set_options(ctx->ssl, opts);
     SSL_CTX_clear_options(ctx->ssl, SSL_OP_NO_TICKET);
     /* An idle keep-alive connection holds no record buffers (about 34 KiB). */
@@ -540,7 +708,7 @@ int ps_transport_init_tls(ps_transport_t *t, int fd, ps_tls_ctx_t *ctx)
 {
     ps_transport_init_plain(t, fd);
     SSL *ssl = SSL_new(ctx->ssl);
-    if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+    if (ssl == NULL || (ctx->hold_tickets ? set_hold_bios(ssl, fd) : SSL_set_fd(ssl, fd) != 1)) {
         SSL_free(ssl);
         ERR_clear_error();
         return -ENOMEM;

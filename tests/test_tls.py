@@ -748,6 +748,61 @@ def test_tls13_resumption_hands_out_a_fresh_ticket(certs, tmp_path):
             assert tickets >= 1, f"resumption {i} brought no new ticket"
 
 
+def _records(data):
+    """The (content type, length) of each TLS record in data."""
+    out = []
+    while len(data) >= 5:
+        n = int.from_bytes(data[3:5], "big")
+        out.append((data[0], n))
+        data = data[5 + n :]
+    return out
+
+
+def test_tls13_tickets_leave_with_the_first_response(certs):
+    # The session tickets a TLS 1.3 handshake ends with wait for the first response and
+    # leave in the same write: a client that finished its handshake and sent nothing has
+    # received nothing, and the ticket records come in front of the response's. Both
+    # tickets still arrive and resume.
+    ctx = certs.client_context(version=ssl.TLSVersion.TLSv1_3)
+    with serve_tls(WSGI, certs) as srv:
+        with socket.create_connection((HOST, srv.port), timeout=10) as raw:
+            inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = ctx.wrap_bio(inc, out, server_hostname="localhost")
+            while True:
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    raw.sendall(out.read())
+                    chunk = raw.recv(65536)
+                    assert chunk, "closed during the handshake"
+                    inc.write(chunk)
+            raw.sendall(out.read())  # the client's Finished
+            raw.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                early = raw.recv(65536)
+                pytest.fail(f"the server sent {_records(early)} before any request")
+            raw.settimeout(10)
+            tls.write(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.sendall(out.read())
+            first = raw.recv(65536)
+            # Two tickets and the response, in one write (loopback keeps it one segment).
+            assert len(_records(first)) >= 3, _records(first)
+            inc.write(first)
+            data = b""
+            while b"hello" not in data:
+                try:
+                    data += tls.read(65536)
+                except ssl.SSLWantReadError:
+                    chunk = raw.recv(65536)
+                    assert chunk, "closed before the response"
+                    inc.write(chunk)
+            session = tls.session
+        assert session.has_ticket
+        body, reused, _, _ = _get(srv, ctx, "/hello", session)
+        assert reused and body == b"hello"
+
+
 def test_hup_renews_certificate_under_load_losing_nothing(certs, tmp_path):
     _make_cert(certs.dir, "renewed", "/CN=localhost", ca="ca")
     live_cert, live_key = tmp_path / "live.pem", tmp_path / "live.key"
