@@ -72,6 +72,7 @@ struct ps_h2_session {
     size_t nv_cap;
     double now, window_start, stalled_since;
     uint32_t n_new, n_reset, n_control, n_empty, n_window;
+    uint32_t rst_counted; /* RST_STREAM submitted, already in n_reset */
     uint32_t block_bytes, block_frames;
     uint32_t calm;      /* a flood bound was hit: GOAWAY ENHANCE_YOUR_CALM */
     int fatal;          /* nghttp2 gave up on the connection */
@@ -110,7 +111,7 @@ void ps_h2_limits_default(ps_h2_limits_t *l)
     l->max_frame_size = 16384;
     l->max_output = 256 * 1024;
     l->stream_output_high = 64 * 1024;
-    l->max_new_streams = 20000;
+    l->max_new_streams = 1000000;
     l->max_resets = 200;
     l->max_control = 100;
     l->max_empty_data = 100;
@@ -517,6 +518,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             s->max_client_id = (uint32_t)hd->stream_id;
         if (stale == CLOSED_BY_PEER) {
             over = ++s->n_reset > l->max_resets || over;
+            s->rst_counted++;
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
         } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
             s->fail_code = stale == CLOSED_DONE ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR;
@@ -663,11 +665,19 @@ static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *
         s->data_sent = 1;
     if (frame->hd.type == NGHTTP2_RST_STREAM) {
         s->last_rst_sent = (uint32_t)frame->hd.stream_id;
-        if (!nghttp2_session_find_stream(ng, frame->hd.stream_id)) {
+        if (!nghttp2_session_find_stream(ng, frame->hd.stream_id))
             remember_closed(s, frame->hd.stream_id, CLOSED_BY_US); /* refused, never opened */
-            /* A refused stream costs what a reset one does: counted here,
-             * answered at the client's next frame (on_begin_frame). */
-            if (frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM) {
+        /* A stream reset for what its client did (refused over the
+         * concurrency bound, a malformed request, a frame its state forbids:
+         * MadeYouReset, CVE-2025-8671) costs what one the client resets
+         * does: counted here, answered at the client's next frame
+         * (on_begin_frame). Not counted: NO_ERROR (the response was
+         * complete) and INTERNAL_ERROR (the application failed). */
+        uint32_t code = frame->rst_stream.error_code;
+        if (code != NGHTTP2_NO_ERROR && code != NGHTTP2_INTERNAL_ERROR) {
+            if (s->rst_counted > 0) {
+                s->rst_counted--; /* counted when it was submitted */
+            } else {
                 budget_window(s);
                 s->n_reset++;
             }

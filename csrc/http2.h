@@ -40,7 +40,7 @@ typedef struct {
     /* Flood bounds, each per one-second window; over any: GOAWAY
      * ENHANCE_YOUR_CALM. */
     uint32_t max_new_streams; /* streams opened */
-    uint32_t max_resets;      /* RST_STREAM received, HEADERS on a stream reset, streams refused */
+    uint32_t max_resets;      /* RST_STREAM received or caused by the client */
     uint32_t max_control;     /* SETTINGS, PING, PRIORITY and unknown frames */
     uint32_t max_empty_data;  /* DATA without payload or END_STREAM */
     uint32_t max_window_updates;

@@ -446,7 +446,7 @@ class Config:
         http2_max_headers_size=65536,
         http2_initial_stream_window_size=256 * 1024,
         http2_initial_connection_window_size=1024 * 1024,
-        http2_max_new_streams=20000,
+        http2_max_new_streams=1000000,
         http2_max_resets=200,
         http2_max_control_frames=100,
         http2_max_empty_frames=100,

@@ -981,6 +981,47 @@ def test_refused_streams_count_as_resets():
         assert_h2_serving(server.port)
 
 
+def _made_to_reset(n):
+    """n malformed requests (a connection-specific field), each a stream error the server
+    answers with RST_STREAM PROTOCOL_ERROR: what MadeYouReset sends."""
+    bad = [*REQUEST, ("connection", "keep-alive")]
+    return b"".join(
+        frame(HEADERS, END_HEADERS | END_STREAM, 1 + 2 * i, block(bad)) for i in range(n)
+    )
+
+
+def test_resets_the_client_causes_count_as_resets():
+    """CVE-2025-8671 (MadeYouReset): streams the server must reset for what the client
+    sent (here malformed requests) count against --http2-max-resets as the client's own
+    RST_STREAM do: with a bound of 5, five leave the connection serving, a sixth makes the
+    next frame get GOAWAY ENHANCE_YOUR_CALM."""
+    with run_server(APP_ASGI, "--http", "2", "--http2-max-resets", str(LOW)) as server:
+        with _send_all_at_once(server.port, _made_to_reset(LOW)) as c:
+            assert c.until(lambda: len(c.rst) == LOW)
+            assert set(c.rst.values()) == {E.PROTOCOL_ERROR}
+            c.send(_requests(1, 1 + 2 * LOW))
+            _served(c, 1 + 2 * LOW)
+        with _send_all_at_once(server.port, _made_to_reset(LOW + 1)) as c:
+            assert c.until(lambda: len(c.rst) == LOW + 1)
+            c.send(frame(PING, 0, 0, b"12345678"))
+            c.connection_error(E.ENHANCE_YOUR_CALM)
+        assert_h2_serving(server.port)
+
+
+def test_one_connection_may_open_streams_at_full_speed(srv):
+    """No flood bound cuts a client that only makes requests, however fast: h2load's one
+    connection gets 60,000 responses (more than one second's worth of new streams under
+    the old bound of 20,000) without a GOAWAY."""
+    out = subprocess.run(
+        ["h2load", "-c", "1", "-m", "32", "-n", "60000", f"http://127.0.0.1:{srv.port}/ok"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "60000 succeeded, 0 failed, 0 errored" in out, out
+    assert_h2_serving(srv.port)
+
+
 @pytest.mark.parametrize("source", ["environment", "config-file", "pyproject"])
 def test_flood_bound_from_the_environment_and_files(tmp_path, source):
     """PYSERVER_HTTP2_MAX_RESETS, `http2_max_resets` in a -c file and
