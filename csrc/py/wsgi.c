@@ -409,53 +409,89 @@ static int map_write(int rc)
     return rc >= 0 ? rc : SEND_GONE;
 }
 
-/* Sends the head from start_response's status and headers together with
- * the first body bytes. Returns PS_WRITE_*, SEND_ERROR or SEND_GONE. */
-static int send_head(RequestObject *req, const char *body, size_t len)
-{
-    ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
-    char length[24];
+/* The head start_response gave, as views into its Python strings (valid
+ * while req->status and req->headers hold them): the status, the fields,
+ * and a Content-Length when the application's iterable has a known length
+ * and named none (1xx, 204 and 304 carry no body and so no length of one). */
+typedef struct {
     ps_slice_t status;
+    ps_header_t *h; /* stack, or PyMem_Malloc'd past MAX_STACK_HEADERS */
+    size_t n;
+    size_t strings; /* bytes of the status and of every name and value */
+    ps_header_t stack[MAX_STACK_HEADERS + 1];
+    char length[24];
+} head_view_t;
+
+static void head_view_free(head_view_t *v)
+{
+    if (v->h != v->stack)
+        PyMem_Free(v->h);
+}
+
+/* Fills v. Returns 0, or -1 with a Python exception (v freed). */
+static int head_view(RequestObject *req, head_view_t *v)
+{
+    v->h = v->stack;
+    v->n = 0;
     if (req->status == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the application did not call start_response()");
-        return SEND_ERROR;
+        return -1;
     }
-    if (latin1_view(req->status, "status", &status) < 0)
-        return SEND_ERROR;
+    if (latin1_view(req->status, "status", &v->status) < 0)
+        return -1;
+    v->strings = v->status.len;
     Py_ssize_t count = PyList_GET_SIZE(req->headers);
     if (count > MAX_STACK_HEADERS) {
-        hs = PyMem_Malloc((size_t)(count + 1) * sizeof(*hs));
-        if (hs == NULL) {
+        v->h = PyMem_Malloc((size_t)(count + 1) * sizeof(*v->h));
+        if (v->h == NULL) {
+            v->h = v->stack;
             PyErr_NoMemory();
-            return SEND_ERROR;
+            return -1;
         }
     }
-    int rc = SEND_ERROR, has_length = 0;
+    ps_header_t *hs = v->h;
+    int has_length = 0;
     size_t n = 0;
     for (Py_ssize_t i = 0; i < count && i < PyList_GET_SIZE(req->headers); i++) {
         PyObject *item = PyList_GET_ITEM(req->headers, i);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
             PyErr_Format(PyExc_TypeError, "response headers must be (name, value) tuples: %R",
                          item);
-            goto done;
+            head_view_free(v);
+            return -1;
         }
         if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &hs[n].name) < 0 ||
-            latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &hs[n].value) < 0)
-            goto done;
+            latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &hs[n].value) < 0) {
+            head_view_free(v);
+            return -1;
+        }
         if (PS_SLICE_IEQ(hs[n].name, "content-length"))
             has_length = 1;
+        v->strings += hs[n].name.len + hs[n].value.len;
         n++;
     }
-    /* 1xx, 204 and 304 carry no body and so no length of one. */
-    const char *code = status.base;
-    int bodyless = code[0] == '1' || (status.len >= 3 &&
+    const char *code = v->status.base;
+    int bodyless = code[0] == '1' || (v->status.len >= 3 &&
                                       (memcmp(code, "204", 3) == 0 || memcmp(code, "304", 3) == 0));
     if (!has_length && req->known_length >= 0 && !bodyless) {
-        int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
+        int l = snprintf(v->length, sizeof(v->length), "%lld", (long long)req->known_length);
         hs[n].name = PS_SLICE_LIT("Content-Length");
-        hs[n++].value = (ps_slice_t){length, (size_t)l};
+        hs[n].value = (ps_slice_t){v->length, (size_t)l};
+        v->strings += hs[n].name.len + hs[n].value.len;
+        n++;
     }
-    rc = ps_exchange_start(req->x, status, hs, n, body, len);
+    v->n = n;
+    return 0;
+}
+
+/* Sends the head from start_response's status and headers together with
+ * the first body bytes. Returns PS_WRITE_*, SEND_ERROR or SEND_GONE. */
+static int send_head(RequestObject *req, const char *body, size_t len)
+{
+    head_view_t v;
+    if (head_view(req, &v) < 0)
+        return SEND_ERROR;
+    int rc = ps_exchange_start(req->x, v.status, v.h, v.n, body, len);
     if (rc == -EINVAL) {
         PyErr_Format(PyExc_ValueError, "invalid status or header in the response: %R %R",
                      req->status, req->headers);
@@ -464,9 +500,7 @@ static int send_head(RequestObject *req, const char *body, size_t len)
         req->headers_sent = 1;
         rc = map_write(rc);
     }
-done:
-    if (hs != stack)
-        PyMem_Free(hs);
+    head_view_free(&v);
     return rc;
 }
 
@@ -1028,54 +1062,18 @@ static int t_wait(RequestObject *req, int until)
  * NULL with an exception. */
 static wsgi_chunk_t *t_chunk(RequestObject *req, size_t room)
 {
-    ps_header_t stack[MAX_STACK_HEADERS + 1], *hs = stack;
-    char length[24];
+    head_view_t v;
     ps_slice_t status = {NULL, 0};
+    ps_header_t *hs = NULL;
     size_t n = 0, strings = 0;
     wsgi_chunk_t *c = NULL;
     if (!req->headers_sent) {
-        if (req->status == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "the application did not call start_response()");
+        if (head_view(req, &v) < 0)
             return NULL;
-        }
-        if (latin1_view(req->status, "status", &status) < 0)
-            return NULL;
-        Py_ssize_t count = PyList_GET_SIZE(req->headers);
-        if (count > MAX_STACK_HEADERS) {
-            hs = PyMem_Malloc((size_t)(count + 1) * sizeof(*hs));
-            if (hs == NULL) {
-                PyErr_NoMemory();
-                return NULL;
-            }
-        }
-        int has_length = 0;
-        for (Py_ssize_t i = 0; i < count && i < PyList_GET_SIZE(req->headers); i++) {
-            PyObject *item = PyList_GET_ITEM(req->headers, i);
-            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-                PyErr_Format(PyExc_TypeError, "response headers must be (name, value) tuples: %R",
-                             item);
-                goto done;
-            }
-            if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &hs[n].name) < 0 ||
-                latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &hs[n].value) < 0)
-                goto done;
-            if (PS_SLICE_IEQ(hs[n].name, "content-length"))
-                has_length = 1;
-            strings += hs[n].name.len + hs[n].value.len;
-            n++;
-        }
-        const char *code = status.base;
-        int bodyless =
-            code[0] == '1' ||
-            (status.len >= 3 && (memcmp(code, "204", 3) == 0 || memcmp(code, "304", 3) == 0));
-        if (!has_length && req->known_length >= 0 && !bodyless) {
-            int l = snprintf(length, sizeof(length), "%lld", (long long)req->known_length);
-            hs[n].name = PS_SLICE_LIT("Content-Length");
-            hs[n].value = (ps_slice_t){length, (size_t)l};
-            strings += hs[n].name.len + hs[n].value.len;
-            n++;
-        }
-        strings += status.len;
+        status = v.status;
+        hs = v.h;
+        n = v.n;
+        strings = v.strings;
     }
     size_t size = sizeof(*c) + n * sizeof(ps_header_t) + strings + room;
     wsgi_job_t *job = req->job;
@@ -1113,8 +1111,8 @@ static wsgi_chunk_t *t_chunk(RequestObject *req, size_t room)
     c->data = p;
     c->len = room;
 done:
-    if (hs != stack)
-        PyMem_Free(hs);
+    if (hs != NULL)
+        head_view_free(&v);
     return c;
 }
 
