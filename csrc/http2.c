@@ -517,7 +517,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             (uint32_t)hd->stream_id > s->max_client_id)
             s->max_client_id = (uint32_t)hd->stream_id;
         if (stale == CLOSED_BY_PEER) {
-            over = ++s->n_reset > l->max_resets || over;
+            s->n_reset++;
             s->rst_counted++;
             nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
         } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
@@ -534,7 +534,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             over = ++s->n_empty > l->max_empty_data;
         break;
     case NGHTTP2_RST_STREAM:
-        over = ++s->n_reset > l->max_resets;
+        s->n_reset++;
         break;
     case NGHTTP2_WINDOW_UPDATE:
         over = ++s->n_window > l->max_window_updates;
@@ -555,7 +555,8 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
         over = ++s->n_control > l->max_control;
         break;
     }
-    /* Streams refused since the client's last frame count as resets too. */
+    /* Resets: the client's own, and those it caused since its last frame
+     * (counted in on_frame_send). */
     if (over || s->n_reset > l->max_resets) {
         s->calm = 1;
         return NGHTTP2_ERR_CALLBACK_FAILURE;
