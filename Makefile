@@ -24,7 +24,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev node-llhttp curl wrk \
-	apache2-utils nginx-light libnginx-mod-stream clang-format libwslay-dev zlib1g-dev \
+	apache2-utils nginx-light libnginx-mod-stream clang-format libwslay-dev zlib1g-dev libisal-dev \
 	nghttp2-client prometheus
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.

@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev, llhttp, OpenSSL 3, nghttp2, wslay and zlib from the system.
+libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib and ISA-L from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -41,6 +41,7 @@ NGHTTP2_MISSING = (
 )
 WSLAY_MISSING = "pyserver needs wslay (WebSocket framing): apt-get install libwslay-dev"
 ZLIB_MISSING = "pyserver needs zlib (WebSocket compression): apt-get install zlib1g-dev"
+ISAL_MISSING = "pyserver needs ISA-L (WebSocket compression): apt-get install libisal-dev"
 
 
 def fail(message):
@@ -179,6 +180,7 @@ def main():
     others = [
         find_system_lib("libwslay", "wslay/wslay.h", "wslay", WSLAY_MISSING),
         find_system_lib("zlib", "zlib.h", "z", ZLIB_MISSING),
+        find_system_lib("libisal", "isa-l/igzip_lib.h", "isal", ISAL_MISSING),
     ]
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]

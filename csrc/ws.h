@@ -70,7 +70,7 @@ typedef struct {
     unsigned client_no_context_takeover : 1;
     uint8_t server_max_window_bits; /* 9..15: the largest window we compress with */
     uint8_t client_max_window_bits; /* 8..15: asked of a client that allows it */
-    int8_t level;                   /* zlib level, -1..9 */
+    int8_t level;                   /* zlib level, -1..9 (1: ISA-L's level 1) */
     uint8_t mem_level;              /* zlib memLevel, 1..9 */
 } ps_ws_deflate_config_t;
 
@@ -177,6 +177,7 @@ typedef struct {
 
 struct wslay_frame_context;
 struct z_stream_s;
+struct isal_zstream;
 
 typedef struct {
     struct wslay_frame_context *frame; /* wslay's framing, both directions */
@@ -184,7 +185,8 @@ typedef struct {
     const ps_ws_storage_t *storage; /* NULL: every message in `events` */
     ps_ws_deflate_t deflate;
     struct z_stream_s *inflater; /* allocated with the first compressed message in */
-    struct z_stream_s *deflater; /* and out */
+    struct z_stream_s *deflater; /* and out, at zlib levels other than 1 */
+    struct isal_zstream *igzip;  /* and out at level 1: ISA-L's level 1 */
 
     ps_buf_t out;     /* bytes for the connection to write */
     ps_buf_t events;  /* completed event records, then the message being read */

@@ -463,8 +463,9 @@ def build_parser():
         "--ws-deflate-level",
         metavar="0-9",
         type=_int("ws_deflate_level"),
-        help="zlib level of the messages the server compresses: 1 is about half the CPU "
-        "of 6 for output about a fifth larger (default: "
+        help="deflate level of the messages the server compresses: 1 is ISA-L's igzip, about "
+        "a fifth of the CPU of zlib's 6 for output about a fifth larger; 0 and 2-9 are "
+        "zlib's (default: "
         f"{D['ws_deflate_level']})",
     )
 

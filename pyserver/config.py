@@ -29,7 +29,7 @@ hold final values:
     ws_ping_interval          float seconds between server pings, 0 for none
     ws_ping_timeout           float seconds a ping may wait for its pong (close 1011), 0: forever
     ws_per_message_deflate    bool: accept permessage-deflate offers
-    ws_deflate_level          int zlib level of the messages the server compresses, 0..9
+    ws_deflate_level          int deflate level of what the server compresses, 0..9 (1: igzip)
     http                      "auto" (HTTP/1.1, and HTTP/2 by prior knowledge or Upgrade: h2c),
                               "1" (HTTP/1.1 only) or "2" (HTTP/2 by prior knowledge only)
     http2_max_concurrent_streams  int streams a client may have open at once

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and run the C unit tests: each tests/c/test_*.c is linked with the
 # core (csrc/*.c, never csrc/py), llhttp and the core's libraries (libev,
-# OpenSSL, nghttp2, wslay, zlib), under ASan and UBSan, and run.
+# OpenSSL, nghttp2, wslay, zlib, ISA-L), under ASan and UBSan, and run.
 # Exits non-zero if any test fails to build or run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1557,7 +1557,7 @@ static void test_a_full_queue_stops_reading_until_events_are_taken(void)
 
 /* Client and server exchange three similar messages each way, compressed,
  * with or without context takeover, fed in pieces. */
-static void check_round_trip(int no_takeover, size_t piece)
+static void check_round_trip(int no_takeover, size_t piece, int level)
 {
     static const char *msgs[] = {
         "the quick brown fox jumps over the lazy dog, the quick brown fox",
@@ -1567,6 +1567,7 @@ static void check_round_trip(int no_takeover, size_t piece)
     ps_ws_deflate_t d = deflate_on;
     d.server_no_context_takeover = d.client_no_context_takeover = (unsigned)no_takeover;
     d.server_max_window_bits = 10;
+    d.level = (int8_t)level;
     session_t s;
     session_open(&s, 1 << 20, 0, &d);
     zclient_t c;
@@ -1620,9 +1621,78 @@ static void check_round_trip(int no_takeover, size_t piece)
 
 static void test_compressed_messages_both_ways(void)
 {
-    for (int no_takeover = 0; no_takeover <= 1; no_takeover++)
-        for (size_t piece = 0; piece <= 3; piece++)
-            check_round_trip(no_takeover, piece);
+    /* level 1 compresses with igzip, the others with zlib */
+    for (int level = 1; level <= 6; level += 5)
+        for (int no_takeover = 0; no_takeover <= 1; no_takeover++)
+            for (size_t piece = 0; piece <= 3; piece++)
+                check_round_trip(no_takeover, piece, level);
+}
+
+/* Text-like data: words from a small vocabulary and numbers, so that the
+ * compressor finds matches at every distance. */
+static void fill_text(unsigned char *p, size_t n, uint32_t seed)
+{
+    static const char *words[] = {"alpha", "beta", "gamma", "delta", "items", "tags", "value",
+                                  "created", "status", "ok", "error", "count"};
+    size_t i = 0;
+    while (i < n) {
+        seed = seed * 1103515245u + 12345u;
+        char w[24];
+        int len = (seed >> 16) % 4 ? snprintf(w, sizeof(w), "%s ", words[(seed >> 8) % 12])
+                                   : snprintf(w, sizeof(w), "%u,", seed % 100000);
+        for (int k = 0; k < len && i < n; k++)
+            p[i++] = (unsigned char)w[k];
+    }
+}
+
+/* Messages of many sizes, more than igzip's 4 Ki tokens a block and across
+ * its 64 KiB history buffer, compressed at levels 1 (igzip) and 6 (zlib) with every window the
+ * offer allows: each inflates with the negotiated window to what was sent,
+ * with and without context takeover, and context takeover does shrink a
+ * repeated message. */
+static void test_compressed_messages_of_every_size_and_window(void)
+{
+    static const size_t sizes[] = {0,     1,     100,   4095,  16383, 16384, 16385,
+                                   40000, 65535, 65536, 65537, 200000, 100, 0};
+    size_t most = 200000;
+    unsigned char *text = malloc(most);
+    fill_text(text, most, 7);
+    for (int level = 1; level <= 6; level += 5)
+        for (int bits = 9; bits <= 15; bits += 3)
+            for (int no_takeover = 0; no_takeover <= 1; no_takeover++) {
+                ps_ws_deflate_t d = deflate_on;
+                d.level = (int8_t)level;
+                d.server_max_window_bits = (uint8_t)bits;
+                d.server_no_context_takeover = (unsigned)no_takeover;
+                session_t s;
+                session_open(&s, 1 << 20, 0, &d);
+                zreader_t r;
+                zreader_open(&r, bits, no_takeover);
+                ps_buf_t plain = {0};
+                for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+                    const unsigned char *m = text + (i * 977) % 1000;
+                    size_t n = PS_MIN(sizes[i], most - (i * 977) % 1000);
+                    CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_BINARY, m, n, 0), 0);
+                    CHECK(next_frame(&s.ws) && frame.op == OP_BIN && frame.rsv == 4);
+                    CHECK(n < 1000 || frame.len < n / 2);
+                    CHECK_EQ(zreader_inflate(&r, frame.data, frame.len, &plain), 0);
+                    CHECK(plain.len == n && (n == 0 || memcmp(plain.data, m, n) == 0));
+                }
+                /* the same 2 KiB twice: the second refers to the first
+                 * unless the window is smaller (512 bytes at 9 bits) */
+                CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_TEXT, text, 2048, 0), 0);
+                CHECK(next_frame(&s.ws));
+                CHECK_EQ(zreader_inflate(&r, frame.data, frame.len, &plain), 0);
+                CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_TEXT, text, 2048, 0), 0);
+                CHECK(next_frame(&s.ws));
+                CHECK(no_takeover || bits < 12 ? frame.len > 200 : frame.len < 200);
+                CHECK_EQ(zreader_inflate(&r, frame.data, frame.len, &plain), 0);
+                CHECK(plain.len == 2048 && memcmp(plain.data, text, 2048) == 0);
+                zreader_close(&r);
+                ps_buf_free(&plain);
+                session_close(&s);
+            }
+    free(text);
 }
 
 static void test_a_final_deflate_block_keeps_the_window(void)
@@ -1684,14 +1754,18 @@ static void test_an_empty_compressed_message(void)
 {
     ps_buf_t in = {0};
     put_frame(&in, 1, 4, OP_TEXT, "\x00", 1);
-    session_t s;
-    session_open(&s, 1 << 20, 0, &deflate_on);
-    feed(&s, &in, 0);
-    CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.len == 0);
-    CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_TEXT, "", 0, 0), 0);
-    CHECK(next_frame(&s.ws) && frame.rsv == 4);
-    CHECK_MEM_EQ(frame.data, frame.len, "\x00");
-    session_close(&s);
+    for (int level = 1; level <= 6; level += 5) {
+        ps_ws_deflate_t d = deflate_on;
+        d.level = (int8_t)level;
+        session_t s;
+        session_open(&s, 1 << 20, 0, &d);
+        feed(&s, &in, 0);
+        CHECK(take(&s) && ev.type == PS_WS_EV_TEXT && ev.len == 0);
+        CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_TEXT, "", 0, 0), 0);
+        CHECK(next_frame(&s.ws) && frame.rsv == 4);
+        CHECK_MEM_EQ(frame.data, frame.len, "\x00");
+        session_close(&s);
+    }
     ps_buf_free(&in);
 }
 
@@ -1744,6 +1818,7 @@ int main(void)
     test_a_final_deflate_block_keeps_the_window();
     test_corrupt_compressed_data_is_1007();
     test_an_empty_compressed_message();
+    test_compressed_messages_of_every_size_and_window();
     test_large_binary_messages_are_unmasked_into_the_storage();
     test_stored_messages_not_taken_are_released();
     return check_finish("test_ws");
