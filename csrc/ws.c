@@ -1323,11 +1323,15 @@ static int deflater_start(ps_ws_t *ws)
 }
 
 /* Level 1, the default, compresses with ISA-L's igzip at its level 1: on
- * text it gives zlib's level-1 ratio for about a quarter of the CPU. The
- * level buffer is the hash table and room for 4 Ki tokens (a block ends
- * when it fills; more room changed neither ratio nor speed on 16 KiB
- * messages); with the stream's own 80 KiB of history buffer the state is
- * 116 KiB, allocated with the first compressed message. */
+ * text it gives zlib's level-1 ratio for about a quarter of the CPU. Below
+ * about 200 bytes zlib is the cheaper (igzip builds Huffman tables for
+ * every block), so a connection starts on zlib and moves to igzip for good
+ * at its first message of IGZIP_FROM bytes, zlib's window becoming igzip's
+ * dictionary. The level buffer is the hash table and room for 4 Ki tokens
+ * (a block ends when it fills; more room changed neither ratio nor speed
+ * on 16 KiB messages); with the stream's own 80 KiB of history buffer the
+ * state is 116 KiB, where zlib's is about 40 KiB. */
+#define IGZIP_FROM 256
 #define IGZIP_LEVEL_BUF (ISAL_DEF_LVL1_REQ + ISAL_DEF_LVL1_TOKEN_SIZE * 4 * 1024)
 
 static int igzip_start(ps_ws_t *ws)
@@ -1342,6 +1346,23 @@ static int igzip_start(ps_ws_t *ws)
     s->level_buf_size = IGZIP_LEVEL_BUF;
     s->hist_bits = ws->deflate.server_max_window_bits;
     s->gzip_flag = IGZIP_DEFLATE;
+    z_stream *z = ws->deflater;
+    if (z != NULL && !ws->deflate.server_no_context_takeover) {
+        unsigned char *dict = malloc((size_t)1 << ws->deflate.server_max_window_bits);
+        uInt n = 0;
+        if (dict == NULL || deflateGetDictionary(z, dict, &n) != Z_OK ||
+            (n > 0 && isal_deflate_set_dict(s, dict, n) != COMP_OK)) {
+            free(dict);
+            free(s);
+            return -ENOMEM;
+        }
+        free(dict);
+    }
+    if (z != NULL) {
+        deflateEnd(z);
+        free(z);
+        ws->deflater = NULL;
+    }
     ws->igzip = s;
     return 0;
 }
@@ -1418,13 +1439,14 @@ static int compress_igzip(ps_ws_t *ws, const unsigned char *p, size_t len)
  * final 00 00 ff ff removed). Returns 0 or -ENOMEM. */
 static int compress_message(ps_ws_t *ws, const void *data, size_t len)
 {
-    int rc, fast = ws->deflate.level == 1;
+    int rc;
     ps_buf_reset(&ws->zbuf);
     /* An empty message is the empty stored block's first byte, which the
      * peer's 00 00 ff ff completes; every message ends byte-aligned, so the
      * compressor need not see it (igzip would spend a Huffman block). */
     if (len == 0)
         return ps_buf_append(&ws->zbuf, "", 1);
+    int fast = ws->igzip != NULL || (ws->deflate.level == 1 && len >= IGZIP_FROM);
     if (fast ? ws->igzip == NULL && (rc = igzip_start(ws)) < 0
              : ws->deflater == NULL && (rc = deflater_start(ws)) < 0)
         return rc;

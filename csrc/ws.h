@@ -185,8 +185,8 @@ typedef struct {
     const ps_ws_storage_t *storage; /* NULL: every message in `events` */
     ps_ws_deflate_t deflate;
     struct z_stream_s *inflater; /* allocated with the first compressed message in */
-    struct z_stream_s *deflater; /* and out, at zlib levels other than 1 */
-    struct isal_zstream *igzip;  /* and out at level 1: ISA-L's level 1 */
+    struct z_stream_s *deflater; /* and out: zlib (level 1 until igzip takes over) */
+    struct isal_zstream *igzip;  /* and out at level 1 from a message of 256 bytes */
 
     ps_buf_t out;     /* bytes for the connection to write */
     ps_buf_t events;  /* completed event records, then the message being read */

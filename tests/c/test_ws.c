@@ -1695,6 +1695,43 @@ static void test_compressed_messages_of_every_size_and_window(void)
     free(text);
 }
 
+/* At level 1 a connection compresses with zlib until its first message of
+ * 256 bytes, then with igzip, which is handed zlib's window: a message that
+ * repeats the previous small one twice refers to it (with context takeover)
+ * and is much smaller than the two copies compressed alone. */
+static void test_igzip_takes_over_zlibs_window(void)
+{
+    unsigned char text[400];
+    fill_text(text, 200, 11);
+    memcpy(text + 200, text, 200);
+    for (int no_takeover = 0; no_takeover <= 1; no_takeover++) {
+        ps_ws_deflate_t d = deflate_on;
+        d.level = 1;
+        d.server_no_context_takeover = (unsigned)no_takeover;
+        session_t s;
+        session_open(&s, 1 << 20, 0, &d);
+        zreader_t r;
+        zreader_open(&r, d.server_max_window_bits, no_takeover);
+        ps_buf_t plain = {0};
+        for (int round = 0; round < 3; round++) {
+            size_t n = round == 1 ? 400 : 200;
+            CHECK_EQ(ps_ws_send(&s.ws, PS_WS_EV_TEXT, text, n, 0), 0);
+            CHECK(next_frame(&s.ws) && frame.rsv == 4);
+            CHECK((s.ws.igzip != NULL) == (round > 0));
+            CHECK((s.ws.deflater != NULL) == (round == 0));
+            if (round == 0)
+                CHECK(frame.len > 40);
+            else
+                CHECK(no_takeover ? frame.len > 40 : frame.len < 30);
+            CHECK_EQ(zreader_inflate(&r, frame.data, frame.len, &plain), 0);
+            CHECK(plain.len == n && memcmp(plain.data, text, n) == 0);
+        }
+        zreader_close(&r);
+        ps_buf_free(&plain);
+        session_close(&s);
+    }
+}
+
 static void test_a_final_deflate_block_keeps_the_window(void)
 {
     /* A client that ends a message with BFINAL (RFC 7692 7.2.3.4) and goes
@@ -1815,6 +1852,7 @@ int main(void)
     test_a_full_queue_takes_nothing_past_the_last_message();
 
     test_compressed_messages_both_ways();
+    test_igzip_takes_over_zlibs_window();
     test_a_final_deflate_block_keeps_the_window();
     test_corrupt_compressed_data_is_1007();
     test_an_empty_compressed_message();
