@@ -18,9 +18,10 @@ APT_PACKAGES = [
     "build-essential",
     "python3-dev",
     "python3-venv",
-    # benchmarks/wsload (websocket-echo) links zlib; instructions counts with callgrind;
-    # django-wsgi-db starts its own cluster from /usr/lib/postgresql/*/bin.
+    # benchmarks/wsload (websocket-echo) links zlib and ISA-L; instructions counts with
+    # callgrind; django-wsgi-db starts its own cluster from /usr/lib/postgresql/*/bin.
     "zlib1g-dev",
+    "libisal-dev",
     "valgrind",
     "postgresql",
     # hello-tls and hello-h2: certificates (openssl), readiness (curl), HTTP/2 load (h2load).

@@ -242,12 +242,12 @@ WSLOAD = os.path.join(os.path.dirname(HARNESS_DIR), ".build", "wsload")
 
 
 def build_wsload():
-    """Compile benchmarks/wsload/wsload.c (cc -O2, zlib) when missing or older than its
+    """Compile benchmarks/wsload/wsload.c (cc -O2, zlib, ISA-L) when missing or older than its
     source; the binary's path.  Raises LoadError when it does not compile."""
     if os.path.exists(WSLOAD) and os.path.getmtime(WSLOAD) >= os.path.getmtime(WSLOAD_SRC):
         return WSLOAD
     os.makedirs(os.path.dirname(WSLOAD), exist_ok=True)
-    argv = ["cc", "-O2", "-Wall", "-Wextra", "-o", WSLOAD, WSLOAD_SRC, "-lz"]
+    argv = ["cc", "-O2", "-Wall", "-Wextra", "-o", WSLOAD, WSLOAD_SRC, "-lz", "-lisal"]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         raise LoadError(f"{' '.join(argv)}: {proc.stderr[-400:]}")

@@ -201,7 +201,7 @@ WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "d
 
 def _websocket_echo(size, label, deflate, binary=False):
     with_deflate = (
-        "permessage-deflate offered (context takeover, the client compresses at zlib level 1; "
+        "permessage-deflate offered (context takeover, the client compresses with igzip level 1; "
         "a server that does not accept it is shown as UNSUPPORTED)"
         if deflate
         else "no extension offered"
@@ -702,7 +702,8 @@ SCENARIOS = {
             "(--http11-socket, keep-alive), granian --interface wsgi --blocking-threads 8; "
             "pyserver-asgi serves the same project as ASGI (Django runs sync views in one "
             "thread there: thread_sensitive sync_to_async). Persistent database connections "
-            "(CONN_MAX_AGE), one per thread. (a) Maximum throughput: wrk, 50 connections; "
+            "(CONN_MAX_AGE), one per thread (none for pyserver-asgi, whose requests each "
+            "get a new thread from asgiref). (a) Maximum throughput: wrk, 50 connections; "
             "(b) latency at a fixed rate of 70% of the slowest peer's maximum, open loop. "
             "Goals in the issue: max >= 1.3x gunicorn gthread, p99 <= 0.7x gthread's.",
             app="benchmarks.apps.django_bench.wsgi:application",
