@@ -1632,8 +1632,8 @@ static void test_compressed_messages_both_ways(void)
  * compressor finds matches at every distance. */
 static void fill_text(unsigned char *p, size_t n, uint32_t seed)
 {
-    static const char *words[] = {"alpha", "beta", "gamma", "delta", "items", "tags", "value",
-                                  "created", "status", "ok", "error", "count"};
+    static const char *words[] = {"alpha", "beta",    "gamma",  "delta", "items", "tags",
+                                  "value", "created", "status", "ok",    "error", "count"};
     size_t i = 0;
     while (i < n) {
         seed = seed * 1103515245u + 12345u;
@@ -1652,8 +1652,8 @@ static void fill_text(unsigned char *p, size_t n, uint32_t seed)
  * repeated message. */
 static void test_compressed_messages_of_every_size_and_window(void)
 {
-    static const size_t sizes[] = {0,     1,     100,   4095,  16383, 16384, 16385,
-                                   40000, 65535, 65536, 65537, 200000, 100, 0};
+    static const size_t sizes[] = {0,     1,     100,   4095,  16383,  16384, 16385,
+                                   40000, 65535, 65536, 65537, 200000, 100,   0};
     size_t most = 200000;
     unsigned char *text = malloc(most);
     fill_text(text, most, 7);
