@@ -463,9 +463,9 @@ def build_parser():
         "--ws-deflate-level",
         metavar="0-9",
         type=_int("ws_deflate_level"),
-        help="deflate level of the messages the server compresses: 1 is ISA-L's igzip, about "
-        "a fifth of the CPU of zlib's 6 for output about a fifth larger; 0 and 2-9 are "
-        "zlib's (default: "
+        help="deflate level of the messages the server compresses: 1 is ISA-L's igzip from a "
+        "connection's first message of 256 bytes (zlib's 1 before it), about a fifth of the "
+        "CPU of zlib's 6 for output about a fifth larger; 0 and 2-9 are zlib's (default: "
         f"{D['ws_deflate_level']})",
     )
 
