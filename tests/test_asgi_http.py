@@ -627,6 +627,36 @@ def test_subprocess_from_the_app(srv):
     assert response.body == b"hello from echo\nexit 0"
 
 
+def test_each_request_runs_in_its_own_task(srv):
+    """Before its first await and after one, the application runs in the request's own
+    asyncio task, with a context of its own (a variable set by an earlier request on the same
+    connection is not seen)."""
+    with srv.connect() as conn:
+        for target in ("/task?a", "/task?b", "/task?c&sleep", "/task?d"):
+            response = conn.request("GET", target)
+            assert response.status == 200, response
+            result = json.loads(response.body)
+            assert result["is_task"] is True, result
+            assert result["in_all_tasks"] is True, result
+            assert result["same_task_after_await"] is True, result
+            assert result["seen_before"] is None, result
+
+
+def test_pipelined_requests_do_not_nest(srv):
+    """Forty pipelined requests, every third one awaiting before it answers: each one's
+    application starts on a stack as deep as the first one's, so a long pipeline cannot grow
+    the stack, and none sees the context of the one before it (a request parsed after that
+    one completed inside its send() does not run inside it)."""
+    count = 40
+    targets = [f"/task?{i}" + ("&sleep" if i % 3 == 0 else "") for i in range(count)]
+    with srv.connect() as conn:
+        conn.send(b"".join(build_request("GET", target) for target in targets))
+        results = [json.loads(conn.read_response().body) for _ in range(count)]
+    depths = [r["depth"] for r in results]
+    assert max(depths) <= min(depths) + 5, depths
+    assert all(r["is_task"] and r["seen_before"] is None for r in results), results
+
+
 def test_requests_run_on_the_loop_lifespan_ran_on(srv):
     result = get_json(srv.port, "/loop")
     assert result["same_as_lifespan"] is True, result

@@ -13,10 +13,12 @@ way Django does (raises on a non-HTTP scope).
 """
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import os
 import struct
+import sys
 import time
 from urllib.parse import parse_qsl
 
@@ -570,6 +572,31 @@ async def loop_view(scope, receive, send):
             "selector": type(getattr(loop, "_selector", None)).__name__,
         },
     )
+
+
+REQUEST_ID = contextvars.ContextVar("request_id", default=None)
+
+
+@route("task")
+async def task_view(scope, receive, send):
+    """The request's task as the app sees it before its first await and after one: what
+    asyncio.current_task() is, whether all_tasks() has it, the Python stack's depth, and the
+    context variable an earlier request set (each request's task has its own context)."""
+    seen_before = REQUEST_ID.get()
+    REQUEST_ID.set(scope["query_string"].decode())
+    task = asyncio.current_task()
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    first = {
+        "is_task": isinstance(task, asyncio.Task),
+        "in_all_tasks": task in asyncio.all_tasks(),
+        "depth": depth,
+        "seen_before": seen_before,
+    }
+    if "sleep" in scope["query_string"].decode():
+        await asyncio.sleep(0)
+    await respond_json(send, {**first, "same_task_after_await": asyncio.current_task() is task})
 
 
 # --------------------------------------------------------------------------- other apps
