@@ -65,13 +65,7 @@ enum {
     S_TLS,
     S_CLIENT_CERT_CHAIN,
     S_EAGER_START,
-    S_READY,
-    S_CALLBACK,
-    S_CONTEXT,
-    S_SELF,
-    S_POP,
     S_CALL_SOON,
-    S_APPEND,
     S_CONTEXT_KW,
     S_COUNT
 };
@@ -117,13 +111,7 @@ static const char *const str_names[S_COUNT] = {
     "tls",
     "client_cert_chain",
     "eager_start",
-    "_ready",
-    "_callback",
-    "_context",
-    "__self__",
-    "pop",
     "call_soon",
-    "append",
     "context",
 };
 
@@ -141,7 +129,6 @@ struct ps_asgi {
     PyObject *base_context;    /* the context the server started in */
     PyObject *current_task;    /* asyncio.current_task */
     PyObject *current_tasks;   /* asyncio.tasks._current_tasks when a dict, else NULL */
-    PyObject *ready_queue;     /* loop._ready: before 3.12, where the task's first step waits */
     PyObject *reraise;         /* a callable that raises its argument, for the loop to run */
     PyObject *loop_stop;
     PyObject *tasks; /* set: the request tasks whose application has not ended */
@@ -1425,7 +1412,10 @@ PyObject *ps_asgi_cycle_deny(PyObject *cycle, PyObject *msg, int start)
  * that request's are made: no trip through the ready queue, and under load
  * far fewer garbage collections (the objects of a whole batch of requests
  * no longer pile up between two turns of the loop). The task is the
- * current task during that step, as during any other.
+ * current task during that step, as during any other. Python 3.12 and
+ * later: Task(eager_start=True). Before: the step Task() schedules is taken
+ * from the loop's call_soon() and run (not in asyncio's debug mode, where
+ * asyncio's own call_soon() queues it).
  *
  * Never from inside another task's step (a pipelined request parsed after a
  * send() completed the one before it): that request's task waits for the
@@ -1484,24 +1474,12 @@ static void defer_exception(ps_asgi_t *ctx)
     Py_XDECREF(tb);
 }
 
-/* Before Python 3.12: the constructor queued the task's first step on the
- * loop (the ready queue's last handle); it is taken back and run here. */
-static void step_queued_now(ps_asgi_t *ctx, PyObject *task)
+/* Before Python 3.12: the first step Task() scheduled, taken from the
+ * loop's call_soon() (evselector.c), runs here. */
+static void run_taken_step(ps_asgi_t *ctx, ps_step_capture_t *cap)
 {
-    PyObject **s = ctx->s, *q = ctx->ready_queue;
-    PyObject *h = NULL, *step = NULL, *owner = NULL, *context = NULL, *popped = NULL;
-    Py_ssize_t n = q ? PyObject_Length(q) : 0;
-    if (n <= 0 || (h = PySequence_GetItem(q, n - 1)) == NULL ||
-        (step = PyObject_GetAttr(h, s[S_CALLBACK])) == NULL ||
-        (owner = PyObject_GetAttr(step, s[S_SELF])) == NULL || owner != task ||
-        (context = PyObject_GetAttr(h, s[S_CONTEXT])) == NULL || !PyContext_CheckExact(context) ||
-        (popped = PyObject_CallMethodNoArgs(q, s[S_POP])) == NULL)
-        goto done;     /* not what Task() queues: the loop runs it */
-    if (popped != h) { /* cannot be (nothing ran since): the loop runs both */
-        PyObject *r = PyObject_CallMethodOneArg(q, s[S_APPEND], popped);
-        Py_XDECREF(r);
-        goto done;
-    }
+    PyObject *step = cap->callback, *context = cap->context;
+    cap->callback = cap->context = NULL;
     if (PyContext_Enter(context) == 0) {
         PyObject *r = PyObject_CallNoArgs(step);
         if (PyContext_Exit(context) < 0)
@@ -1509,14 +1487,11 @@ static void step_queued_now(ps_asgi_t *ctx, PyObject *task)
         if (r == NULL)
             defer_exception(ctx);
         Py_XDECREF(r);
+    } else {
+        defer_exception(ctx);
     }
-done:
-    PyErr_Clear();
-    Py_XDECREF(h);
-    Py_XDECREF(step);
-    Py_XDECREF(owner);
-    Py_XDECREF(context);
-    Py_XDECREF(popped);
+    Py_DECREF(step);
+    Py_DECREF(context);
 }
 
 static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
@@ -1548,6 +1523,7 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
      * on the connection, completed by its send()) must not inherit what that
      * request set in its context variables. */
     int now = cycle->ws == NULL && may_step_now(ctx);
+    ps_step_capture_t taken = {NULL, NULL, NULL}; /* before 3.12: the first step, to run now */
     ctx->active++; /* before the step: the application may end in it */
 #if PY_VERSION_HEX >= 0x030B0000
     PyObject *context = PyContext_Copy(ctx->base_context);
@@ -1564,7 +1540,19 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
 #endif
     {
         PyObject *targs[3] = {(PyObject *)call, ctx->loop, context};
+        ps_step_capture_t cap = {ctx->loop, NULL, NULL};
+        if (now)
+            ctx->st->step_capture = &cap;
         task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->task_kwnames);
+        ctx->st->step_capture = NULL;
+        if (cap.callback != NULL) {
+            if (task != NULL)
+                taken = cap;
+            else { /* never to run: the task failed after scheduling it */
+                Py_DECREF(cap.callback);
+                Py_DECREF(cap.context);
+            }
+        }
     }
     Py_DECREF(context);
 #else /* 3.10: the task copies the current context */
@@ -1573,9 +1561,21 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
         goto error;
     }
     PyObject *targs[2] = {(PyObject *)call, ctx->loop};
+    ps_step_capture_t cap = {ctx->loop, NULL, NULL};
+    if (now)
+        ctx->st->step_capture = &cap;
     task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->task_kwnames);
+    ctx->st->step_capture = NULL;
     if (PyContext_Exit(ctx->base_context) < 0)
         Py_CLEAR(task);
+    if (cap.callback != NULL) {
+        if (task != NULL) {
+            taken = cap;
+        } else {
+            Py_DECREF(cap.callback);
+            Py_DECREF(cap.context);
+        }
+    }
 #endif
     if (task == NULL) {
         /* Only a step can raise what must reach the loop's caller. */
@@ -1598,8 +1598,8 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
         else /* out of memory: it runs unprotected, as a plain asyncio task would */
             PyErr_WriteUnraisable(task);
     }
-    if (now)
-        step_queued_now(ctx, task);
+    if (taken.callback != NULL)
+        run_taken_step(ctx, &taken);
     rc = 0;
 error:
     Py_XDECREF(scope);
@@ -1790,11 +1790,6 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
     if (ctx->task_type == NULL || ctx->task_kwnames == NULL || ctx->eager_kwnames == NULL ||
         ctx->reraise == NULL || ctx->base_context == NULL)
         return NULL;
-#if PY_VERSION_HEX < 0x030C0000
-    Py_XSETREF(ctx->ready_queue, PyObject_GetAttr(args[0], ctx->s[S_READY]));
-    if (ctx->ready_queue == NULL)
-        return NULL;
-#endif
     Py_XSETREF(ctx->state, args[1] == Py_None ? NULL : Py_NewRef(args[1]));
     if (ctx->state && !PyDict_Check(ctx->state)) {
         PyErr_SetString(PyExc_TypeError, "state must be a dict");
@@ -1878,7 +1873,6 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->base_context);
     Py_XDECREF(ctx->current_task);
     Py_XDECREF(ctx->current_tasks);
-    Py_XDECREF(ctx->ready_queue);
     Py_XDECREF(ctx->reraise);
     Py_XDECREF(ctx->loop_stop);
     Py_CLEAR(ctx->tasks); /* NULL first: tasks freed with the set must not touch it */

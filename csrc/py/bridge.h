@@ -14,7 +14,17 @@
 #include "../accesslog.h"
 #include "../transport.h"
 
+/* A task's first step, taken from the loop's call_soon() instead of queued
+ * (evselector.c), for the ASGI layer to run at once (asgi.c): armed with
+ * loop set and callback NULL around an asyncio.Task() call. */
 typedef struct {
+    PyObject *loop;     /* borrowed: only this loop's call_soon() is taken */
+    PyObject *callback; /* the task's step, once taken (owned) */
+    PyObject *context;  /* the context it runs in (owned) */
+} ps_step_capture_t;
+
+typedef struct {
+    ps_step_capture_t *step_capture; /* armed, or NULL */
     PyTypeObject *request_type;
     PyTypeObject *input_type;
     PyTypeObject *errors_type;

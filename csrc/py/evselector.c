@@ -1166,6 +1166,24 @@ static PyObject *new_handle(helpers_object *self, PyObject *callback, PyObject *
     return h;
 }
 
+/* While the ASGI layer creates a request's task: the first step that
+ * Task() schedules on the loop (a C task's step wrapper, with the task's
+ * context) is handed to the layer, which runs it at once, instead of being
+ * queued. Anything else is queued as usual. Returns 1 when taken. */
+static int take_step(helpers_object *self, PyObject *loop, PyObject *callback, Py_ssize_t nargs,
+                     PyObject *context)
+{
+    ps_module_state_t *st = PyType_GetModuleState(Py_TYPE(self));
+    ps_step_capture_t *cap = st ? st->step_capture : NULL;
+    if (cap == NULL || cap->callback != NULL || cap->loop != loop || nargs != 2 ||
+        context == NULL || !PyContext_CheckExact(context) ||
+        strcmp(Py_TYPE(callback)->tp_name, "TaskStepMethWrapper") != 0)
+        return 0;
+    cap->callback = Py_NewRef(callback);
+    cap->context = Py_NewRef(context);
+    return 1;
+}
+
 /* call_soon(loop, callback, *args, context=None) and its thread-safe twin:
  * the new Handle appended to loop._ready (then loop._write_to_self() when
  * threadsafe). New reference or NULL. */
@@ -1201,6 +1219,8 @@ static PyObject *call_soon(helpers_object *self, PyObject *const *args, size_t n
     if (debug)
         return PyObject_Vectorcall(threadsafe ? self->py_call_soon_threadsafe : self->py_call_soon,
                                    args, (size_t)nargs, kwnames);
+    if (!threadsafe && take_step(self, loop, callback, nargs, context))
+        Py_RETURN_NONE; /* the caller, Task(), drops what call_soon() returns */
     if ((cbargs = PyTuple_New(nargs - 2)) == NULL)
         goto error;
     for (Py_ssize_t i = 2; i < nargs; i++)
