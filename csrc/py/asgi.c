@@ -144,6 +144,7 @@ struct ps_asgi {
     PyObject *root_path_bytes;
     PyObject *asgi_template;
     PyObject *extensions_template;
+    PyObject *scope_template; /* an HTTP scope's keys in order (values None but type) */
     PyObject *empty_bytes;
     ps_py_cache_t cache; /* methods, header names */
     uint32_t limit_concurrency;
@@ -492,7 +493,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
             return NULL;
         client = forwarded;
     }
-    PyObject *scope = PyDict_New();
+    PyObject *scope = PyDict_Copy(ctx->scope_template); /* its keys, no resizing */
     if (scope == NULL)
         goto error;
     ps_slice_t path, query;
@@ -500,8 +501,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
     if (path.len == 0)
         path = PS_SLICE_LIT("/");
     int te = 0;
-    if (PyDict_SetItem(scope, s[S_TYPE], s[S_HTTP]) < 0 ||
-        ps_py_set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
+    if (ps_py_set_new(scope, s[S_ASGI], PyDict_Copy(ctx->asgi_template)) < 0 ||
         PyDict_SetItem(scope, s[S_HTTP_VERSION], ctx->versions[x->http2 ? 2 : r->http_minor & 1]) <
             0 ||
         ps_py_set_new(scope, s[S_METHOD], method_str(ctx, r)) < 0 ||
@@ -1747,6 +1747,29 @@ void ps_asgi_drained(ps_asgi_t *ctx)
     Py_XDECREF(r);
 }
 
+/* What each scope starts as, a copy of: the keys build_scope() sets, in
+ * its order, so that filling them in never resizes the dict. Returns 0 or
+ * -1 with an exception. */
+static int make_scope_template(ps_asgi_t *ctx)
+{
+    static const int keys[] = {S_TYPE,   S_ASGI,     S_HTTP_VERSION, S_METHOD,    S_SCHEME,
+                               S_PATH,   S_RAW_PATH, S_QUERY_STRING, S_ROOT_PATH, S_HEADERS,
+                               S_CLIENT, S_SERVER,   S_EXTENSIONS};
+    PyObject *t = PyDict_New();
+    if (t == NULL)
+        return -1;
+    for (size_t i = 0; i < PS_ARRAY_LEN(keys); i++)
+        if (PyDict_SetItem(t, ctx->s[keys[i]], keys[i] == S_TYPE ? ctx->s[S_HTTP] : Py_None) < 0)
+            goto error;
+    if (ctx->state && PyDict_SetItem(t, ctx->s[S_STATE], Py_None) < 0)
+        goto error;
+    Py_XSETREF(ctx->scope_template, t);
+    return 0;
+error:
+    Py_DECREF(t);
+    return -1;
+}
+
 static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     ps_asgi_t *ctx = ((ServerObject *)op)->ctx;
@@ -1795,6 +1818,8 @@ static PyObject *Server_start(PyObject *op, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "state must be a dict");
         return NULL;
     }
+    if (make_scope_template(ctx) < 0)
+        return NULL;
     ps_worker_start(ctx->w);
     Py_RETURN_NONE;
 }
@@ -1889,6 +1914,7 @@ void ps_asgi_free(ps_asgi_t *ctx)
     Py_XDECREF(ctx->root_path_bytes);
     Py_XDECREF(ctx->asgi_template);
     Py_XDECREF(ctx->extensions_template);
+    Py_XDECREF(ctx->scope_template);
     Py_XDECREF(ctx->empty_bytes);
     ps_asgi_ws_strings_free(ctx->ws_strings);
     ps_py_cache_clear(&ctx->cache);
