@@ -1523,7 +1523,8 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
      * on the connection, completed by its send()) must not inherit what that
      * request set in its context variables. */
     int now = cycle->ws == NULL && may_step_now(ctx);
-    ps_step_capture_t taken = {NULL, NULL, NULL}; /* before 3.12: the first step, to run now */
+    /* Before 3.12, armed while Task() runs: the first step it schedules. */
+    ps_step_capture_t taken = {ctx->loop, NULL, NULL};
     ctx->active++; /* before the step: the application may end in it */
 #if PY_VERSION_HEX >= 0x030B0000
     PyObject *context = PyContext_Copy(ctx->base_context);
@@ -1535,24 +1536,13 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
     if (now) {
         PyObject *targs[4] = {(PyObject *)call, ctx->loop, Py_True, context};
         task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->eager_kwnames);
-        now = 0; /* taken by the constructor */
     } else
 #endif
     {
         PyObject *targs[3] = {(PyObject *)call, ctx->loop, context};
-        ps_step_capture_t cap = {ctx->loop, NULL, NULL};
-        if (now)
-            ctx->st->step_capture = &cap;
+        ctx->st->step_capture = now ? &taken : NULL;
         task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->task_kwnames);
         ctx->st->step_capture = NULL;
-        if (cap.callback != NULL) {
-            if (task != NULL)
-                taken = cap;
-            else { /* never to run: the task failed after scheduling it */
-                Py_DECREF(cap.callback);
-                Py_DECREF(cap.context);
-            }
-        }
     }
     Py_DECREF(context);
 #else /* 3.10: the task copies the current context */
@@ -1561,22 +1551,17 @@ static int start_task(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
         goto error;
     }
     PyObject *targs[2] = {(PyObject *)call, ctx->loop};
-    ps_step_capture_t cap = {ctx->loop, NULL, NULL};
-    if (now)
-        ctx->st->step_capture = &cap;
+    ctx->st->step_capture = now ? &taken : NULL;
     task = PyObject_Vectorcall(ctx->task_type, targs, 1, ctx->task_kwnames);
     ctx->st->step_capture = NULL;
     if (PyContext_Exit(ctx->base_context) < 0)
         Py_CLEAR(task);
-    if (cap.callback != NULL) {
-        if (task != NULL) {
-            taken = cap;
-        } else {
-            Py_DECREF(cap.callback);
-            Py_DECREF(cap.context);
-        }
-    }
 #endif
+    /* never to run: Task() failed after scheduling it */
+    if (task == NULL && taken.callback != NULL) {
+        Py_CLEAR(taken.callback);
+        Py_CLEAR(taken.context);
+    }
     if (task == NULL) {
         /* Only a step can raise what must reach the loop's caller. */
         if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
