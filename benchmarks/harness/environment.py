@@ -57,6 +57,12 @@ PEER_PACKAGES = {
     "psycopg": ("psycopg[binary]", "psycopg"),
     # static: WhiteNoise under gunicorn, the static files Django projects use today.
     "whitenoise": ("whitenoise", "whitenoise"),
+    # peregrine-server: a Swift core embedding CPython (HTTP/1.1, 2, 3; ASGI and WSGI),
+    # run with uvloop beside it as in production (uvicorn[standard] brings uvloop).
+    "peregrine-server": ("peregrine-server", "peregrine"),
+    # The application scenarios (fastapi-json, starlette-json, flask-json).
+    "fastapi": ("fastapi", "fastapi"),
+    "flask": ("flask", "flask"),
 }
 # meinheld pins greenlet<0.5, which no longer compiles on CPython >= 3.11; its own C
 # code builds and runs against a current greenlet, so install that first, then meinheld

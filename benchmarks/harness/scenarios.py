@@ -411,6 +411,92 @@ def _static(name, size, label):
 
 
 STATIC = [_static("4k.bin", 4096, "4k"), _static("1m.bin", 1 << 20, "1m")]
+
+# The application scenarios (issue 32): what users judge servers by.  name -> (app,
+# interface, path, the servers beside pyserver, what the app is).
+ITEM_JSON = (
+    b'{"id":42,"name":"widget","tags":["new","sale"],"price":9.5,"limit":10}',
+    b'{"id": 42, "name": "widget", "tags": ["new", "sale"], "price": 9.5, "limit": 10}',
+)
+APP_SERVERS_ASGI = ["pyserver", "peregrine", "granian", "uvicorn"]
+APP_SERVERS_WSGI = ["pyserver", "peregrine", "granian", "gunicorn-gthread"]
+APPS = {
+    "fastapi-json": (
+        "benchmarks.apps.fastapi_json:app",
+        "asgi",
+        "/items/42",
+        "a FastAPI `async def` view with a path parameter, a dependency and a pydantic "
+        "response model (benchmarks/apps/fastapi_json.py)",
+    ),
+    "starlette-json": (
+        "benchmarks.apps.starlette_json:app",
+        "asgi",
+        "/items/42",
+        "a Starlette route returning a JSONResponse (benchmarks/apps/starlette_json.py)",
+    ),
+    "flask-json": (
+        "benchmarks.apps.flask_json:app",
+        "wsgi",
+        "/items/42",
+        "a Flask view returning a dict (benchmarks/apps/flask_json.py)",
+    ),
+    "python-work-asgi": (
+        "benchmarks.apps.python_work:asgi_app",
+        "asgi",
+        "/",
+        "a raw ASGI app doing about 30 us of plain Python per request, then 12 bytes "
+        "(benchmarks/apps/python_work.py)",
+    ),
+    "python-work-wsgi": (
+        "benchmarks.apps.python_work:wsgi_app",
+        "wsgi",
+        "/",
+        "a raw WSGI app doing about 30 us of plain Python per request, then 12 bytes "
+        "(benchmarks/apps/python_work.py)",
+    ),
+}
+APP_CONNECTIONS = (10, 100, 1000)
+
+
+def _check_app_body(path, bodies):
+    def check(host, port):
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        if resp.status != 200 or body not in bodies:
+            raise ValueError(f"{path}: status {resp.status} {body[:80]!r}")
+
+    return check
+
+
+def _app_scenario(name, connections):
+    app, interface, path, what = APPS[name]
+    bodies = (b"Hello World!",) if name.startswith("python-work") else ITEM_JSON
+    return Scenario(
+        f"{name}-c{connections}",
+        f"Issue 32: {what}; keep-alive load with wrk at {connections:,} connections, one "
+        "worker process per server (peregrine with uvloop installed beside it, granian "
+        "and uvicorn with uvloop + httptools). *req/CPU-s* is what matters on a loaded "
+        "machine: requests per CPU-second of the server's process tree. Goal in the issue: "
+        "pyserver >= 1.1x peregrine and >= 1.5x granian per CPU-second at 100 and 1,000 "
+        "connections, >= 1.0x peregrine at 10.",
+        app=app,
+        interface=interface,
+        path=path,
+        body=None,
+        check=_check_app_body(path, bodies),
+        servers=list(APP_SERVERS_ASGI if interface == "asgi" else APP_SERVERS_WSGI),
+        connections=connections,
+        baseline=True,
+        threads=1 if interface == "wsgi" else 0,
+    )
+
+
+APP_SCENARIOS = [_app_scenario(name, c) for name in APPS for c in APP_CONNECTIONS]
 HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
 HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
 SCENARIO_GROUPS = {
@@ -418,6 +504,8 @@ SCENARIO_GROUPS = {
     "hello-tls": [sc.name for sc in HELLO_TLS],
     "hello-h2": [sc.name for sc in HELLO_H2],
     "static": [sc.name for sc in STATIC],
+    "apps": [sc.name for sc in APP_SCENARIOS],
+    **{name: [f"{name}-c{c}" for c in APP_CONNECTIONS] for name in APPS},
 }
 
 SCENARIOS = {
@@ -735,6 +823,7 @@ SCENARIOS = {
         *HELLO_TLS,
         *HELLO_H2,
         *STATIC,
+        *APP_SCENARIOS,
         Scenario(
             "instructions",
             "CPU instructions per request of pyserver (and, with --baseline REF, of the build "

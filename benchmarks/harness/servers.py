@@ -256,6 +256,15 @@ def daphne_argv(ctx, sc, port):
     return argv, {}
 
 
+def peregrine_argv(ctx, sc, port):
+    """peregrine-server, one worker; it imports uvloop from its own venv when present."""
+    argv = [ctx.peer_bin("peregrine"), "--workers", str(sc.workers)]
+    argv += ["--host", HOST, "--port", str(port), "--protocol", sc.interface]
+    if sc.threads and sc.interface == "wsgi":
+        argv += ["--wsgi-threads", str(sc.threads)]
+    return argv + [sc.app], {}
+
+
 NGINX_CONF = """\
 worker_processes {workers};
 daemon off;
@@ -314,6 +323,14 @@ def nginx_argv(ctx, sc, port):
 
 
 _SPECS = [
+    ServerSpec(
+        "peregrine",
+        "peer",
+        "peregrine-server (Swift core embedding CPython), uvloop installed beside it",
+        peregrine_argv,
+        dist="peregrine-server",
+        module="peregrine",
+    ),
     ServerSpec(
         "pyserver",
         "project",
