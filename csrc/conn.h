@@ -56,6 +56,8 @@ struct ps_conn {
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
     unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
     unsigned proxyproto : 2;   /* PS_CONN_PP_*: a PROXY header still to settle */
+    unsigned held : 1;         /* on the worker's held list (output sent before it sleeps) */
+    unsigned held_new : 1;     /* ... with output held since the last pass over the list */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     int spool_fd;              /* the body's spool file (see spool.h), or -1 */
     uint64_t spool_len;        /* bytes written to it */
@@ -83,6 +85,7 @@ struct ps_conn {
     socklen_t local_len;
     ps_conn_t *prev, *next; /* the worker's live connections */
     ps_conn_t *next_dead;
+    ps_conn_t *next_held;
     uint64_t metrics_start; /* --metrics-bind: the request's dispatch (0: none counting) */
 };
 
@@ -126,6 +129,11 @@ void ps_conn_accepted(ps_conn_t *c);
  * address is specific. Returns 0 or -errno. */
 int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *len);
 
+/* The worker, before its loop sleeps (and before it frees the closed
+ * connections): sends the output held back during this iteration and moves
+ * the connections whose response is now out on to their next request. May
+ * close connections and run application code (a pipelined request). */
+void ps_conn_flush_held(ps_worker_t *w);
 /* Closes the socket now and frees the struct at the next safe point. */
 void ps_conn_close(ps_conn_t *c);
 /* Frees a closed connection (the worker calls this before sleeping). */

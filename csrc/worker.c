@@ -48,6 +48,8 @@ void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
 
 static void free_dead(ps_worker_t *w)
 {
+    w->held = NULL; /* every connection on it is closed, or flushed */
+    w->held_new = 0;
     while (w->dead) {
         ps_conn_t *c = w->dead;
         w->dead = c->next_dead;
@@ -60,7 +62,9 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
     PS_UNUSED(loop);
     PS_UNUSED(revents);
-    free_dead(ps_container_of(p, ps_worker_t, prepare));
+    ps_worker_t *w = ps_container_of(p, ps_worker_t, prepare);
+    ps_conn_flush_held(w);
+    free_dead(w);
 }
 
 static void close_all(ps_worker_t *w)
@@ -437,6 +441,10 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     w->hooks_data = hooks_data;
     w->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     ev_prepare_init(&w->prepare, on_prepare);
+    /* First of the watchers that run before the loop sleeps: what the held
+     * output's flush dispatches (pipelined requests) is seen by the others
+     * (the thread pool wakes its threads from one). */
+    ev_set_priority(&w->prepare, EV_MAXPRI);
     ev_prepare_start(w->loop, &w->prepare);
     ev_unref(w->loop); /* the prepare watcher alone does not keep the loop alive */
     ps_listener_gate_open(w);
