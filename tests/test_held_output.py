@@ -96,7 +96,9 @@ def test_connection_closed_by_client_while_its_output_is_held(srv):
             for i in range(20):
                 s = socket.create_connection((HOST, srv.port))
                 s.sendall(build_request("GET", f"/echo?id=q{i}"))
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
                 quitters.append(s)
             for s in quitters:
                 s.close()  # RST

@@ -196,7 +196,15 @@ DB_PATH = "/db/dashboard"
 PG_PORT = 8497
 ECHO_PORT = 8499
 WS_ECHO = "benchmarks.apps.ws_echo:app"
-WS_SERVERS = ["pyserver", "uvicorn-websockets", "uvicorn-wsproto", "granian", "daphne", "hypercorn"]
+WS_SERVERS = [
+    "pyserver",
+    "peregrine",
+    "uvicorn-websockets",
+    "uvicorn-wsproto",
+    "granian",
+    "daphne",
+    "hypercorn",
+]
 
 
 def _websocket_echo(size, label, deflate, binary=False):
@@ -246,8 +254,8 @@ TLS_WHY = (
     "others negotiate it with every client used here (ab and h2load report the version)."
 )
 TLS_SERVERS = {
-    "wsgi": ["pyserver", "granian", "gunicorn", "nginx"],
-    "asgi": ["pyserver", "uvicorn", "granian", "hypercorn", "nginx"],
+    "wsgi": ["pyserver", "peregrine", "granian", "gunicorn", "nginx"],
+    "asgi": ["pyserver", "peregrine", "uvicorn", "granian", "hypercorn", "nginx"],
 }
 
 
@@ -525,6 +533,7 @@ SCENARIOS = {
             baseline=True,
             servers=[
                 "pyserver",
+                "peregrine",
                 "fastpysgi",
                 "bjoern",
                 "socketify",
@@ -559,6 +568,7 @@ SCENARIOS = {
             baseline=True,
             servers=[
                 "pyserver",
+                "peregrine",
                 "fastpysgi",
                 "uvicorn",
                 "socketify",

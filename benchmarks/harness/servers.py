@@ -262,6 +262,8 @@ def peregrine_argv(ctx, sc, port):
     argv += ["--host", HOST, "--port", str(port), "--protocol", sc.interface]
     if sc.threads and sc.interface == "wsgi":
         argv += ["--wsgi-threads", str(sc.threads)]
+    if sc.ws_deflate:
+        argv.append("--ws-compress")
     return argv + [sc.app], {}
 
 
@@ -330,6 +332,7 @@ _SPECS = [
         peregrine_argv,
         dist="peregrine-server",
         module="peregrine",
+        tls=("--tls-cert", "--tls-key"),
     ),
     ServerSpec(
         "pyserver",
