@@ -90,10 +90,10 @@ struct ps_worker {
     void *handler_data;
     ps_listener_t *listeners;
     uint32_t nlisteners;
-    ps_conn_t *conns; /* live connections */
-    ps_conn_t *dead;  /* closed, freed before the loop sleeps */
-    ps_conn_t *held;  /* output held back until the loop sleeps (conn.c) */
-    uint32_t held_new; /* ... of which so many held some since the last pass */
+    ps_conn_t *conns;    /* live connections */
+    ps_conn_t *dead;     /* closed, freed before the loop sleeps */
+    ps_conn_t *held;     /* output held back until the loop sleeps (conn.c) */
+    uint32_t held_new;   /* ... of which so many held some since the last pass */
     uint64_t held_since; /* ... the first of those since (ps_metrics_clock) */
     uint32_t nconns;
     /* HTTP/2 requests in progress beyond the first of their connection
