@@ -653,6 +653,19 @@ def _untmp(text, ctx):
     return text.replace(ctx.tmpdir, TMP_PLACEHOLDER)
 
 
+def measure_app_cost(ctx, sc):
+    """CPU microseconds of one call of the scenario's app without a server
+    (harness/appcost.py), pinned like the servers; None if it fails."""
+    argv = [ctx.project_python, "-m", "benchmarks.harness.appcost", sc.app, sc.interface, sc.path]
+    if sc.server_cpus:
+        argv = ["taskset", "-c", sc.server_cpus, *argv]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        log(f"  app cost: failed: {proc.stderr.strip()[-300:]}")
+        return None
+    return float(proc.stdout.split()[-1])
+
+
 def run_scenario(ctx, sc, args, peer_modules, install_status):
     names = [n for n in sc.servers if args.server_filter is None or n in args.server_filter]
     servers, skipped = available(sc, names, peer_modules, install_status, ctx)
@@ -749,6 +762,7 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
         else:
             runs.extend(phase_runs)
     stop_sidecar(sidecar)
+    app_cost = measure_app_cost(ctx, sc) if sc.app_cost else None
     summary = summarize(sc.kind, runs, servers)
     for name, why in skipped.items():
         summary.append(
@@ -760,7 +774,10 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     for s in summary:
         if s["status"] != "ok":
             log(f"  {s['server']}: {s['status']}: {s.get('error', '')[:400]}")
+    if app_cost is not None:
+        log(report.app_cost_line(app_cost, summary))
     return {
+        "app_cost_us": app_cost,
         "scenario": sc.name,
         "kind": sc.kind,
         "description": sc.description,

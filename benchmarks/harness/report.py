@@ -57,6 +57,28 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
     return rows
 
 
+def app_cost_parts(app_us, summary):
+    """{server: (CPU µs per request, of which the server's own part by difference)}."""
+    parts = {}
+    for s in summary:
+        if s.get("status") == "ok" and s.get("req_per_cpu_s"):
+            total = 1e6 / s["req_per_cpu_s"]
+            parts[s["server"]] = (total, total - app_us)
+    return parts
+
+
+def app_cost_line(app_us, summary):
+    """One sentence: the application's CPU per request alone, and each server's own part."""
+    parts = app_cost_parts(app_us, summary)
+    each = ", ".join(
+        f"{name} {total:.1f} µs ({own:.1f} µs its own)" for name, (total, own) in parts.items()
+    )
+    return (
+        f"Application alone (harness/appcost.py, no server): {app_us:.1f} µs CPU per request. "
+        f"CPU per request under load, and each server's own part by difference: {each}."
+    )
+
+
 def _ratio_median(num, den, key="rps"):
     """Median over the rounds present in both of num[round][key] / den[round][key]."""
     ratios = [
@@ -500,6 +522,13 @@ def _scenario_markdown(data, chart):
         markdown_table(data["summary"]),
         "",
     ]
+    if data.get("app_cost_us"):
+        out += [
+            app_cost_line(data["app_cost_us"], data["summary"])
+            + " The server's own part includes what serving many connections costs the "
+            "application (caches), so it is an upper bound.",
+            "",
+        ]
     if _fixed_rate(data["summary"]):
         out += [
             f"Columns: *p50/p95/p99 ms* latency at {p['rate']:g} req/s (open loop, from the "

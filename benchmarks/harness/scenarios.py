@@ -83,6 +83,9 @@ class Scenario:
     http2: str = ""
     h2_streams: int = 10
     tls_resume: bool = False  # load "tlsload": offer the newest session ticket (-r)
+    # The application scenarios: also time the app alone (harness/appcost.py), to split
+    # each server's CPU per request into the application's part and its own.
+    app_cost: bool = False
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -505,6 +508,7 @@ def _app_scenario(name, connections):
         connections=connections,
         baseline=True,
         threads=1 if interface == "wsgi" else 0,
+        app_cost=True,
     )
 
 
