@@ -21,9 +21,14 @@ class AppImportError(Exception):
 
 
 def split_app_spec(spec):
-    """Split "module:attr" into ("module", "attr"); raise ValueError if malformed."""
+    """Split "module:attr" into ("module", "attr"); raise ValueError if malformed.
+
+    "module" alone means "module:application", as in gunicorn (`pyserver mysite.wsgi`).
+    """
     module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
+    if not sep:
+        attr = "application"
+    if not module or not attr:
         raise ValueError(f'expected MODULE:ATTR, got "{spec}"')
     if not all(part.isidentifier() for part in module.split(".")):
         raise ValueError(f'"{module}" is not a module name')

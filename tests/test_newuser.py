@@ -41,3 +41,55 @@ def test_asgi_500_has_an_access_line(path, json_lines):
         assert f'"GET {path} HTTP/1.1" 500 ' in log, log
     # The error line names the request, whichever way the application failed.
     assert f"(GET {path})" in log, log
+
+
+# ---- usage errors: two lines, and a suggestion for a mistyped option -----------------
+
+
+@pytest.mark.parametrize(
+    "args, env, error",
+    [
+        (["--wokers", "4", ASGI], {}, "unrecognized arguments: --wokers"),
+        (["--port", "abc", ASGI], {}, "argument --port: expected an integer, got 'abc'"),
+        ([ASGI], {"PYSERVER_PORT": "x"}, "environment variable PYSERVER_PORT"),
+        (["-c", "nosuch.conf.py", ASGI], {}, "config file nosuch.conf.py: no such file"),
+    ],
+)
+def test_usage_error_is_two_lines(args, env, error):
+    result = run_cli(*args, env=env)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == "usage: pyserver [OPTIONS] APP", result.stderr
+    assert lines[1].startswith("pyserver: error: ") and error in lines[1], result.stderr
+    assert len(lines) <= 3, result.stderr
+    if args[0] == "--wokers":
+        assert lines[2] == "Did you mean '--workers'?"
+
+
+def test_usage_error_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.pyserver]\nwokers = 2\n")
+    result = run_cli(ASGI, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[:2] == [
+        "usage: pyserver [OPTIONS] APP",
+        "pyserver: error: pyproject.toml [tool.pyserver]: wokers: unknown option",
+    ], result.stderr
+
+
+def test_hidden_options_are_in_help():
+    out = run_cli("--help").stdout
+    assert "--timeout-request-header SECONDS" in out
+    assert "--limit-connections N" in out
+
+
+def test_module_alone_means_module_application(tmp_path):
+    (tmp_path / "mysite").mkdir()
+    (tmp_path / "mysite" / "__init__.py").write_text("")
+    (tmp_path / "mysite" / "wsgi.py").write_text(
+        "def application(environ, start_response):\n"
+        "    start_response('200 OK', [('Content-Length', '4')])\n"
+        "    return [b'site']\n"
+    )
+    with run_server("mysite.wsgi", "--app-dir", str(tmp_path)) as srv:
+        assert get(srv, "/").body == b"site"
+        assert "Application mysite.wsgi:application: WSGI" in srv.log()
