@@ -891,8 +891,7 @@ def run(cfg: Config) -> int:
     except ImportError as exc:
         print(
             f"pyserver: error: the C core pyserver._core cannot be loaded ({exc}); "
-            "build it with `make build` or `pip install .` in a source tree "
-            "(the distribution is named pyserver-ev)",
+            "build it with `make build` or `pip install .` in a source tree",
             file=sys.stderr,
         )
         return 1

@@ -22,8 +22,7 @@ try:
     from gunicorn.workers.base import Worker as _GunicornWorker
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "pyserver.workers needs gunicorn, which is not installed: "
-        "pip install 'pyserver-ev[gunicorn]'"
+        "pyserver.workers needs gunicorn, which is not installed: pip install gunicorn"
     ) from exc
 
 from pyserver import importer
