@@ -4,11 +4,12 @@ logs written as configured, gunicorn config files, start-up errors that say what
 """
 
 import json
-import re
-import textwrap
+import os
+import subprocess
+import sys
 
 import pytest
-from helpers import HTTPConn, free_port, run_cli, run_server, wait_for
+from helpers import ROOT, run_cli, run_server
 
 ASGI = "apps.newuser_apps:asgi"
 WSGI = "apps.newuser_apps:wsgi"
@@ -93,3 +94,38 @@ def test_module_alone_means_module_application(tmp_path):
     with run_server("mysite.wsgi", "--app-dir", str(tmp_path)) as srv:
         assert get(srv, "/").body == b"site"
         assert "Application mysite.wsgi:application: WSGI" in srv.log()
+
+
+# ---- setup.py: Linux only, and every missing library in one message ------------------
+
+
+def run_setup(code, env=None):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_setup_names_every_missing_library():
+    # pkg-config finds nothing: OpenSSL and nghttp2 are then missing (the others are found
+    # by their headers), and both are named at once with one install line.
+    code = "import sys, runpy; sys.argv = ['setup.py', 'build_ext']; runpy.run_path('setup.py')"
+    result = run_setup(code, env={"PKG_CONFIG_LIBDIR": "/nonexistent", "PKG_CONFIG_PATH": ""})
+    assert result.returncode == 1
+    assert "pyserver needs 2 more system libraries to build:" in result.stderr, result.stderr
+    assert "OpenSSL 3" in result.stderr and "nghttp2" in result.stderr
+    assert "install them with: apt-get install libssl-dev libnghttp2-dev" in result.stderr
+
+
+def test_setup_refuses_other_platforms():
+    code = (
+        "import sys, runpy; sys.platform = 'darwin'; sys.argv = ['setup.py', 'build_ext'];"
+        " runpy.run_path('setup.py')"
+    )
+    result = run_setup(code)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: pyserver runs on Linux only; this is darwin"
