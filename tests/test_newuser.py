@@ -3,6 +3,7 @@ clients and the real log output: access lines for every answer, short usage erro
 logs written as configured, gunicorn config files, start-up errors that say what and where.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -129,3 +130,27 @@ def test_setup_refuses_other_platforms():
     result = run_setup(code)
     assert result.returncode == 1
     assert result.stderr.strip() == "error: pyserver runs on Linux only; this is darwin"
+
+
+# ---- docs/configuration.md lists every option, in its tables -------------------------
+
+
+def test_configuration_page_lists_every_option():
+    from pyserver.cli import build_parser
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    parser, _ = build_parser()
+    flags = {
+        flag
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS and action.dest not in ("help", "version")
+        for flag in action.option_strings
+        if flag.startswith("--") and not flag.startswith("--no-")
+    }
+    missing = sorted(f for f in flags if f"`{f}" not in text and f"/{f}" not in text)
+    assert missing == [], missing
+    # A table row belongs to a table: it follows a header row or another row.
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and i and not lines[i - 1].startswith("|"):
+            assert lines[i + 1].startswith("| ---"), f"orphan table row, line {i + 1}: {line}"
