@@ -793,7 +793,7 @@ class Config:
                 self.access_log,
                 access_logfile=self.access_logfile,
                 error_logfile=self.error_logfile,
-                access_json=self.access_log_format == "json",
+                access_bare=self.access_log_format != DEFAULT_ACCESS_LOG_FORMAT,
             )
         except logconfig.LogConfigError as exc:
             raise StartupError(f"error: {exc}", 1) from exc

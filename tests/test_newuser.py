@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, run_cli, run_server
+from helpers import ROOT, run_cli, run_server, wait_for
 
 ASGI = "apps.newuser_apps:asgi"
 WSGI = "apps.newuser_apps:wsgi"
@@ -154,3 +154,48 @@ def test_configuration_page_lists_every_option():
     for i, line in enumerate(lines):
         if line.startswith("| ") and i and not lines[i - 1].startswith("|"):
             assert lines[i + 1].startswith("| ---"), f"orphan table row, line {i + 1}: {line}"
+
+
+# ---- access lines as configured, with the request's fields on every record -----------
+
+
+@pytest.mark.parametrize("app", [ASGI, WSGI])
+def test_custom_access_format_is_written_as_given(app, tmp_path):
+    logfile = tmp_path / "access.log"
+    fmt = "%(h)s %(m)s %(U)s %(s)s"
+    with run_server(app, "--access-logformat", fmt) as srv:
+        get(srv, "/one")
+        assert srv.wait_for_log("GET /one 200"), srv.log_tail()
+        assert "127.0.0.1 GET /one 200\n" in srv.log()
+        assert "INFO:" not in srv.log()
+    with run_server(app, "--access-logformat", fmt, "--access-logfile", str(logfile)) as srv:
+        get(srv, "/two")
+        assert wait_for(lambda: logfile.exists() and logfile.read_text()), srv.log_tail()
+    assert logfile.read_text() == "127.0.0.1 GET /two 200\n"
+
+
+@pytest.mark.parametrize("app", [ASGI, WSGI])
+def test_access_record_has_the_fields_whatever_the_format(app, tmp_path):
+    config = tmp_path / "log.json"
+    config.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "disable_existing_loggers": False,
+                "formatters": {"f": {"format": "FIELDS %(method)s %(path)s %(status)d"}},
+                "handlers": {
+                    "h": {
+                        "class": "logging.StreamHandler",
+                        "formatter": "f",
+                        "stream": "ext://sys.stdout",
+                    }
+                },
+                "loggers": {"pyserver.access": {"handlers": ["h"], "propagate": False}},
+            }
+        )
+    )
+    with run_server(app, "--log-config", str(config)) as srv:
+        get(srv, "/f")
+        assert srv.wait_for_log("FIELDS "), srv.log_tail()
+        assert "FIELDS GET /f 200\n" in srv.log()
+        assert "Logging error" not in srv.log()
