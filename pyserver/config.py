@@ -808,14 +808,11 @@ class Config:
                 self.app, app_dir=app_dir, factory=self.factory, name=self.app_spec
             )
         except importer.AppImportError as exc:
-            hint = ""
-            if exc.in_app and self.reload:
-                self.error_logger.error("Traceback:", exc_info=exc.__cause__)
-            elif exc.in_app:
-                self.error_logger.debug("Traceback:", exc_info=exc.__cause__)
-                if not self.error_logger.isEnabledFor(logging.DEBUG):
-                    hint = " (--log-level debug shows the traceback)"
-            raise StartupError(f"error: {exc}{hint}", 3) from exc
+            # The summary line, then where in the application it failed (an error deep in
+            # Django's settings needs its traceback); a module or attribute that does not
+            # exist is said in the one line.
+            tb = importer.app_traceback(exc.__cause__) if exc.in_app else ""
+            raise StartupError(f"error: {exc}{tb}", 3) from exc
 
     def resolve_interface(self, app):
         interface = self.interface

@@ -5,6 +5,7 @@ import functools
 import importlib
 import inspect
 import sys
+import traceback
 
 
 class AppImportError(Exception):
@@ -18,6 +19,27 @@ class AppImportError(Exception):
     def __init__(self, message, in_app=False):
         super().__init__(message)
         self.in_app = in_app
+
+
+def app_traceback(exc):
+    """The traceback of an exception raised by the application's code, as text starting with
+    a newline, without the frames of pyserver's importer and importlib."""
+    if exc is None:
+        return ""
+    tb = traceback.TracebackException.from_exception(exc)
+    ours = (
+        __file__,
+        importlib.__file__,
+        "<frozen importlib._bootstrap>",
+        "<frozen importlib._bootstrap_external>",
+    )
+    tb.stack = traceback.StackSummary.from_list(
+        [frame for frame in tb.stack if frame.filename not in ours]
+    )
+    text = "".join(tb.format())
+    if not tb.stack:  # a SyntaxError: where it is comes after the header
+        text = "Traceback (most recent call last):\n" + text
+    return "\n" + text.rstrip("\n")
 
 
 def split_app_spec(spec):

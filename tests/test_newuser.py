@@ -199,3 +199,19 @@ def test_access_record_has_the_fields_whatever_the_format(app, tmp_path):
         assert srv.wait_for_log("FIELDS "), srv.log_tail()
         assert "FIELDS GET /f 200\n" in srv.log()
         assert "Logging error" not in srv.log()
+
+
+# ---- start-up errors: the traceback of the application's error, checks before import ---
+
+
+def test_import_error_shows_the_traceback_after_the_summary(tmp_path):
+    (tmp_path / "deep.py").write_text("def settings():\n    return 1 / 0\n")
+    (tmp_path / "site_app.py").write_text("import deep\n\ndeep.settings()\napplication = None\n")
+    result = run_cli("site_app", "--port", "0", "--app-dir", str(tmp_path))
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith('pyserver: error: error while importing module "site_app"')
+    assert "ZeroDivisionError" in lines[0]
+    assert lines[1] == "Traceback (most recent call last):", result.stderr
+    assert 'deep.py", line 2, in settings' in result.stderr
+    assert "importlib" not in result.stderr and "pyserver/importer.py" not in result.stderr
