@@ -897,6 +897,7 @@ def run(cfg: Config) -> int:
         return 1
     server = hooks.HookServer(cfg)
     try:
+        cfg.prepare()
         hooks.run_startup(cfg, "on_starting", server)
         cfg.load()
         hooks.run_startup(cfg, "when_ready", server)
@@ -992,8 +993,11 @@ def _flush_logs():
 
 def write_pid_file(path):
     if path is not None:
-        with open(path, "w") as f:
-            f.write(f"{os.getpid()}\n")
+        try:
+            with open(path, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as exc:
+            raise OSError(f"cannot write the pid file {path}: {exc.strerror}") from exc
 
 
 def remove_pid_file(path):
@@ -1019,4 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"pyserver: {exc}", file=sys.stderr)
+        return exc.exit_code
     return run(cfg)

@@ -361,7 +361,14 @@ def parse_metrics_bind(value):
     address = parse_bind(value) if isinstance(value, str) else tuple(value)
     if address[0] not in ("tcp", "unix"):
         raise ValueError(f"--metrics-bind takes HOST:PORT or unix:PATH, got {value!r}")
+    if isinstance(value, str) and address[0] == "tcp" and not _has_port(value):
+        # --bind's HOST alone means port 8000, which the application's own port usually is.
+        raise ValueError(f"--metrics-bind takes HOST:PORT (a port too), got {value!r}")
     return address
+
+
+def _has_port(value):
+    return "]:" in value if value.startswith("[") else value.count(":") == 1
 
 
 def format_host_port(host, port):
@@ -646,7 +653,10 @@ class Config:
         self.ssl_ticket_rotation = check_float("ssl_ticket_rotation", ssl_ticket_rotation)
         if self.ssl_certfile is None and (self.ssl_keyfile or self.ssl_ca_certs):
             raise ValueError("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile")
-        self.uid, self.gid = resolve_user_group(user, group)
+        try:
+            self.uid, self.gid = resolve_user_group(user, group)
+        except ValueError as exc:  # the system's accounts, not the option's form: exit 1
+            raise StartupError(f"error: {exc}", 1) from None
         self.chdir = chdir
         self.umask = umask
         self.env = [tuple(pair) for pair in env or ()]
@@ -675,34 +685,39 @@ class Config:
         self._unix_paths = []
         self.loaded = False
 
-    def load(self) -> None:
-        """Set up logging, import the app, bind the sockets. Raises StartupError."""
-        assert not self.loaded, "Config.load() called twice"
+    def prepare(self) -> None:
+        """--umask, --chdir, --env, then logging: before the first server hook (on_starting
+        logs as gunicorn's does). load() calls it when it was not called. Raises StartupError."""
+        if self.error_logger is not None:
+            return
         self.apply_process_settings()
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
+
+    def load(self) -> None:
+        """Set up logging, check the files, bind the sockets, import the app. Raises
+        StartupError."""
+        assert not self.loaded, "Config.load() called twice"
+        self.prepare()
         self.check_tls()
         self.check_static()
+        check_pid_file(self.pid)
+        # The sockets first: a port in use, a uwsgi listener on TLS or a metrics address
+        # that cannot be bound is said at once, not after a slow import. With --user/--group
+        # they are bound as we started, then privileges are dropped (here, or in each
+        # worker under a master that imports nothing).
+        self.sockets = self.bind_sockets()
+        self.bind_metrics_socket()
         # Under a master the workers import the app, unless --preload.
-        import_here = not self.use_master or self.preload
-        if self.uid is None and self.gid is None:
-            if import_here:
-                self.load_worker_app()
-            self.sockets = self.bind_sockets()
-            self.bind_metrics_socket()
-        else:
-            # --user/--group: bind as we started, then drop (here, or in each worker
-            # under a master that imports nothing), then import.
-            self.sockets = self.bind_sockets()
-            self.bind_metrics_socket()
-            if import_here:
-                try:
+        if not self.use_master or self.preload:
+            try:
+                if self.uid is not None or self.gid is not None:
                     self.drop_privileges()
-                    self.load_worker_app()
-                except BaseException:
-                    self.close_sockets()
-                    raise
+                self.load_worker_app()
+            except BaseException:
+                self.close_sockets()
+                raise
         self.loaded = True
 
     def check_tls(self):
@@ -1023,6 +1038,23 @@ class Config:
             except OSError:
                 pass
         self._unix_paths = []
+
+
+def check_pid_file(path):
+    """--pid: can the file be written? Raises StartupError (exit 1) naming it, before the
+    server starts, so that the error is not found after "Listening on"."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        reason = "it is a directory"
+    elif not os.path.isdir(directory):
+        reason = f"no such directory {directory}"
+    elif not os.access(path if os.path.exists(path) else directory, os.W_OK):
+        reason = "permission denied"
+    else:
+        return
+    raise StartupError(f"error: cannot write the pid file {path}: {reason}", 1)
 
 
 def resolve_user_group(user, group):

@@ -1,6 +1,7 @@
 """Server hooks from a --config file (gunicorn's names and arguments).
 
-    on_starting(server)        the master or single process, before logging, binding, import
+    on_starting(server)        the master or single process, logging set up, before binding
+                               and importing
     when_ready(server)         the same process, sockets bound, before the workers are forked
     pre_fork(server, worker)   the master, just before it forks each worker (worker.pid is
                                still the master's); never in a single process

@@ -6,11 +6,13 @@ logs written as configured, gunicorn config files, start-up errors that say what
 import argparse
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, run_cli, run_server, wait_for
+from helpers import ROOT, free_port, run_cli, run_server, wait_for
 
 ASGI = "apps.newuser_apps:asgi"
 WSGI = "apps.newuser_apps:wsgi"
@@ -215,3 +217,83 @@ def test_import_error_shows_the_traceback_after_the_summary(tmp_path):
     assert lines[1] == "Traceback (most recent call last):", result.stderr
     assert 'deep.py", line 2, in settings' in result.stderr
     assert "importlib" not in result.stderr and "pyserver/importer.py" not in result.stderr
+
+
+def test_on_starting_hook_logs(tmp_path):
+    conf = tmp_path / "conf.py"
+    conf.write_text("def on_starting(server):\n    server.log.info('HOOK on_starting ran')\n")
+    with run_server(ASGI, "-c", str(conf)) as srv:
+        assert srv.wait_for_log("HOOK on_starting ran"), srv.log_tail()
+        line = next(line for line in srv.log().splitlines() if "HOOK" in line)
+    assert line.endswith("[INFO] HOOK on_starting ran"), line
+
+
+def test_a_typical_gunicorn_conf_loads(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-days", "2", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(
+        f"certfile = {str(cert)!r}\nkeyfile = {str(key)!r}\nciphers = 'ECDHE+AESGCM'\n"
+        "cert_reqs = 0\nworker_class = 'uvicorn.workers.UvicornWorker'\nproc_name = 'site'\n"
+        "def worker_int(worker):\n    pass\n"
+    )
+    port = free_port()
+    with run_server(ASGI, "-c", str(conf), port=port) as srv:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx.check_hostname = False
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), 5)) as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert tls.recv(100).startswith(b"HTTP/1.1 200")
+        warnings = [line for line in srv.log().splitlines() if "[WARNING]" in line]
+    assert len(warnings) == 1, warnings
+    assert "ignored: worker_class, proc_name, worker_int (" in warnings[0], warnings
+
+
+def test_unwritable_pid_file_is_said_before_serving(tmp_path):
+    pid = tmp_path / "no" / "such" / "dir" / "server.pid"
+    result = run_cli(ASGI, "--port", "0", "--pid", str(pid))
+    assert result.returncode == 1
+    assert "Listening on" not in result.stderr, result.stderr
+    assert f"cannot write the pid file {pid}: no such directory" in result.stderr
+
+
+def test_certificate_without_its_key(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+         "-days", "2", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    result = run_cli(ASGI, "--port", "0", "--ssl-certfile", str(cert))
+    assert result.returncode == 1
+    assert f"no private key in {cert}; give --ssl-keyfile" in result.stderr, result.stderr
+
+
+def test_metrics_bind_needs_a_port():
+    result = run_cli(ASGI, "--port", "0", "--metrics-bind", "127.0.0.1")
+    assert result.returncode == 2
+    assert "--metrics-bind takes HOST:PORT (a port too), got '127.0.0.1'" in result.stderr
+
+
+def test_unknown_user_exits_1():
+    result = run_cli(ASGI, "--user", "no-such-user-for-pyserver")
+    assert result.returncode == 1, result.stderr
+    assert "no such user 'no-such-user-for-pyserver'" in result.stderr
+
+
+def test_port_in_use_is_said_before_the_import(tmp_path):
+    (tmp_path / "slow_app.py").write_text(
+        "print('IMPORTING slow_app', flush=True)\nasync def app(scope, receive, send):\n    pass\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("slow_app:app", "--port", str(port), "--app-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "Address already in use" in result.stderr
+    assert "IMPORTING" not in result.stdout + result.stderr
