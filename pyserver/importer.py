@@ -172,13 +172,32 @@ def _takes_one_positional(fn):
     return False
 
 
+def _takes_three_positional(fn):
+    """True if fn must be called with three positional arguments: ASGI's (scope, receive,
+    send), from a plain function that returns the coroutine of another. WSGI passes two."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(object(), object(), object())
+    except TypeError:
+        return False
+    try:
+        sig.bind(object(), object())
+    except TypeError:
+        return True
+    return False
+
+
 def detect_interface(app):
     """Return "asgi" or "wsgi" for an application object.
 
     ASGI: a coroutine function, an object whose __call__ is a coroutine
     function (Django's ASGIHandler, Starlette and FastAPI instances), an
-    awaitable class, or an ASGI2 callable taking (scope) alone. Anything else
-    (Flask, Bottle, Django's WSGIHandler, plain functions) is WSGI.
+    awaitable class, an ASGI2 callable taking (scope) alone, or a plain callable that
+    needs three positional arguments (it returns the coroutine). Anything else (Flask,
+    Bottle, Django's WSGIHandler, plain functions of two) is WSGI.
     """
     target = _unwrap(app)
     if inspect.isclass(target):
@@ -188,7 +207,9 @@ def detect_interface(app):
         return "asgi"
     elif not inspect.isroutine(target) and _call_is_async(type(target)):
         return "asgi"
-    return "asgi" if _takes_one_positional(target) else "wsgi"
+    if _takes_one_positional(target) or _takes_three_positional(target):
+        return "asgi"
+    return "wsgi"
 
 
 def is_asgi2(app):

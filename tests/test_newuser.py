@@ -297,3 +297,9 @@ def test_port_in_use_is_said_before_the_import(tmp_path):
     assert result.returncode == 1
     assert "Address already in use" in result.stderr
     assert "IMPORTING" not in result.stdout + result.stderr
+
+
+def test_sync_callable_of_three_is_asgi():
+    with run_server("apps.newuser_apps:three_args") as srv:
+        assert get(srv, "/").body == b"ok"
+        assert "Application apps.newuser_apps:three_args: ASGI" in srv.log()
