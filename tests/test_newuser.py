@@ -303,3 +303,15 @@ def test_sync_callable_of_three_is_asgi():
     with run_server("apps.newuser_apps:three_args") as srv:
         assert get(srv, "/").body == b"ok"
         assert "Application apps.newuser_apps:three_args: ASGI" in srv.log()
+
+
+def test_wsgi_body_shorter_than_its_content_length_is_logged():
+    with run_server(WSGI) as srv:
+        conn = srv.connect()
+        conn.send(b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = conn.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"Content-Length: 10" in head
+        conn.close()
+        text = "WSGI application sent 3 of the 10 body bytes its Content-Length announced"
+        assert srv.wait_for_log(text), srv.log_tail()
+        assert "(GET /short): the connection is closed" in srv.log()
