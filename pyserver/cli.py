@@ -664,8 +664,9 @@ def build_parser():
         "--wsgi-errors-level",
         type=_choice(tuple(logconfig.LOG_LEVELS)),
         metavar="LEVEL",
-        help="level of the lines applications write to wsgi.errors, on pyserver.error "
-        f"(default: {D['wsgi_errors_level']})",
+        help="log the lines applications write to wsgi.errors on pyserver.error at this "
+        "level (default: none, the text is written as it comes to the error log's stream, "
+        "as gunicorn does)",
     )
 
     procs = parser.add_argument_group("processes")

@@ -489,7 +489,7 @@ class Config:
         env=None,
         access_logfile=None,
         error_logfile=None,
-        wsgi_errors_level="warning",
+        wsgi_errors_level=None,
         ssl_certfile=None,
         ssl_keyfile=None,
         ssl_keyfile_password=None,
@@ -662,9 +662,11 @@ class Config:
         self.env = [tuple(pair) for pair in env or ()]
         self.access_logfile = access_logfile
         self.error_logfile = error_logfile
-        if wsgi_errors_level not in logconfig.LOG_LEVELS:
+        if wsgi_errors_level is not None and wsgi_errors_level not in logconfig.LOG_LEVELS:
             raise ValueError(f"wsgi_errors_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
-        self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level]
+        # None: wsgi.errors text is written as it comes (wsgi_errors_write), as gunicorn does.
+        self.wsgi_errors_raw = wsgi_errors_level is None
+        self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level or "warning"]
         self.hooks = dict(hooks or {})
         self.static = [parse_static(mount) for mount in static or ()]
         self.static_max_age = (
@@ -694,6 +696,14 @@ class Config:
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
+
+    @property
+    def wsgi_errors_write(self):
+        """What the core writes wsgi.errors text with (None: it logs each line at
+        wsgi_errors_level): the error log's own streams, the text as it comes."""
+        if not self.wsgi_errors_raw or self.error_logger is None:
+            return None
+        return logconfig.stream_writer(self.error_logger, self.wsgi_errors_level)
 
     def load(self) -> None:
         """Set up logging, check the files, bind the sockets, import the app. Raises

@@ -154,3 +154,31 @@ def configure_logging(
         access_logger.handlers = []
         access_logger.propagate = False
     return error_logger, access_logger
+
+
+def stream_writer(logger, fallback_level):
+    """A write(text) for wsgi.errors: the text goes as it comes (no prefix, no time, its own
+    line ends) to the streams of logger's handlers, as gunicorn writes it, flushed at once.
+    Handlers without a stream (syslog, a queue) get it as a record at fallback_level."""
+
+    def write(text):
+        streams = [
+            handler
+            for handler in logger.handlers
+            if isinstance(handler, logging.StreamHandler) and handler.stream is not None
+        ]
+        if not streams:
+            if text.strip():
+                logger.log(fallback_level, "%s", text.rstrip())
+            return
+        for handler in streams:
+            handler.acquire()
+            try:
+                handler.stream.write(text)
+                handler.stream.flush()
+            except (OSError, ValueError):
+                pass
+            finally:
+                handler.release()
+
+    return write

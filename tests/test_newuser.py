@@ -315,3 +315,14 @@ def test_wsgi_body_shorter_than_its_content_length_is_logged():
         text = "WSGI application sent 3 of the 10 body bytes its Content-Length announced"
         assert srv.wait_for_log(text), srv.log_tail()
         assert "(GET /short): the connection is closed" in srv.log()
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_wsgi_errors_text_is_written_as_it_comes(threads, tmp_path):
+    errors = tmp_path / "errors.log"
+    args = ["--threads", threads, "--error-logfile", str(errors)]
+    with run_server(WSGI, *args) as srv:
+        assert get(srv, "/flask-error").status == 200
+        assert wait_for(lambda: "ERROR in app" in errors.read_text()), srv.log_tail()
+    line = next(line for line in errors.read_text().splitlines() if "ERROR in app" in line)
+    assert line == "[2026-01-01 00:00:00,000] ERROR in app: Exception on /flask-error [GET]"

@@ -67,6 +67,7 @@ typedef struct {
     uint32_t limit_concurrency; /* 0: no limit */
     uint32_t threads;           /* WSGI application threads (1: the loop's own) */
     int wsgi_errors_level;      /* logging level of wsgi.errors lines */
+    PyObject *wsgi_errors_write; /* callable writing wsgi.errors text as it comes, or NULL */
     PyObject *root_path;        /* str, "" for None */
     PyObject *url_scheme;
     PyObject *error_logger;

@@ -116,7 +116,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD PyObject *logger;
-    int level; /* config.wsgi_errors_level: lines are logged at it, as they are */
+    int level;       /* config.wsgi_errors_level: lines are logged at it, as they are */
+    PyObject *write; /* or, when set, the text goes to it as it comes (gunicorn's way) */
 } ErrorsObject;
 
 typedef struct {
@@ -1989,6 +1990,13 @@ static PyObject *Errors_write(PyObject *op, PyObject *s)
         PyErr_SetString(PyExc_TypeError, "wsgi.errors.write() takes str");
         return NULL;
     }
+    if (self->write != NULL) {
+        PyObject *res = PyObject_CallOneArg(self->write, s);
+        if (res == NULL)
+            return NULL;
+        Py_DECREF(res);
+        return PyLong_FromSsize_t(PyUnicode_GET_LENGTH(s));
+    }
     PyObject *text = PyObject_CallMethod(s, "rstrip", NULL);
     if (text == NULL)
         return NULL;
@@ -2035,12 +2043,14 @@ static int Errors_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(((ErrorsObject *)op)->logger);
+    Py_VISIT(((ErrorsObject *)op)->write);
     return 0;
 }
 
 static int Errors_clear(PyObject *op)
 {
     Py_CLEAR(((ErrorsObject *)op)->logger);
+    Py_CLEAR(((ErrorsObject *)op)->write);
     return 0;
 }
 
@@ -2056,7 +2066,7 @@ static void Errors_dealloc(PyObject *op)
 static PyMethodDef Errors_methods[] = {
     {"write", Errors_write, METH_O, "Log text on the error log."},
     {"writelines", Errors_writelines, METH_O, "Log each string."},
-    {"flush", Errors_flush, METH_NOARGS, "Nothing to flush."},
+    {"flush", Errors_flush, METH_NOARGS, "Nothing to flush (each write is flushed)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2215,6 +2225,7 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, const ps_py_settings_t *s, Py
     if (eo) {
         eo->logger = Py_NewRef(ctx->error_logger);
         eo->level = s->wsgi_errors_level;
+        eo->write = Py_XNewRef(s->wsgi_errors_write);
         errors = (PyObject *)eo;
     }
     if (errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
