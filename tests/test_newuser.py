@@ -326,3 +326,49 @@ def test_wsgi_errors_text_is_written_as_it_comes(threads, tmp_path):
         assert wait_for(lambda: "ERROR in app" in errors.read_text()), srv.log_tail()
     line = next(line for line in errors.read_text().splitlines() if "ERROR in app" in line)
     assert line == "[2026-01-01 00:00:00,000] ERROR in app: Exception on /flask-error [GET]"
+
+
+# ---- processes: worker numbers after HUP, what a stop signal drains -------------------
+
+
+def _children(pid):
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                title = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")[0]
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found[int(entry)] = title.decode()
+    return found
+
+
+def test_worker_numbers_stay_1_to_n_after_hup():
+    pytest.importorskip("setproctitle")
+    import signal
+    import urllib.request
+
+    metrics = free_port()
+    with run_server(WSGI, "-w", "2", "--metrics-bind", f"127.0.0.1:{metrics}") as srv:
+        assert wait_for(lambda: len(_children(srv.pid)) == 2, 10)
+        first = set(_children(srv.pid))
+        os.kill(srv.pid, signal.SIGHUP)
+
+        def replaced():
+            now = _children(srv.pid)
+            return len(now) == 2 and not (set(now) & first)
+
+        assert wait_for(replaced, 20), srv.log_tail()
+        assert sorted(_children(srv.pid).values()) == ["pyserver: worker 1", "pyserver: worker 2"]
+        url = f"http://127.0.0.1:{metrics}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        labels = sorted(
+            line.split('"')[1]
+            for line in text.splitlines()
+            if line.startswith("pyserver_worker_rss")
+        )
+        assert labels == ["1", "2"], text
+        assert "Booting worker 3" not in srv.log()

@@ -417,12 +417,12 @@ typedef struct {
 
 /* pre_fork(number) before each fork (gunicorn's pre_fork hook); a raising
  * one is logged and the worker forked all the same. */
-static void m_pre_fork(void *data, int index)
+static void m_pre_fork(void *data, int number)
 {
     master_ctx_t *ctx = data;
     if (ctx->pre_fork == Py_None)
         return;
-    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", index + 1);
+    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", number);
     if (res == NULL)
         ps_log_exception(ctx->logger, "pyserver: pre_fork failed");
     Py_XDECREF(res);
@@ -442,7 +442,7 @@ static void m_after_fork_parent(void *data)
 
 /* In the new worker process: spawn_worker(number, own_fds) imports the app
  * and serves; it ends the process itself. Anything else exits with status 1. */
-static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_fds, uint32_t nown)
+static void m_run_worker(void *data, int number, ps_slot_t *slot, const int *own_fds, uint32_t nown)
 {
     master_ctx_t *ctx = data;
     PyOS_AfterFork_Child();
@@ -457,7 +457,7 @@ static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_
             PyTuple_SET_ITEM(fds, i, fd);
     }
     if (fds != NULL)
-        res = PyObject_CallFunction(ctx->spawn_worker, "iO", index + 1, fds);
+        res = PyObject_CallFunction(ctx->spawn_worker, "iO", number, fds);
     Py_XDECREF(fds);
     if (res == NULL)
         PyErr_Print();
