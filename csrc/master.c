@@ -507,6 +507,23 @@ static void retire_all(ps_master_t *m, int cause)
     }
 }
 
+/* The stop signal's line, so that the wait before "Finished" is explained
+ * (each worker says what it drains). */
+static void log_stop(ps_master_t *m, const char *name, int how)
+{
+    uint32_t n = count_live(m);
+    if (m->stopping >= how)
+        return;
+    if (how == STOP_QUICK)
+        logf_(m, PS_LOG_INFO, "Handling signal: %s: stopping %u worker%s now", name, n,
+              n == 1 ? "" : "s");
+    else
+        logf_(m, PS_LOG_INFO,
+              "Handling signal: %s: stopping %u worker%s gracefully (requests in progress get "
+              "up to %g s)",
+              name, n, n == 1 ? "" : "s", m->cfg.graceful_timeout);
+}
+
 static void handle_signal(ps_master_t *m, int signo)
 {
     switch (signo) {
@@ -514,12 +531,15 @@ static void handle_signal(ps_master_t *m, int signo)
         reap(m);
         break;
     case SIGINT:
+        log_stop(m, "int", m->stopping ? STOP_QUICK : STOP_GRACEFUL);
         begin_stop(m, m->stopping ? STOP_QUICK : STOP_GRACEFUL);
         break;
     case SIGTERM:
+        log_stop(m, "term", STOP_GRACEFUL);
         begin_stop(m, STOP_GRACEFUL);
         break;
     case SIGQUIT:
+        log_stop(m, "quit", STOP_QUICK);
         begin_stop(m, STOP_QUICK);
         break;
     case SIGHUP:

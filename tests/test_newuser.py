@@ -372,3 +372,22 @@ def test_worker_numbers_stay_1_to_n_after_hup():
         )
         assert labels == ["1", "2"], text
         assert "Booting worker 3" not in srv.log()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_stop_signal_says_what_it_drains(workers):
+    import signal
+
+    with run_server(ASGI, "-w", workers) as srv:
+        conn = srv.connect()
+        conn.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert srv.wait_for_log("SLOW started"), srv.log_tail()
+        os.kill(srv.pid, signal.SIGTERM)
+        text = "Handling signal: term: draining 1 request in progress on 1 connection (up to "
+        assert srv.wait_for_log(text, timeout=3), srv.log_tail()
+        # Said when the signal came, not when the request ended.
+        assert "Finished" not in srv.log()
+        assert conn.read_response().status == 200
+        conn.close()
+        if workers == "2":
+            assert "Handling signal: term: stopping 2 workers gracefully" in srv.log()

@@ -1732,6 +1732,11 @@ const ps_handler_t ps_asgi_handler = {
  * loop so the runner can run lifespan shutdown. This may run inside a task
  * step (the last response completing), so asyncio is told directly rather
  * than through libev, which might otherwise block with nothing to wait for. */
+uint32_t ps_asgi_active(const ps_asgi_t *ctx)
+{
+    return ctx->active;
+}
+
 void ps_asgi_drained(ps_asgi_t *ctx)
 {
     if (ctx->stop_sent || ctx->loop_stop == NULL)

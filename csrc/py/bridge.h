@@ -173,6 +173,8 @@ void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
 /* The worker's graceful stop finished its last connection (its drained
  * hook): stops asyncio's loop once Server.start() has run. */
 void ps_asgi_drained(ps_asgi_t *ctx);
+/* Requests whose application has not ended. */
+uint32_t ps_asgi_active(const ps_asgi_t *ctx);
 /* Before the worker's loop is destroyed: stops the layer's timers. */
 void ps_asgi_detach(ps_asgi_t *ctx);
 PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);
@@ -366,6 +368,8 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...);
 void ps_py_loop_gil(void);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
+/* The same at INFO level. */
+void ps_log_info(PyObject *logger, const char *fmt, ...);
 
 /* Compiles fmt (config.access_log_format: gunicorn's atoms, or "json")
  * for logger's info method. Returns 0 with *out set (ps_access_log_free

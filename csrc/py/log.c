@@ -12,12 +12,13 @@
 
 #include "bridge.h"
 
-static void log_with(PyObject *logger, PyObject *exc, const char *fmt, va_list ap)
+static void log_with(PyObject *logger, const char *level, PyObject *exc, const char *fmt,
+                     va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     PyObject *meth = NULL, *text = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
-    meth = PyObject_GetAttrString(logger, "error");
+    meth = PyObject_GetAttrString(logger, level);
     if (meth == NULL)
         goto error;
     text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
@@ -56,7 +57,7 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...)
         PyException_SetTraceback(value, tb);
     va_list ap;
     va_start(ap, fmt);
-    log_with(logger, value, fmt, ap);
+    log_with(logger, "error", value, fmt, ap);
     va_end(ap);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -69,7 +70,18 @@ void ps_log_error(PyObject *logger, const char *fmt, ...)
     PyErr_Fetch(&type, &value, &tb); /* keep a pending exception aside */
     va_list ap;
     va_start(ap, fmt);
-    log_with(logger, NULL, fmt, ap);
+    log_with(logger, "error", NULL, fmt, ap);
+    va_end(ap);
+    PyErr_Restore(type, value, tb);
+}
+
+void ps_log_info(PyObject *logger, const char *fmt, ...)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    va_list ap;
+    va_start(ap, fmt);
+    log_with(logger, "info", NULL, fmt, ap);
     va_end(ap);
     PyErr_Restore(type, value, tb);
 }

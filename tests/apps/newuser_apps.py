@@ -1,10 +1,13 @@
 """The applications of tests/test_newuser.py (what a new user runs into).
 
-asgi: /raise raises before http.response.start, /silent returns without a response, anything
-else answers 200 "ok". wsgi: the same answers, /flask-error writes an "ERROR in app" line to
-wsgi.errors as Flask's logger does, /short sends fewer bytes than its Content-Length.
+asgi: /raise raises before http.response.start, /silent returns without a response, /slow
+answers after a second, anything else answers 200 "ok". wsgi: 200 "ok", except /flask-error
+writes an "ERROR in app" line to wsgi.errors as Flask's logger does, and /short sends fewer
+bytes than its Content-Length.
 three_args: a sync callable with ASGI's three positional parameters returning a coroutine.
 """
+
+import asyncio
 
 
 class Boom(Exception):
@@ -23,6 +26,9 @@ async def asgi(scope, receive, send):
         raise Boom("before the response")
     if scope["path"] == "/silent":
         return
+    if scope["path"] == "/slow":
+        print("SLOW started", flush=True)
+        await asyncio.sleep(1.0)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ok"})
 
