@@ -442,3 +442,12 @@ def test_apt_deps_picks_the_name_this_release_has():
         pytest.skip("needs a package list with cowsay, not installed")
     picked = apt_deps("no-such-package-for-pyserver|cowsay")
     assert picked.returncode == 0 and picked.stdout.strip() == "installing: cowsay"
+
+
+def test_readme_says_linux_only_and_what_hup_does_to_a_single_process():
+    text = (ROOT / "README.md").read_text()
+    assert "runs on Linux only" in text
+    assert "HUP or USR1 sent to it end it" not in text
+    signals = text[text.index("Signals:") :].split("\n\n")[0]
+    assert "executes itself again" in signals and "reopens its log files on SIGUSR1" in signals
+    assert "pip install pyserver-ev` does not work until then" in text
