@@ -685,13 +685,15 @@ class Config:
         self.sockets = []
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
         self._unix_paths = []
+        self.prepared = False  # prepare() ran
         self.loaded = False
 
     def prepare(self) -> None:
         """--umask, --chdir, --env, then logging: before the first server hook (on_starting
         logs as gunicorn's does). load() calls it when it was not called. Raises StartupError."""
-        if self.error_logger is not None:
+        if self.prepared:
             return
+        self.prepared = True
         self.apply_process_settings()
         self.configure_logging()
         for warning in self.startup_warnings:

@@ -1062,9 +1062,10 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
         }
     } else if (x && !self->complete && !cancelled && !(self->ws && ps_asgi_ws_accepted(self->ws))) {
         ps_request_t *r = x->req;
-        ps_log_error(ctx->error_logger, "ASGI application returned without %s the response (%.*s %.*s)",
-                     self->head_sent ? "completing" : "starting", (int)r->method.len, r->method.base,
-                     (int)PS_MIN(r->target.len, 200), r->target.base);
+        ps_log_error(ctx->error_logger,
+                     "ASGI application returned without %s the response (%.*s %.*s)",
+                     self->head_sent ? "completing" : "starting", (int)r->method.len,
+                     r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
     }
     if (x != NULL && !self->complete) {
         Py_INCREF(self);

@@ -59,16 +59,16 @@ typedef struct {
     ps_config_t core; /* the worker's; core.proxy is &proxy or NULL */
     ps_proxy_t proxy; /* initialised when proxy_ready */
     int proxy_ready;
-    ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
-    double tls_ticket_rotation; /* seconds between a master's new ticket keys */
-    ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
-    int asgi;                   /* interface is "asgi" */
-    int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
-    uint32_t limit_concurrency; /* 0: no limit */
-    uint32_t threads;           /* WSGI application threads (1: the loop's own) */
-    int wsgi_errors_level;      /* logging level of wsgi.errors lines */
+    ps_tls_ctx_t *tls;           /* --ssl-certfile's context (core.tls), or NULL */
+    double tls_ticket_rotation;  /* seconds between a master's new ticket keys */
+    ps_master_config_t master;   /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
+    int asgi;                    /* interface is "asgi" */
+    int multiprocess;            /* workers > 1 (wsgi.multiprocess) */
+    uint32_t limit_concurrency;  /* 0: no limit */
+    uint32_t threads;            /* WSGI application threads (1: the loop's own) */
+    int wsgi_errors_level;       /* logging level of wsgi.errors lines */
     PyObject *wsgi_errors_write; /* callable writing wsgi.errors text as it comes, or NULL */
-    PyObject *root_path;        /* str, "" for None */
+    PyObject *root_path;         /* str, "" for None */
     PyObject *url_scheme;
     PyObject *error_logger;
     ps_access_log_t *access_log; /* NULL when access_log is false (owned) */

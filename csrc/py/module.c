@@ -222,8 +222,8 @@ static void hook_stopping(void *data, int signum, uint32_t conns, int quick,
         ps_log_info(d->logger,
                     "Handling signal: %s: draining %u request%s in progress on %u connection%s "
                     "(%s)",
-                    name, ps_asgi_active(d->actx), ps_asgi_active(d->actx) == 1 ? "" : "s",
-                    conns, conns == 1 ? "" : "s", limit);
+                    name, ps_asgi_active(d->actx), ps_asgi_active(d->actx) == 1 ? "" : "s", conns,
+                    conns == 1 ? "" : "s", limit);
     else
         ps_log_info(d->logger, "Handling signal: %s: draining %u connection%s (%s)", name, conns,
                     conns == 1 ? "" : "s", limit);

@@ -541,9 +541,8 @@ static void check_length(RequestObject *req)
     ps_log_error(req->ctx->error_logger,
                  "WSGI application sent %llu of the %lld body bytes its Content-Length "
                  "announced (%.*s %.*s): the connection is closed",
-                 (unsigned long long)x->body_sent, (long long)req->given_length,
-                 (int)r->method.len, r->method.base, (int)PS_MIN(r->target.len, 200),
-                 r->target.base);
+                 (unsigned long long)x->body_sent, (long long)req->given_length, (int)r->method.len,
+                 r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
 }
 
 /* The body is complete. */
