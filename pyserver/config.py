@@ -667,6 +667,9 @@ class Config:
         # None: wsgi.errors text is written as it comes (wsgi_errors_write), as gunicorn does.
         self.wsgi_errors_raw = wsgi_errors_level is None
         self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level or "warning"]
+        # What the core writes wsgi.errors text with (None: it logs each line at
+        # wsgi_errors_level); set with the loggers.
+        self.wsgi_errors_write = None
         self.hooks = dict(hooks or {})
         self.static = [parse_static(mount) for mount in static or ()]
         self.static_max_age = (
@@ -698,14 +701,6 @@ class Config:
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
-
-    @property
-    def wsgi_errors_write(self):
-        """What the core writes wsgi.errors text with (None: it logs each line at
-        wsgi_errors_level): the error log's own streams, the text as it comes."""
-        if not self.wsgi_errors_raw or self.error_logger is None:
-            return None
-        return logconfig.stream_writer(self.error_logger, self.wsgi_errors_level)
 
     def load(self) -> None:
         """Set up logging, check the files, bind the sockets, import the app. Raises
@@ -824,6 +819,10 @@ class Config:
             )
         except logconfig.LogConfigError as exc:
             raise StartupError(f"error: {exc}", 1) from exc
+        if self.wsgi_errors_raw:
+            self.wsgi_errors_write = logconfig.stream_writer(
+                self.error_logger, self.wsgi_errors_level
+            )
         # No access-log work in the core when nothing would be printed.
         self.access_log = self.access_log and self.access_logger.isEnabledFor(logging.INFO)
 
