@@ -1,7 +1,7 @@
 # pyserver: the commands people type.
 #
-#   make run        install what is missing, build, serve the demo on 127.0.0.1:8000
-#   make test       build, run the C unit tests and the pytest suite
+#   make run        install what building needs, build, serve the demo on 127.0.0.1:8000
+#   make test       also install the test tools and extras; run the C unit tests and pytest
 #   make test-pythons  build and run pytest on Python 3.10, 3.12 and 3.13 (pyenv), each in
 #                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
 #   make test-asyncio-cpython  CPython's asyncio test suite on pyserver's loop and the stock one
@@ -21,11 +21,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev node-llhttp curl wrk \
-	apache2-utils nginx-light libnginx-mod-stream clang-format libwslay-dev zlib1g-dev libisal-dev \
-	nghttp2-client prometheus
+# Debian packages, by what needs them. A|B: the first of them this Debian release has
+# (scripts/apt-deps.sh asks apt-cache policy): Debian 13 has llhttp as a library and no
+# nginx-light. Building and `make run` need only APT_PACKAGES.
+APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev \
+	'libllhttp-dev|node-llhttp' libwslay-dev zlib1g-dev libisal-dev
+# The test suite's tools: curl, nginx (proxy and uwsgi tests, with its stream module),
+# h2load and nghttp (nghttp2-client), promtool (prometheus).
+TEST_APT_PACKAGES := curl 'nginx-light|nginx' libnginx-mod-stream nghttp2-client prometheus
+BENCH_APT_PACKAGES := wrk apache2-utils 'nginx-light|nginx' nghttp2-client curl
+LINT_APT_PACKAGES := clang-format
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
 ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)
@@ -47,39 +53,37 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
 
-.PHONY: deps apt-deps deps-fuzz build run test test-pythons test-asyncio-cpython test-c test-asan fuzz bench autobahn lint \
+.PHONY: deps apt-deps test-deps apt-test-deps deps-fuzz build run test test-pythons test-asyncio-cpython test-c test-asan fuzz bench autobahn lint \
 	dist clean distclean FORCE
 
 # ---- dependencies -----------------------------------------------------------
 
 deps: apt-deps $(VENV)/.deps-stamp
+# What the test suite needs on top: its tools and the [test] extras.
+test-deps: deps apt-test-deps $(VENV)/.test-stamp
 
-# Debian packages: ask apt only when one is missing.
+# Debian packages: apt is asked only when one is missing.
 apt-deps:
-	@missing=""; \
-	for p in $(APT_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "install ok installed" \
-			|| missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		$(SUDO) apt-get update && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
-	fi
+	@scripts/apt-deps.sh $(APT_PACKAGES)
+
+apt-test-deps:
+	@scripts/apt-deps.sh $(TEST_APT_PACKAGES)
 
 deps-fuzz:
-	@command -v clang >/dev/null && dpkg-query -W -f='$${Status}' libclang-rt-dev 2>/dev/null \
-		| grep -q "install ok installed" || { \
-		$(SUDO) apt-get update && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(FUZZ_APT_PACKAGES); }
+	@scripts/apt-deps.sh $(FUZZ_APT_PACKAGES)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # The editable install also builds the extension in place; re-run only when
-# the packaging files change.
+# the packaging files change. No extras: serving needs none.
 $(VENV)/.deps-stamp: pyproject.toml setup.py | $(PY) apt-deps build/core-flags
 	$(PIP) install --upgrade pip 'setuptools>=64' wheel
+	$(PIP) install --no-build-isolation -e .
+	@touch $@
+
+# The test suite's frameworks and clients (pyproject.toml's [test] extra).
+$(VENV)/.test-stamp: $(VENV)/.deps-stamp
 	$(PIP) install --no-build-isolation -e '.[test]'
 	@touch $@
 
@@ -102,7 +106,7 @@ run: build
 	$(PY) -m pyserver pyserver.demo:app --host 127.0.0.1 --port 8000 $(RUN_ARGS)
 
 # pytest's own exit status is kept: 5 (no tests collected) fails like any other.
-test: build test-c
+test: build test-deps test-c
 	$(PYTEST) $(TESTS) $(PYTEST_ARGS)
 
 # The other Python versions `make test` does not run (it uses $(PYTHON), 3.11 here).
@@ -116,11 +120,11 @@ TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file l
 	environ responses wsgi_input errors http1 body_buffering rfc9112 evselector evloop \
 	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi))
 TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
-test-pythons: apt-deps
+test-pythons: apt-deps apt-test-deps
 	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)
 
 # CPython's own asyncio tests (test.test_asyncio) on EvEventLoop against the stock loop.
-test-asyncio-cpython: build
+test-asyncio-cpython: build test-deps
 	$(PY) tests/asyncio_cpython.py compare
 
 test-c: apt-deps
@@ -133,7 +137,7 @@ test-c: apt-deps
 # no LeakSanitizer. verify_asan_link_order=0 lets a Python started without
 # the wrapper (the console script) still load the extension. Tests can look
 # at PYSERVER_ASAN=1 to relax memory-growth bounds.
-test-asan: deps test-c
+test-asan: test-deps test-c
 	$(MAKE) build PYSERVER_CFLAGS='$(ASAN_CFLAGS)' PYSERVER_LDFLAGS='$(ASAN_LDFLAGS)'
 	scripts/asan-python.sh $(VENV) >/dev/null
 	@status=0; \
@@ -148,12 +152,13 @@ test-asan: deps test-c
 fuzz: deps-fuzz apt-deps
 	scripts/fuzz.sh
 
-bench: build
+bench: build test-deps
+	@scripts/apt-deps.sh $(BENCH_APT_PACKAGES)
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 # The Autobahn WebSocket cases (kosoku) against an echo app: sections 1-7, 9, 12 and 13 by
 # default, AUTOBAHN_CASES='1.1.*' for a selection; the report goes to benchmarks/results/autobahn/.
-autobahn: build
+autobahn: build test-deps
 	scripts/autobahn.sh $(VENV) $(AUTOBAHN_CASES)
 
 # ---- distribution -----------------------------------------------------------
@@ -170,7 +175,8 @@ C_LINT_FILES = $(wildcard csrc/*.[ch] csrc/py/*.[ch] tests/c/*.[ch] tests/fuzz/*
 PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
 
 # Runs every check, then fails if any did.
-lint: apt-deps | $(PY)
+lint: | $(PY)
+	@scripts/apt-deps.sh $(LINT_APT_PACKAGES)
 	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PIP) install ruff
 	@$(PY) -m mypy --version >/dev/null 2>&1 || $(PIP) install mypy
 	@status=0; \

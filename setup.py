@@ -18,35 +18,65 @@ import subprocess
 import sys
 from glob import glob
 
-from setuptools import Extension, setup
-from setuptools.command.build_clib import build_clib
-from setuptools.command.build_ext import build_ext
+# Before setuptools, which fails less clearly elsewhere: the core uses epoll and other Linux
+# interfaces (accept4, SO_REUSEPORT lanes, kTLS, /proc).
+if not sys.platform.startswith("linux"):
+    sys.exit(f"error: pyserver runs on Linux only; this is {sys.platform}")
+
+from setuptools import Extension, setup  # noqa: E402
+from setuptools.command.build_clib import build_clib  # noqa: E402
+from setuptools.command.build_ext import build_ext  # noqa: E402
 
 LLHTTP_MIN_VERSION = "9.2"
 DEBIAN_LLHTTP_SRC = "/usr/share/llhttp"
 DEBIAN_LLHTTP_INCLUDE = "/usr/share/include/llhttp"
 
-LLHTTP_MISSING = (
-    "pyserver needs llhttp: install the Debian package node-llhttp "
-    "(apt-get install node-llhttp) or a libllhttp >= 9.2 with pkg-config"
+# What each library is for, and the Debian packages that provide it (the first one apt knows
+# is named: Debian 13 has llhttp as a library, Debian 12 only its sources in node-llhttp).
+LIBEV = ("libev", ("libev-dev",))
+LLHTTP = (
+    f"llhttp (or a libllhttp >= {LLHTTP_MIN_VERSION} that pkg-config finds)",
+    ("libllhttp-dev", "node-llhttp"),
 )
-LIBEV_MISSING = "pyserver needs libev: apt-get install libev-dev"
-OPENSSL_MISSING = (
-    "pyserver needs OpenSSL 3 for TLS: apt-get install libssl-dev "
-    "(pkg-config must find 'openssl >= 3.0')"
-)
-NGHTTP2_MISSING = (
-    "pyserver needs nghttp2 for HTTP/2: apt-get install libnghttp2-dev "
-    "(pkg-config must find 'libnghttp2 >= 1.52')"
-)
-WSLAY_MISSING = "pyserver needs wslay (WebSocket framing): apt-get install libwslay-dev"
-ZLIB_MISSING = "pyserver needs zlib (WebSocket compression): apt-get install zlib1g-dev"
-ISAL_MISSING = "pyserver needs ISA-L (WebSocket compression): apt-get install libisal-dev"
+OPENSSL = ("OpenSSL 3 for TLS (pkg-config must find 'openssl >= 3.0')", ("libssl-dev",))
+NGHTTP2 = ("nghttp2 for HTTP/2 (pkg-config must find 'libnghttp2 >= 1.52')", ("libnghttp2-dev",))
+WSLAY = ("wslay (WebSocket framing)", ("libwslay-dev",))
+ZLIB = ("zlib (WebSocket compression)", ("zlib1g-dev",))
+ISAL = ("ISA-L (WebSocket compression)", ("libisal-dev",))
+
+
+class Missing(Exception):
+    """A library the build needs is not installed; args[0] is its entry above."""
 
 
 def fail(message):
     sys.stderr.write(f"error: {message}\n")
     sys.exit(1)
+
+
+def debian_package(names):
+    """The first of names that apt knows (the last one when apt cannot tell)."""
+    if shutil.which("apt-cache") is not None:
+        for name in names:
+            proc = subprocess.run(["apt-cache", "policy", name], capture_output=True, text=True)
+            if "Candidate:" in proc.stdout and "Candidate: (none)" not in proc.stdout:
+                return name
+    return names[-1]
+
+
+def fail_missing(missing):
+    """One message for every library missing, and the one command that installs them all."""
+    lines = [
+        f"pyserver needs {len(missing)} more system "
+        f"librar{'y' if len(missing) == 1 else 'ies'} to build:"
+    ]
+    packages = []
+    for what, names in missing:
+        package = debian_package(names)
+        packages.append(package)
+        lines.append(f"  {what}: Debian package {package}")
+    lines.append(f"install them with: apt-get install {' '.join(packages)}")
+    fail("\n".join(lines))
 
 
 def env_flags(name):
@@ -71,7 +101,7 @@ def find_libev():
         return cflags, libs
     if os.path.exists("/usr/include/ev.h") or os.path.exists("/usr/local/include/ev.h"):
         return [], ["-lev"]
-    fail(LIBEV_MISSING)
+    raise Missing(LIBEV)
 
 
 def find_openssl():
@@ -83,7 +113,7 @@ def find_openssl():
         return pkg_config("--cflags", "openssl"), pkg_config("--libs", "openssl")
     if shutil.which("pkg-config") is None and os.path.exists("/usr/include/openssl/ssl.h"):
         return [], ["-lssl", "-lcrypto"]
-    fail(OPENSSL_MISSING)
+    raise Missing(OPENSSL)
 
 
 def find_nghttp2():
@@ -92,20 +122,20 @@ def find_nghttp2():
         return pkg_config("--cflags", "libnghttp2"), pkg_config("--libs", "libnghttp2")
     if shutil.which("pkg-config") is None and os.path.exists("/usr/include/nghttp2/nghttp2.h"):
         return [], ["-lnghttp2"]
-    fail(NGHTTP2_MISSING)
+    raise Missing(NGHTTP2)
 
 
 def find_system_lib(package, header, lib, missing):
     """Return (compile_args, link_args) for a library found by pkg-config
     (`package`), else by its header under /usr/include or /usr/local/include
-    (Debian's libwslay-dev has no .pc file)."""
+    (Debian's libwslay-dev has no .pc file). Raises Missing."""
     cflags = pkg_config("--cflags", package)
     libs = pkg_config("--libs", package)
     if cflags is not None and libs is not None:
         return cflags, libs
     if any(os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include")):
         return [], [f"-l{lib}"]
-    fail(missing)
+    raise Missing(missing)
 
 
 def find_llhttp():
@@ -132,7 +162,7 @@ def find_llhttp():
         )
         cflags = [f"-I{DEBIAN_LLHTTP_INCLUDE}", "-DLLHTTP_STRICT_MODE=1"]
         return cflags, [], library
-    fail(LLHTTP_MISSING)
+    raise Missing(LLHTTP)
 
 
 class BuildExt(build_ext):
@@ -172,26 +202,43 @@ def extension_sources():
     return sources
 
 
+def find_all():
+    """Every library's (compile_args, link_args), and the llhttp helper library or None.
+    Looks for all of them before failing, so one message names everything missing."""
+    found, missing, llhttp_library = [], [], None
+    for find, args in (
+        (find_libev, ()),
+        (find_llhttp, ()),
+        (find_openssl, ()),
+        (find_nghttp2, ()),
+        (find_system_lib, ("libwslay", "wslay/wslay.h", "wslay", WSLAY)),
+        (find_system_lib, ("zlib", "zlib.h", "z", ZLIB)),
+        (find_system_lib, ("libisal", "isa-l/igzip_lib.h", "isal", ISAL)),
+    ):
+        try:
+            result = find(*args)
+        except Missing as exc:
+            missing.append(exc.args[0])
+            continue
+        if find is find_llhttp:
+            *result, llhttp_library = result
+        found.append(result)
+    if missing:
+        fail_missing(missing)
+    return found, llhttp_library
+
+
 def main():
-    ev_cflags, ev_libs = find_libev()
-    llhttp_cflags, llhttp_libs, llhttp_library = find_llhttp()
-    ssl_cflags, ssl_libs = find_openssl()
-    h2_cflags, h2_libs = find_nghttp2()
-    others = [
-        find_system_lib("libwslay", "wslay/wslay.h", "wslay", WSLAY_MISSING),
-        find_system_lib("zlib", "zlib.h", "z", ZLIB_MISSING),
-        find_system_lib("libisal", "isa-l/igzip_lib.h", "isal", ISAL_MISSING),
-    ]
+    found, llhttp_library = find_all()
 
     compile_args = ["-std=gnu11", "-Wall", "-Wextra", "-O2", "-fvisibility=hidden"]
     if os.environ.get("PYSERVER_WERROR") == "1":
         compile_args.append("-Werror")
-    compile_args += ev_cflags + llhttp_cflags + ssl_cflags + h2_cflags
-    compile_args += env_flags("PYSERVER_CFLAGS")
-    link_args = llhttp_libs + ev_libs + ssl_libs + h2_libs
-    for cflags, libs in others:
+    link_args = []
+    for cflags, libs in found:
         compile_args += cflags
         link_args += libs
+    compile_args += env_flags("PYSERVER_CFLAGS")
     link_args += env_flags("PYSERVER_LDFLAGS")
 
     core = Extension(

@@ -51,6 +51,7 @@ typedef struct {
     unsigned aborted : 1;  /* the watchdog sent SIGABRT */
     unsigned killed : 1;   /* ... and then SIGKILL */
     int lane;              /* --reuse-port lane, or -1 */
+    int number;            /* 1-based, in titles, hooks and metrics: not the slot's index */
     double abort_at;
 } worker_t;
 
@@ -279,14 +280,31 @@ static void become_worker(ps_master_t *m, int index)
         }
     }
     sigprocmask(SIG_SETMASK, &m->saved_mask, NULL);
-    m->ops->run_worker(m->data, index, &m->slots[index], own, nown);
+    m->ops->run_worker(m->data, m->workers[index].number, &m->slots[index], own, nown);
     _exit(1);
+}
+
+/* The lowest worker number that no worker in service holds: a retiring one
+ * (HUP, TTOU, recycling) gives its number to its replacement, so the numbers
+ * stay 1..workers. */
+static int free_number(ps_master_t *m)
+{
+    for (int number = 1;; number++) {
+        int taken = 0;
+        for (int i = 0; i < PS_MASTER_MAX_SLOTS && !taken; i++) {
+            const worker_t *w = &m->workers[i];
+            taken = w->pid && !w->retiring && !w->termed && w->number == number;
+        }
+        if (!taken)
+            return number;
+    }
 }
 
 /* Forks a worker into free slot `index`, serving `lane`. Returns 0 or -errno. */
 static int spawn(ps_master_t *m, int index, int lane)
 {
     ps_slot_t *s = &m->slots[index];
+    int number = free_number(m);
     memset((void *)s, 0, sizeof(*s));
     s->heartbeat = ps_master_now();
     s->master_pid = (int32_t)getpid();
@@ -296,12 +314,13 @@ static int spawn(ps_master_t *m, int index, int lane)
         s->max_requests = m->cfg.max_requests + (jitter ? (uint64_t)random() % (jitter + 1) : 0);
     }
     if (m->ops->pre_fork)
-        m->ops->pre_fork(m->data, index);
+        m->ops->pre_fork(m->data, number);
     sigset_t all;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, NULL);
     m->ops->before_fork(m->data);
-    m->workers[index].lane = lane; /* read by the child */
+    m->workers[index].lane = lane; /* read by the child, with the number */
+    m->workers[index].number = number;
     pid_t pid = fork();
     if (pid == 0)
         become_worker(m, index);
@@ -315,7 +334,8 @@ static int spawn(ps_master_t *m, int index, int lane)
     memset(&m->workers[index], 0, sizeof(m->workers[index]));
     m->workers[index].pid = pid;
     m->workers[index].lane = lane;
-    logf_(m, PS_LOG_INFO, "Booting worker %d with pid %d", index + 1, (int)pid);
+    m->workers[index].number = number;
+    logf_(m, PS_LOG_INFO, "Booting worker %d with pid %d", number, (int)pid);
     return 0;
 }
 
@@ -487,6 +507,23 @@ static void retire_all(ps_master_t *m, int cause)
     }
 }
 
+/* The stop signal's line, so that the wait before "Finished" is explained
+ * (each worker says what it drains). */
+static void log_stop(ps_master_t *m, const char *name, int how)
+{
+    uint32_t n = count_live(m);
+    if (m->stopping >= how)
+        return;
+    if (how == STOP_QUICK)
+        logf_(m, PS_LOG_INFO, "Handling signal: %s: stopping %u worker%s now", name, n,
+              n == 1 ? "" : "s");
+    else
+        logf_(m, PS_LOG_INFO,
+              "Handling signal: %s: stopping %u worker%s gracefully (requests in progress get "
+              "up to %g s)",
+              name, n, n == 1 ? "" : "s", m->cfg.graceful_timeout);
+}
+
 static void handle_signal(ps_master_t *m, int signo)
 {
     switch (signo) {
@@ -494,12 +531,15 @@ static void handle_signal(ps_master_t *m, int signo)
         reap(m);
         break;
     case SIGINT:
+        log_stop(m, "int", m->stopping ? STOP_QUICK : STOP_GRACEFUL);
         begin_stop(m, m->stopping ? STOP_QUICK : STOP_GRACEFUL);
         break;
     case SIGTERM:
+        log_stop(m, "term", STOP_GRACEFUL);
         begin_stop(m, STOP_GRACEFUL);
         break;
     case SIGQUIT:
+        log_stop(m, "quit", STOP_QUICK);
         begin_stop(m, STOP_QUICK);
         break;
     case SIGHUP:
@@ -663,6 +703,16 @@ static void restore_signals(ps_master_t *m, const struct sigaction *saved)
     sig_pipe_w = -1;
 }
 
+static int number_in_service(const ps_master_t *m, int number)
+{
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
+        const worker_t *w = &m->workers[i];
+        if (w->pid && !w->retiring && !w->termed && w->number == number)
+            return 1;
+    }
+    return 0;
+}
+
 /* The endpoint's exposition: the live workers' counters summed with the
  * exited ones', the restarts, each worker's resident memory. */
 static int render_metrics(void *data, ps_buf_t *out)
@@ -671,15 +721,20 @@ static int render_metrics(void *data, ps_buf_t *out)
     const ps_metrics_t *live[PS_MASTER_MAX_SLOTS];
     ps_metrics_worker_t workers[PS_MASTER_MAX_SLOTS];
     uint32_t n = 0;
+    uint32_t nrss = 0;
     for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
-        pid_t pid = m->workers[i].pid;
-        if (pid == 0)
+        const worker_t *w = &m->workers[i];
+        if (w->pid == 0)
             continue;
-        live[n] = &m->metrics[i];
-        workers[n] = (ps_metrics_worker_t){(uint32_t)i + 1, (int)pid, ps_metrics_rss((int)pid)};
-        n++;
+        live[n++] = &m->metrics[i];
+        /* A worker on its way out whose number its replacement holds already
+         * is left out of the per-worker series: one series per number. */
+        if ((w->retiring || w->termed) && number_in_service(m, w->number))
+            continue;
+        workers[nrss++] =
+            (ps_metrics_worker_t){(uint32_t)w->number, (int)w->pid, ps_metrics_rss((int)w->pid)};
     }
-    ps_metrics_view_t v = {live, n, &m->folded, m->restarts, workers, n};
+    ps_metrics_view_t v = {live, n, &m->folded, m->restarts, workers, nrss};
     return ps_metrics_render(&v, out);
 }
 

@@ -44,15 +44,16 @@ typedef struct {
 typedef enum { PS_LOG_DEBUG, PS_LOG_INFO, PS_LOG_WARNING, PS_LOG_ERROR } ps_log_level_t;
 
 typedef struct {
-    /* Optional: worker `index` (0-based) is about to be forked; runs with
-     * the master's normal signal mask, before before_fork. */
-    void (*pre_fork)(void *data, int index);
+    /* Optional: worker `number` (1-based: the lowest number no other worker in
+     * service holds) is about to be forked; runs with the master's normal
+     * signal mask, before before_fork. */
+    void (*pre_fork)(void *data, int number);
     /* Around fork(): the interpreter's fork hooks. */
     void (*before_fork)(void *data);
     void (*after_fork_parent)(void *data);
     /* In the child, right after fork: never returns (it exits the process).
      * own_fds are the worker's lane sockets (--reuse-port), nown of them. */
-    void (*run_worker)(void *data, int index, ps_slot_t *slot, const int *own_fds, uint32_t nown);
+    void (*run_worker)(void *data, int number, ps_slot_t *slot, const int *own_fds, uint32_t nown);
     void (*log)(void *data, ps_log_level_t level, const char *msg);
     /* USR1: reopen the master's own log files. */
     void (*reopen_logs)(void *data);

@@ -255,6 +255,14 @@ static int use_key(ps_tls_ctx_t *ctx, const ps_buf_t *pem)
     return ok;
 }
 
+/* Whether PEM text holds a private key block of any kind ("-----BEGIN ... PRIVATE KEY-----"). */
+static int has_private_key(const ps_buf_t *pem)
+{
+    static const char mark[] = "PRIVATE KEY-----";
+    return ps_buf_size(pem) > 0 &&
+           memmem(ps_buf_head(pem), ps_buf_size(pem), mark, sizeof(mark) - 1) != NULL;
+}
+
 static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
                       char *err, size_t errlen)
 {
@@ -272,6 +280,12 @@ static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tl
         if (!use_key(ctx, s->certs[i].keyfile ? &pem->key[i] : &pem->cert[i])) {
             int reason = ERR_GET_REASON(ERR_peek_error());
             const char *what = "cannot load the private key %s";
+            if (s->certs[i].keyfile == NULL && !has_private_key(&pem->cert[i])) {
+                /* The usual mistake: the certificate given, its key forgotten. */
+                ERR_clear_error();
+                snprintf(err, errlen, "no private key in %s; give --ssl-keyfile", cert);
+                return -1;
+            }
             if (reason == X509_R_KEY_VALUES_MISMATCH)
                 what = "the private key %s does not match the certificate";
             else if (ctx->password == NULL && reason == ERR_R_INTERRUPTED_OR_CANCELLED)

@@ -166,10 +166,16 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
         w->hooks->stop_signal(w->hooks_data, s->signum);
     /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
      * master's own SIGINT reaches the workers of a terminal's process group. */
-    if (s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot)))
+    int quick = s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot));
+    uint32_t open = w->nconns;
+    if (!quick && !w->stopping) {
+        ps_worker_stop(w); /* may end the loop at once: nothing to drain */
+        open = w->nconns;
+    }
+    if (w->hooks->stopping)
+        w->hooks->stopping(w->hooks_data, s->signum, open, quick, w->cfg.graceful_timeout);
+    if (quick)
         stop_now(w);
-    else
-        ps_worker_stop(w);
 }
 
 static void beat(ps_worker_t *w)

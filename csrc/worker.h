@@ -72,6 +72,10 @@ typedef struct {
     /* SIGINT, SIGTERM or SIGQUIT arrived, before the worker acts on it
      * (the gunicorn worker runs its worker_int hook here). */
     void (*stop_signal)(void *data, int signum);
+    /* ... and once the worker acted on it: conns are the connections still
+     * open (a graceful stop closes the idle ones of a single process first),
+     * given up to graceful_timeout seconds (0: no limit), or closed now when quick. */
+    void (*stopping)(void *data, int signum, uint32_t conns, int quick, double graceful_timeout);
     /* A stop finished its last connection (the ASGI layer stops asyncio's
      * loop, which may be waiting outside libev). */
     void (*drained)(void *data);

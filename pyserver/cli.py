@@ -94,8 +94,8 @@ def _env_pair(value):
 
 
 def _app_spec(value):
-    split_app_spec(value)
-    return value
+    module, attr = split_app_spec(value)
+    return f"{module}:{attr}"
 
 
 def _root_path(value):
@@ -104,9 +104,34 @@ def _root_path(value):
     return value
 
 
+USAGE = "usage: pyserver [OPTIONS] APP"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with gunicorn's short usage errors: the usage line, the error, and for a
+    mistyped option the nearest one (the whole option list is what --help is for)."""
+
+    def error(self, message):
+        self.exit(2, f"{USAGE}\npyserver: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message):
+        import difflib
+
+        for prefix in ("unrecognized arguments: ", "ambiguous option: "):
+            if message.startswith(prefix):
+                word = message[len(prefix) :].split()[0].split("=")[0]
+                break
+        else:
+            return ""
+        if not word.startswith("-"):
+            return ""
+        close = difflib.get_close_matches(word, self._option_string_actions, n=1, cutoff=0.6)
+        return f"\nDid you mean '{close[0]}'?" if close else ""
+
+
 def build_parser():
     """Return (parser, options): options are the actions that map onto Config."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pyserver",
         description="Serve a WSGI or ASGI application with pyserver's C core (libev + llhttp).",
         epilog="Every option can also be set as an environment variable PYSERVER_<OPTION> "
@@ -124,8 +149,8 @@ def build_parser():
         "app",
         nargs="?",
         metavar="APP",
-        type=_converter("app", _app_spec),
-        help="the application, as MODULE:ATTR (e.g. myproject.wsgi:application)",
+        help="the application, as MODULE:ATTR (e.g. myproject.wsgi:application); MODULE "
+        "alone means MODULE:application",
     )
 
     sockets = parser.add_argument_group("sockets")
@@ -214,7 +239,9 @@ def build_parser():
         "--timeout-request-header",
         metavar="SECONDS",
         type=_float("timeout_request_header"),
-        help=argparse.SUPPRESS,
+        help="answer 408 and close when a request head is not complete this many seconds "
+        "after its first byte; also how long a response write may make no progress "
+        f"(default: {D['timeout_request_header']:g})",
     )
     add(
         http,
@@ -307,7 +334,8 @@ def build_parser():
         "--limit-connections",
         metavar="N",
         type=_int("limit_connections"),
-        help=argparse.SUPPRESS,
+        help="open connections per worker; at the limit the worker stops accepting until "
+        f"one closes (default: {D['limit_connections']})",
     )
     add(
         http,
@@ -636,8 +664,9 @@ def build_parser():
         "--wsgi-errors-level",
         type=_choice(tuple(logconfig.LOG_LEVELS)),
         metavar="LEVEL",
-        help="level of the lines applications write to wsgi.errors, on pyserver.error "
-        f"(default: {D['wsgi_errors_level']})",
+        help="log the lines applications write to wsgi.errors on pyserver.error at this "
+        "level (default: none, the text is written as it comes to the error log's stream, "
+        "as gunicorn does)",
     )
 
     procs = parser.add_argument_group("processes")
@@ -802,7 +831,12 @@ def parse_args(
     """
     environ = os.environ if environ is None else environ
     parser, options = build_parser()
-    args = parser.parse_args(argv)
+    # An unknown option is reported before APP is checked: `--wokers 4 app:app` takes "4"
+    # for APP, and the mistyped option is the error to show.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        unknown = [word for word in unknown if word.startswith("-")] or unknown
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     for action in options:
         if getattr(args, action.dest) is not None:
             continue
@@ -819,6 +853,10 @@ def parse_args(
     found = _apply_files(args, options, environ, parser)
     if args.app is None:
         parser.error("the following arguments are required: APP")
+    try:
+        args.app = _app_spec(args.app)
+    except ValueError as exc:
+        parser.error(f"argument APP: {exc}")
     kwargs = {key: value for key, value in vars(args).items() if value is not None}
     kwargs.pop("config", None)
     if found.hooks:
@@ -854,13 +892,13 @@ def run(cfg: Config) -> int:
     except ImportError as exc:
         print(
             f"pyserver: error: the C core pyserver._core cannot be loaded ({exc}); "
-            "build it with `make build` or `pip install .` in a source tree "
-            "(the distribution is named pyserver-ev)",
+            "build it with `make build` or `pip install .` in a source tree",
             file=sys.stderr,
         )
         return 1
     server = hooks.HookServer(cfg)
     try:
+        cfg.prepare()
         hooks.run_startup(cfg, "on_starting", server)
         cfg.load()
         hooks.run_startup(cfg, "when_ready", server)
@@ -956,8 +994,11 @@ def _flush_logs():
 
 def write_pid_file(path):
     if path is not None:
-        with open(path, "w") as f:
-            f.write(f"{os.getpid()}\n")
+        try:
+            with open(path, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as exc:
+            raise OSError(f"cannot write the pid file {path}: {exc.strerror}") from exc
 
 
 def remove_pid_file(path):
@@ -983,4 +1024,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"pyserver: error: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"pyserver: {exc}", file=sys.stderr)
+        return exc.exit_code
     return run(cfg)

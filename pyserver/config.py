@@ -361,7 +361,14 @@ def parse_metrics_bind(value):
     address = parse_bind(value) if isinstance(value, str) else tuple(value)
     if address[0] not in ("tcp", "unix"):
         raise ValueError(f"--metrics-bind takes HOST:PORT or unix:PATH, got {value!r}")
+    if isinstance(value, str) and address[0] == "tcp" and not _has_port(value):
+        # --bind's HOST alone means port 8000, which the application's own port usually is.
+        raise ValueError(f"--metrics-bind takes HOST:PORT (a port too), got {value!r}")
     return address
+
+
+def _has_port(value):
+    return "]:" in value if value.startswith("[") else value.count(":") == 1
 
 
 def format_host_port(host, port):
@@ -482,7 +489,7 @@ class Config:
         env=None,
         access_logfile=None,
         error_logfile=None,
-        wsgi_errors_level="warning",
+        wsgi_errors_level=None,
         ssl_certfile=None,
         ssl_keyfile=None,
         ssl_keyfile_password=None,
@@ -646,15 +653,23 @@ class Config:
         self.ssl_ticket_rotation = check_float("ssl_ticket_rotation", ssl_ticket_rotation)
         if self.ssl_certfile is None and (self.ssl_keyfile or self.ssl_ca_certs):
             raise ValueError("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile")
-        self.uid, self.gid = resolve_user_group(user, group)
+        try:
+            self.uid, self.gid = resolve_user_group(user, group)
+        except ValueError as exc:  # the system's accounts, not the option's form: exit 1
+            raise StartupError(f"error: {exc}", 1) from None
         self.chdir = chdir
         self.umask = umask
         self.env = [tuple(pair) for pair in env or ()]
         self.access_logfile = access_logfile
         self.error_logfile = error_logfile
-        if wsgi_errors_level not in logconfig.LOG_LEVELS:
+        if wsgi_errors_level is not None and wsgi_errors_level not in logconfig.LOG_LEVELS:
             raise ValueError(f"wsgi_errors_level must be one of {', '.join(logconfig.LOG_LEVELS)}")
-        self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level]
+        # None: wsgi.errors text is written as it comes (wsgi_errors_write), as gunicorn does.
+        self.wsgi_errors_raw = wsgi_errors_level is None
+        self.wsgi_errors_level = logconfig.LOG_LEVELS[wsgi_errors_level or "warning"]
+        # What the core writes wsgi.errors text with (None: it logs each line at
+        # wsgi_errors_level); set with the loggers.
+        self.wsgi_errors_write = None
         self.hooks = dict(hooks or {})
         self.static = [parse_static(mount) for mount in static or ()]
         self.static_max_age = (
@@ -673,36 +688,43 @@ class Config:
         self.sockets = []
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
         self._unix_paths = []
+        self.prepared = False  # prepare() ran
         self.loaded = False
 
-    def load(self) -> None:
-        """Set up logging, import the app, bind the sockets. Raises StartupError."""
-        assert not self.loaded, "Config.load() called twice"
+    def prepare(self) -> None:
+        """--umask, --chdir, --env, then logging: before the first server hook (on_starting
+        logs as gunicorn's does). load() calls it when it was not called. Raises StartupError."""
+        if self.prepared:
+            return
+        self.prepared = True
         self.apply_process_settings()
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
+
+    def load(self) -> None:
+        """Set up logging, check the files, bind the sockets, import the app. Raises
+        StartupError."""
+        assert not self.loaded, "Config.load() called twice"
+        self.prepare()
         self.check_tls()
         self.check_static()
+        check_pid_file(self.pid)
+        # The sockets first: a port in use, a uwsgi listener on TLS or a metrics address
+        # that cannot be bound is said at once, not after a slow import. With --user/--group
+        # they are bound as we started, then privileges are dropped (here, or in each
+        # worker under a master that imports nothing).
+        self.sockets = self.bind_sockets()
+        self.bind_metrics_socket()
         # Under a master the workers import the app, unless --preload.
-        import_here = not self.use_master or self.preload
-        if self.uid is None and self.gid is None:
-            if import_here:
-                self.load_worker_app()
-            self.sockets = self.bind_sockets()
-            self.bind_metrics_socket()
-        else:
-            # --user/--group: bind as we started, then drop (here, or in each worker
-            # under a master that imports nothing), then import.
-            self.sockets = self.bind_sockets()
-            self.bind_metrics_socket()
-            if import_here:
-                try:
+        if not self.use_master or self.preload:
+            try:
+                if self.uid is not None or self.gid is not None:
                     self.drop_privileges()
-                    self.load_worker_app()
-                except BaseException:
-                    self.close_sockets()
-                    raise
+                self.load_worker_app()
+            except BaseException:
+                self.close_sockets()
+                raise
         self.loaded = True
 
     def check_tls(self):
@@ -793,10 +815,14 @@ class Config:
                 self.access_log,
                 access_logfile=self.access_logfile,
                 error_logfile=self.error_logfile,
-                access_json=self.access_log_format == "json",
+                access_bare=self.access_log_format != DEFAULT_ACCESS_LOG_FORMAT,
             )
         except logconfig.LogConfigError as exc:
             raise StartupError(f"error: {exc}", 1) from exc
+        if self.wsgi_errors_raw:
+            self.wsgi_errors_write = logconfig.stream_writer(
+                self.error_logger, self.wsgi_errors_level
+            )
         # No access-log work in the core when nothing would be printed.
         self.access_log = self.access_log and self.access_logger.isEnabledFor(logging.INFO)
 
@@ -808,14 +834,11 @@ class Config:
                 self.app, app_dir=app_dir, factory=self.factory, name=self.app_spec
             )
         except importer.AppImportError as exc:
-            hint = ""
-            if exc.in_app and self.reload:
-                self.error_logger.error("Traceback:", exc_info=exc.__cause__)
-            elif exc.in_app:
-                self.error_logger.debug("Traceback:", exc_info=exc.__cause__)
-                if not self.error_logger.isEnabledFor(logging.DEBUG):
-                    hint = " (--log-level debug shows the traceback)"
-            raise StartupError(f"error: {exc}{hint}", 3) from exc
+            # The summary line, then where in the application it failed (an error deep in
+            # Django's settings needs its traceback); a module or attribute that does not
+            # exist is said in the one line.
+            tb = importer.app_traceback(exc.__cause__) if exc.in_app else ""
+            raise StartupError(f"error: {exc}{tb}", 3) from exc
 
     def resolve_interface(self, app):
         interface = self.interface
@@ -1026,6 +1049,23 @@ class Config:
             except OSError:
                 pass
         self._unix_paths = []
+
+
+def check_pid_file(path):
+    """--pid: can the file be written? Raises StartupError (exit 1) naming it, before the
+    server starts, so that the error is not found after "Listening on"."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        reason = "it is a directory"
+    elif not os.path.isdir(directory):
+        reason = f"no such directory {directory}"
+    elif not os.access(path if os.path.exists(path) else directory, os.W_OK):
+        reason = "permission denied"
+    else:
+        return
+    raise StartupError(f"error: cannot write the pid file {path}: {reason}", 1)
 
 
 def resolve_user_group(user, group):

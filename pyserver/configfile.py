@@ -9,9 +9,11 @@ file and the setting.
 
 The Python file is run with runpy. Its module-level names are read: gunicorn's setting names
 that pyserver has an equivalent for (GUNICORN below), pyserver's own option names, and the
-server hooks (HOOKS). Names starting with "_" and imported modules are skipped; any other
-name is an error naming it (a helper function can be called `_helper`); functions and
-classes imported from elsewhere are skipped too.
+server hooks (HOOKS). gunicorn's settings and hooks that do not apply (GUNICORN_ONLY,
+UNSUPPORTED_HOOKS) are ignored with one warning naming them, so a typical gunicorn.conf.py
+loads. Names starting with "_" and imported modules are skipped; any other name is an
+error naming it (a helper function can be called `_helper`); functions and classes
+imported from elsewhere are skipped too.
 """
 
 import argparse
@@ -32,7 +34,7 @@ HOOKS = (
     "pre_request",
     "post_request",
 )
-# gunicorn hooks that have no place to run in pyserver yet.
+# gunicorn hooks that have no place to run in pyserver yet (ignored, with a warning).
 UNSUPPORTED_HOOKS = {
     "pre_exec": "pyserver has no re-exec on USR2",
     "on_reload": "pyserver's master has no SIGHUP reload hook",
@@ -70,7 +72,28 @@ GUNICORN = {
     "errorlog": "error_logfile",
     "loglevel": "log_level",
     "logconfig": "log_config",
+    "certfile": "ssl_certfile",
+    "keyfile": "ssl_keyfile",
+    "ca_certs": "ssl_ca_certs",
+    "cert_reqs": "ssl_cert_reqs",
+    "ciphers": "ssl_ciphers",
 }
+# gunicorn settings with no equivalent in pyserver (or that its own design makes moot): a
+# gunicorn.conf.py that sets them still loads, with one warning naming them.
+GUNICORN_ONLY = frozenset(
+    (
+        "worker_class worker_tmp_dir spew check_config print_config daemon capture_output "
+        "logger_class syslog syslog_addr syslog_prefix syslog_facility "
+        "enable_stdio_inheritance statsd_host statsd_prefix dogstatsd_tags proc_name "
+        "default_proc_name pythonpath paste sendfile initgroups tmp_upload_dir "
+        "secure_scheme_headers forwarder_headers proxy_allow_ips strip_header_spaces "
+        "disable_redirect_access_to_syslog reload_engine reload_extra_files "
+        "do_handshake_on_connect suppress_ragged_eofs ssl_context header_map "
+        "logconfig_dict logconfig_json casefold_http_method permit_obsolete_folding "
+        "permit_unconventional_http_method permit_unconventional_http_version "
+        "tolerate_dangerous_framing uwsgi_allow_ips"
+    ).split()
+)
 # gunicorn's 0 means "no limit" for these: the largest value pyserver accepts stands in.
 GUNICORN_ZERO_IS_MAX = ("limit_request_line", "limit_request_fields", "limit_request_field_size")
 
@@ -138,6 +161,7 @@ def load_python(path, actions):
         namespace = runpy.run_path(path, run_name="__config__")
     except Exception as exc:
         raise ConfigFileError(f"config file {path}: {type(exc).__name__}: {exc}") from exc
+    ignored = []
     for name, value in namespace.items():
         if name.startswith("_") or isinstance(value, types.ModuleType):
             continue
@@ -149,8 +173,7 @@ def load_python(path, actions):
                 raise ConfigFileError(f"{where}: a server hook must be a function")
             settings.hooks[name] = value
         elif name in UNSUPPORTED_HOOKS:
-            reason = UNSUPPORTED_HOOKS[name]
-            raise ConfigFileError(f"{where}: this server hook is not supported ({reason})")
+            ignored.append(f"{name} ({UNSUPPORTED_HOOKS[name]})")
         elif name == "accesslog":
             if value is None:
                 settings.options["access_log"] = False
@@ -169,11 +192,18 @@ def load_python(path, actions):
             _set(settings, actions, dest, value, where)
         elif name in actions:
             _set(settings, actions, name, value, where)
+        elif name in GUNICORN_ONLY:
+            ignored.append(name)
         else:
             raise ConfigFileError(
                 f"{where}: unknown setting (neither a pyserver option nor a gunicorn setting "
                 "pyserver has an equivalent for; name helpers with a leading '_')"
             )
+    if ignored:
+        settings.warnings.append(
+            f"config file {path}: gunicorn settings that do not apply to pyserver, ignored: "
+            + ", ".join(ignored)
+        )
     return settings
 
 

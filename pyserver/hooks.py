@@ -1,6 +1,7 @@
 """Server hooks from a --config file (gunicorn's names and arguments).
 
-    on_starting(server)        the master or single process, before logging, binding, import
+    on_starting(server)        the master or single process, logging set up, before binding
+                               and importing
     when_ready(server)         the same process, sockets bound, before the workers are forked
     pre_fork(server, worker)   the master, just before it forks each worker (worker.pid is
                                still the master's); never in a single process
@@ -14,7 +15,8 @@
 
 A single process (no master) is its own worker: post_worker_init and worker_exit run in it;
 post_fork does not. `server` has cfg, pid, app_spec and log; `worker` has cfg, pid, ppid,
-number (1..workers, the worker's slot), age (the same) and log. An exception in on_starting,
+number (1..workers: a replacement takes the number of the worker it replaces), age (the
+same) and log. An exception in on_starting,
 when_ready, post_fork or post_worker_init stops the process that ran it (status 1); in the
 other hooks it is logged.
 """

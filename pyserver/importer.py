@@ -5,6 +5,7 @@ import functools
 import importlib
 import inspect
 import sys
+import traceback
 
 
 class AppImportError(Exception):
@@ -20,10 +21,36 @@ class AppImportError(Exception):
         self.in_app = in_app
 
 
+def app_traceback(exc):
+    """The traceback of an exception raised by the application's code, as text starting with
+    a newline, without the frames of pyserver's importer and importlib."""
+    if exc is None:
+        return ""
+    tb = traceback.TracebackException.from_exception(exc)
+    ours = (
+        __file__,
+        importlib.__file__,
+        "<frozen importlib._bootstrap>",
+        "<frozen importlib._bootstrap_external>",
+    )
+    tb.stack = traceback.StackSummary.from_list(
+        [frame for frame in tb.stack if frame.filename not in ours]
+    )
+    text = "".join(tb.format())
+    if not tb.stack:  # a SyntaxError: where it is comes after the header
+        text = "Traceback (most recent call last):\n" + text
+    return "\n" + text.rstrip("\n")
+
+
 def split_app_spec(spec):
-    """Split "module:attr" into ("module", "attr"); raise ValueError if malformed."""
+    """Split "module:attr" into ("module", "attr"); raise ValueError if malformed.
+
+    "module" alone means "module:application", as in gunicorn (`pyserver mysite.wsgi`).
+    """
     module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
+    if not sep:
+        attr = "application"
+    if not module or not attr:
         raise ValueError(f'expected MODULE:ATTR, got "{spec}"')
     if not all(part.isidentifier() for part in module.split(".")):
         raise ValueError(f'"{module}" is not a module name')
@@ -145,13 +172,32 @@ def _takes_one_positional(fn):
     return False
 
 
+def _takes_three_positional(fn):
+    """True if fn must be called with three positional arguments: ASGI's (scope, receive,
+    send), from a plain function that returns the coroutine of another. WSGI passes two."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(object(), object(), object())
+    except TypeError:
+        return False
+    try:
+        sig.bind(object(), object())
+    except TypeError:
+        return True
+    return False
+
+
 def detect_interface(app):
     """Return "asgi" or "wsgi" for an application object.
 
     ASGI: a coroutine function, an object whose __call__ is a coroutine
     function (Django's ASGIHandler, Starlette and FastAPI instances), an
-    awaitable class, or an ASGI2 callable taking (scope) alone. Anything else
-    (Flask, Bottle, Django's WSGIHandler, plain functions) is WSGI.
+    awaitable class, an ASGI2 callable taking (scope) alone, or a plain callable that
+    needs three positional arguments (it returns the coroutine). Anything else (Flask,
+    Bottle, Django's WSGIHandler, plain functions of two) is WSGI.
     """
     target = _unwrap(app)
     if inspect.isclass(target):
@@ -161,7 +207,9 @@ def detect_interface(app):
         return "asgi"
     elif not inspect.isroutine(target) and _call_is_async(type(target)):
         return "asgi"
-    return "asgi" if _takes_one_positional(target) else "wsgi"
+    if _takes_one_positional(target) or _takes_three_positional(target):
+        return "asgi"
+    return "wsgi"
 
 
 def is_asgi2(app):

@@ -2,7 +2,8 @@
 
 The default configuration prints server messages to stderr as gunicorn does,
 "[2026-12-01 10:00:00 +0000] [1234] [INFO] message" (time, pid, level), and access
-lines to stdout ("INFO:     127.0.0.1:5000 - ..."). --error-logfile/--access-logfile
+lines to stdout ("INFO:     127.0.0.1:5000 - ..." in the default format; a format the user
+gives is written as it is). --error-logfile/--access-logfile
 send them to files instead (reopened on USR1). --log-config replaces or
 extends it with a dictConfig file (.json, .yaml/.yml) or a fileConfig file
 (.ini and anything else).
@@ -121,16 +122,17 @@ def configure_logging(
     access_log=True,
     access_logfile=None,
     error_logfile=None,
-    access_json=False,
+    access_bare=False,
 ):
     """Set up pyserver's loggers; return (error_logger, access_logger).
 
     The defaults go first, then the user's file, then --log-level, so a file
     can restyle the output while --log-level still decides what is shown.
-    JSON access lines (access_json) are written bare by default: one object a line.
+    Access lines of a format the user gave (access_bare: --access-logformat, JSON lines) are
+    written exactly as formatted, as gunicorn writes them, so log parsers read them.
     """
     defaults = copy.deepcopy(LOGGING_CONFIG)
-    if access_json:
+    if access_bare:
         defaults["formatters"]["access"] = {"format": "%(message)s"}
     logging.config.dictConfig(defaults)
     for path, name, stream in (
@@ -152,3 +154,31 @@ def configure_logging(
         access_logger.handlers = []
         access_logger.propagate = False
     return error_logger, access_logger
+
+
+def stream_writer(logger, fallback_level):
+    """A write(text) for wsgi.errors: the text goes as it comes (no prefix, no time, its own
+    line ends) to the streams of logger's handlers, as gunicorn writes it, flushed at once.
+    Handlers without a stream (syslog, a queue) get it as a record at fallback_level."""
+
+    def write(text):
+        streams = [
+            handler
+            for handler in logger.handlers
+            if isinstance(handler, logging.StreamHandler) and handler.stream is not None
+        ]
+        if not streams:
+            if text.strip():
+                logger.log(fallback_level, "%s", text.rstrip())
+            return
+        for handler in streams:
+            handler.acquire()
+            try:
+                handler.stream.write(text)
+                handler.stream.flush()
+            except (OSError, ValueError):
+                pass
+            finally:
+                handler.release()
+
+    return write

@@ -22,11 +22,10 @@ try:
     from gunicorn.workers.base import Worker as _GunicornWorker
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "pyserver.workers needs gunicorn, which is not installed: "
-        "pip install 'pyserver-ev[gunicorn]'"
+        "pyserver.workers needs gunicorn, which is not installed: pip install gunicorn"
     ) from exc
 
-from pyserver import importer
+from pyserver import importer, logconfig
 from pyserver.config import INT_BOUNDS, Config
 from pyserver.hooks import Request, Response, _Body
 
@@ -233,6 +232,10 @@ class PyserverWorker(_GunicornWorker):
         config.secure_scheme_headers = dict(gcfg.secure_scheme_headers or {})
         config.workers = gcfg.workers  # for wsgi.multiprocess
         config.error_logger = self.log.error_log
+        # wsgi.errors text goes to gunicorn's error log as it comes, as gunicorn's own does.
+        config.wsgi_errors_write = logconfig.stream_writer(
+            self.log.error_log, config.wsgi_errors_level
+        )
         config.access_logger = self.log.access_log
         self._core_access_log = self._use_core_access_log(config)
         config.loaded_app = app

@@ -46,14 +46,14 @@ def connect_tcp(family, host, port) -> socket.socket:
 
 def access_lines(srv, count, marker='" '):
     """The last `count` access lines of the server's log (lines with `marker` that are not
-    the error log's), without the logger's prefix."""
+    the error log's), without the default format's prefix (a format given is written bare)."""
     lines = []
 
     def enough():
         lines[:] = [
             PREFIX.sub("", line)
             for line in srv.log().splitlines()
-            if line.startswith("INFO:") and marker in line
+            if marker in line and not line.startswith(("[", " ", "Traceback"))
         ]
         return len(lines) >= count
 

@@ -691,7 +691,9 @@ def test_pyserver_does_not_need_gunicorn():
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert "pip install 'pyserver-ev[gunicorn]'" in out.stdout
+    # What works today: pyserver-ev is not on the package index yet.
+    assert "pip install gunicorn" in out.stdout
+    assert "pyserver-ev" not in out.stdout
 
 
 def test_protocol_uwsgi():

@@ -1061,13 +1061,21 @@ static void app_finished(CycleObject *self, PyObject *exc, int cancelled)
             }
         }
     } else if (x && !self->complete && !cancelled && !(self->ws && ps_asgi_ws_accepted(self->ws))) {
-        ps_log_error(ctx->error_logger, "ASGI application returned without %s the response",
-                     self->head_sent ? "completing" : "starting");
+        ps_request_t *r = x->req;
+        ps_log_error(ctx->error_logger,
+                     "ASGI application returned without %s the response (%.*s %.*s)",
+                     self->head_sent ? "completing" : "starting", (int)r->method.len,
+                     r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
     }
     if (x != NULL && !self->complete) {
         Py_INCREF(self);
         /* An accepted WebSocket closes (1000, or 1011 after an exception). */
         int closed = self->ws && ps_asgi_ws_finished(self->ws, exc != NULL);
+        /* Every answered request gets its access line: the 500 written here, or
+         * the status of a response cut short. */
+        if (!closed && ctx->access_log)
+            ps_log_access(ctx->access_log, x, self->fwd_client, self->head_sent ? x->status : 500,
+                          self->headers);
         detach(self);
         if (closed)
             ; /* the connection finishes the close handshake by itself */
@@ -1634,7 +1642,11 @@ static void on_request(ps_exchange_t *x)
         return;
     }
     if (start_task(ctx, x, cycle, &fwd) < 0) {
-        ps_log_exception(ctx->error_logger, "Exception in ASGI application");
+        ps_log_exception(ctx->error_logger, "Exception in ASGI application (%.*s %.*s)",
+                         (int)x->req->method.len, x->req->method.base,
+                         (int)PS_MIN(x->req->target.len, 200), x->req->target.base);
+        if (ctx->access_log)
+            ps_log_access(ctx->access_log, x, fwd.client, 500, NULL);
         detach(cycle);
         ps_exchange_send_error(x, 500);
     }
@@ -1721,6 +1733,11 @@ const ps_handler_t ps_asgi_handler = {
  * loop so the runner can run lifespan shutdown. This may run inside a task
  * step (the last response completing), so asyncio is told directly rather
  * than through libev, which might otherwise block with nothing to wait for. */
+uint32_t ps_asgi_active(const ps_asgi_t *ctx)
+{
+    return ctx->active;
+}
+
 void ps_asgi_drained(ps_asgi_t *ctx)
 {
     if (ctx->stop_sent || ctx->loop_stop == NULL)

@@ -59,15 +59,16 @@ typedef struct {
     ps_config_t core; /* the worker's; core.proxy is &proxy or NULL */
     ps_proxy_t proxy; /* initialised when proxy_ready */
     int proxy_ready;
-    ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
-    double tls_ticket_rotation; /* seconds between a master's new ticket keys */
-    ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
-    int asgi;                   /* interface is "asgi" */
-    int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
-    uint32_t limit_concurrency; /* 0: no limit */
-    uint32_t threads;           /* WSGI application threads (1: the loop's own) */
-    int wsgi_errors_level;      /* logging level of wsgi.errors lines */
-    PyObject *root_path;        /* str, "" for None */
+    ps_tls_ctx_t *tls;           /* --ssl-certfile's context (core.tls), or NULL */
+    double tls_ticket_rotation;  /* seconds between a master's new ticket keys */
+    ps_master_config_t master;   /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
+    int asgi;                    /* interface is "asgi" */
+    int multiprocess;            /* workers > 1 (wsgi.multiprocess) */
+    uint32_t limit_concurrency;  /* 0: no limit */
+    uint32_t threads;            /* WSGI application threads (1: the loop's own) */
+    int wsgi_errors_level;       /* logging level of wsgi.errors lines */
+    PyObject *wsgi_errors_write; /* callable writing wsgi.errors text as it comes, or NULL */
+    PyObject *root_path;         /* str, "" for None */
     PyObject *url_scheme;
     PyObject *error_logger;
     ps_access_log_t *access_log; /* NULL when access_log is false (owned) */
@@ -172,6 +173,8 @@ void ps_asgi_attach(ps_asgi_t *ctx, ps_worker_t *w);
 /* The worker's graceful stop finished its last connection (its drained
  * hook): stops asyncio's loop once Server.start() has run. */
 void ps_asgi_drained(ps_asgi_t *ctx);
+/* Requests whose application has not ended. */
+uint32_t ps_asgi_active(const ps_asgi_t *ctx);
 /* Before the worker's loop is destroyed: stops the layer's timers. */
 void ps_asgi_detach(ps_asgi_t *ctx);
 PyObject *ps_asgi_run(ps_asgi_t *ctx, PyObject *config);
@@ -365,6 +368,8 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...);
 void ps_py_loop_gil(void);
 /* Logs a plain message at ERROR level; a pending exception stays pending. */
 void ps_log_error(PyObject *logger, const char *fmt, ...);
+/* The same at INFO level. */
+void ps_log_info(PyObject *logger, const char *fmt, ...);
 
 /* Compiles fmt (config.access_log_format: gunicorn's atoms, or "json")
  * for logger's info method. Returns 0 with *out set (ps_access_log_free

@@ -12,12 +12,13 @@
 
 #include "bridge.h"
 
-static void log_with(PyObject *logger, PyObject *exc, const char *fmt, va_list ap)
+static void log_with(PyObject *logger, const char *level, PyObject *exc, const char *fmt,
+                     va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     PyObject *meth = NULL, *text = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
-    meth = PyObject_GetAttrString(logger, "error");
+    meth = PyObject_GetAttrString(logger, level);
     if (meth == NULL)
         goto error;
     text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
@@ -56,7 +57,7 @@ void ps_log_exception(PyObject *logger, const char *fmt, ...)
         PyException_SetTraceback(value, tb);
     va_list ap;
     va_start(ap, fmt);
-    log_with(logger, value, fmt, ap);
+    log_with(logger, "error", value, fmt, ap);
     va_end(ap);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -69,7 +70,18 @@ void ps_log_error(PyObject *logger, const char *fmt, ...)
     PyErr_Fetch(&type, &value, &tb); /* keep a pending exception aside */
     va_list ap;
     va_start(ap, fmt);
-    log_with(logger, NULL, fmt, ap);
+    log_with(logger, "error", NULL, fmt, ap);
+    va_end(ap);
+    PyErr_Restore(type, value, tb);
+}
+
+void ps_log_info(PyObject *logger, const char *fmt, ...)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    va_list ap;
+    va_start(ap, fmt);
+    log_with(logger, "info", NULL, fmt, ap);
     va_end(ap);
     PyErr_Restore(type, value, tb);
 }
@@ -79,8 +91,9 @@ void ps_log_error(PyObject *logger, const char *fmt, ...)
 struct ps_access_log {
     PyObject *info;    /* access_logger.info */
     ps_alog_t *prog;   /* the compiled format */
+    ps_alog_t *fields; /* the JSON fields: prog itself for JSON lines, else its own */
     ps_buf_t line;     /* reused for every line */
-    PyObject *kwnames; /* ("extra",): JSON lines hand their fields to the formatter */
+    PyObject *kwnames; /* ("extra",): every line hands the fields to the formatter */
     PyObject **names;  /* the JSON fields' names, interned */
     size_t nnames;
     int pid;
@@ -129,16 +142,25 @@ int ps_access_log_new(PyObject *logger, PyObject *fmt, ps_access_log_t **out)
     if ((log->prog = compile_format(fmt)) == NULL ||
         (log->info = PyObject_GetAttrString(logger, "info")) == NULL)
         goto error;
+    /* Whatever the line's format, the record carries the request's fields (method, path,
+     * status, duration...), so a structured formatter or a %(method)s format can use them. */
     if (ps_alog_is_json(log->prog)) {
-        log->nnames = ps_alog_nfields(log->prog);
-        log->names = PyMem_Calloc(log->nnames, sizeof(PyObject *));
-        if (log->names == NULL || (log->kwnames = Py_BuildValue("(s)", "extra")) == NULL)
+        log->fields = log->prog;
+    } else {
+        char err[PS_ALOG_ERROR_MAX];
+        if (ps_alog_compile("json", 4, &log->fields, err) < 0) {
+            PyErr_NoMemory();
             goto error;
-        for (size_t i = 0; i < log->nnames; i++) {
-            const char *name = ps_alog_field_name(log->prog, i);
-            if ((log->names[i] = PyUnicode_InternFromString(name)) == NULL)
-                goto error;
         }
+    }
+    log->nnames = ps_alog_nfields(log->fields);
+    log->names = PyMem_Calloc(log->nnames, sizeof(PyObject *));
+    if (log->names == NULL || (log->kwnames = Py_BuildValue("(s)", "extra")) == NULL)
+        goto error;
+    for (size_t i = 0; i < log->nnames; i++) {
+        const char *name = ps_alog_field_name(log->fields, i);
+        if ((log->names[i] = PyUnicode_InternFromString(name)) == NULL)
+            goto error;
     }
     *out = log;
     return 0;
@@ -158,6 +180,8 @@ void ps_access_log_free(ps_access_log_t *log)
     PyMem_Free(log->names);
     Py_XDECREF(log->kwnames);
     Py_XDECREF(log->info);
+    if (log->fields != log->prog)
+        ps_alog_free(log->fields);
     ps_alog_free(log->prog);
     ps_buf_free(&log->line);
     PyMem_Free(log);
@@ -199,14 +223,14 @@ static size_t view_response_headers(PyObject *headers, ps_header_t *h)
     return n;
 }
 
-/* The extras of a JSON line: its fields by name. New reference or NULL. */
+/* The record's extras: the request's fields by name. New reference or NULL. */
 static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
 {
     PyObject *d = PyDict_New();
     for (size_t i = 0; d != NULL && i < log->nnames; i++) {
         ps_alog_value_t v;
         PyObject *value;
-        if (ps_alog_field(log->prog, e, i, &v) < 0)
+        if (ps_alog_field(log->fields, e, i, &v) < 0)
             value = PyErr_NoMemory();
         else if (v.kind == PS_ALOG_NULL)
             value = Py_NewRef(Py_None);
@@ -231,9 +255,7 @@ static void write_line(ps_access_log_t *log, const ps_alog_entry_t *e)
     text = PyUnicode_DecodeLatin1(log->line.data, (Py_ssize_t)log->line.len, NULL);
     if (text == NULL)
         goto done;
-    if (log->kwnames == NULL) {
-        res = PyObject_CallOneArg(log->info, text);
-    } else if ((extras = json_extras(log, e)) != NULL) {
+    if ((extras = json_extras(log, e)) != NULL) {
         PyObject *args[2] = {text, extras};
         res = PyObject_Vectorcall(log->info, args, 1, log->kwnames);
     }

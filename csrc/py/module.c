@@ -202,6 +202,33 @@ static void hook_stop_signal(void *data, int signum)
         on_stop_signal(d->sup, signum);
 }
 
+/* The stop signal's line: what is being drained, and for how long, so that
+ * the wait before "Finished" is explained. */
+static void hook_stopping(void *data, int signum, uint32_t conns, int quick,
+                          double graceful_timeout)
+{
+    serve_hooks_data_t *d = data;
+    const char *name = signum == SIGINT ? "int" : signum == SIGTERM ? "term" : "quit";
+    char limit[48] = "no time limit";
+    if (graceful_timeout > 0)
+        snprintf(limit, sizeof(limit), "up to %g s", graceful_timeout);
+    ps_py_loop_gil();
+    if (quick && conns > 0)
+        ps_log_info(d->logger, "Handling signal: %s: closing %u connection%s now", name, conns,
+                    conns == 1 ? "" : "s");
+    else if (conns == 0)
+        ps_log_info(d->logger, "Handling signal: %s: no connection open, stopping", name);
+    else if (d->actx)
+        ps_log_info(d->logger,
+                    "Handling signal: %s: draining %u request%s in progress on %u connection%s "
+                    "(%s)",
+                    name, ps_asgi_active(d->actx), ps_asgi_active(d->actx) == 1 ? "" : "s", conns,
+                    conns == 1 ? "" : "s", limit);
+    else
+        ps_log_info(d->logger, "Handling signal: %s: draining %u connection%s (%s)", name, conns,
+                    conns == 1 ? "" : "s", limit);
+}
+
 static void hook_drained(void *data)
 {
     serve_hooks_data_t *d = data;
@@ -215,6 +242,7 @@ static void hook_drained(void *data)
 static const ps_worker_hooks_t serve_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
+    .stopping = hook_stopping,
     .drained = hook_drained,
 };
 
@@ -237,6 +265,7 @@ static int hook_reload(void *data)
 static const ps_worker_hooks_t single_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
+    .stopping = hook_stopping,
     .drained = hook_drained,
     .reload = hook_reload,
 };
@@ -417,12 +446,12 @@ typedef struct {
 
 /* pre_fork(number) before each fork (gunicorn's pre_fork hook); a raising
  * one is logged and the worker forked all the same. */
-static void m_pre_fork(void *data, int index)
+static void m_pre_fork(void *data, int number)
 {
     master_ctx_t *ctx = data;
     if (ctx->pre_fork == Py_None)
         return;
-    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", index + 1);
+    PyObject *res = PyObject_CallFunction(ctx->pre_fork, "i", number);
     if (res == NULL)
         ps_log_exception(ctx->logger, "pyserver: pre_fork failed");
     Py_XDECREF(res);
@@ -442,7 +471,7 @@ static void m_after_fork_parent(void *data)
 
 /* In the new worker process: spawn_worker(number, own_fds) imports the app
  * and serves; it ends the process itself. Anything else exits with status 1. */
-static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_fds, uint32_t nown)
+static void m_run_worker(void *data, int number, ps_slot_t *slot, const int *own_fds, uint32_t nown)
 {
     master_ctx_t *ctx = data;
     PyOS_AfterFork_Child();
@@ -457,7 +486,7 @@ static void m_run_worker(void *data, int index, ps_slot_t *slot, const int *own_
             PyTuple_SET_ITEM(fds, i, fd);
     }
     if (fds != NULL)
-        res = PyObject_CallFunction(ctx->spawn_worker, "iO", index + 1, fds);
+        res = PyObject_CallFunction(ctx->spawn_worker, "iO", number, fds);
     Py_XDECREF(fds);
     if (res == NULL)
         PyErr_Print();

@@ -612,6 +612,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     if (get_callable(config, "on_tick", &s->on_tick) < 0 ||
         get_callable(config, "on_stop_signal", &s->on_stop_signal) < 0 ||
         get_callable(config, "on_hup", &s->on_hup) < 0 ||
+        get_callable(config, "wsgi_errors_write", &s->wsgi_errors_write) < 0 ||
         get_double(config, "tick_interval", &s->tick_interval) < 0)
         goto error;
     if ((s->on_tick || s->on_stop_signal) && !(s->tick_interval > 0)) {
@@ -659,4 +660,5 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->on_tick);
     Py_CLEAR(s->on_stop_signal);
     Py_CLEAR(s->on_hup);
+    Py_CLEAR(s->wsgi_errors_write);
 }

@@ -99,6 +99,7 @@ typedef struct RequestObject {
     PyObject *input;       /* the wsgi.input object */
     ps_slice_t fwd_client; /* a forwarded client as sent, for the access log (into the request) */
     int64_t known_length;  /* body length known up front, or -1 */
+    int64_t given_length;  /* the Content-Length the application gave, or -1 */
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
     unsigned headers_sent : 1;
     unsigned done : 1;
@@ -115,7 +116,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD PyObject *logger;
-    int level; /* config.wsgi_errors_level: lines are logged at it, as they are */
+    int level;       /* config.wsgi_errors_level: lines are logged at it, as they are */
+    PyObject *write; /* or, when set, the text goes to it as it comes (gunicorn's way) */
 } ErrorsObject;
 
 typedef struct {
@@ -124,6 +126,20 @@ typedef struct {
 } FileWrapperObject;
 
 static void request_done(RequestObject *req);
+
+/* A Content-Length value: its digits, or -1 when it is not one (the core refuses those). */
+static int64_t decimal(ps_slice_t s)
+{
+    int64_t v = 0;
+    if (s.len == 0 || s.len > 18)
+        return -1;
+    for (size_t i = 0; i < s.len; i++) {
+        if (s.base[i] < '0' || s.base[i] > '9')
+            return -1;
+        v = v * 10 + (s.base[i] - '0');
+    }
+    return v;
+}
 
 /* ---- helpers ---- */
 
@@ -465,8 +481,10 @@ static int head_view(RequestObject *req, head_view_t *v)
             head_view_free(v);
             return -1;
         }
-        if (PS_SLICE_IEQ(hs[n].name, "content-length"))
+        if (PS_SLICE_IEQ(hs[n].name, "content-length")) {
             has_length = 1;
+            req->given_length = decimal(hs[n].value);
+        }
         v->strings += hs[n].name.len + hs[n].value.len;
         n++;
     }
@@ -511,6 +529,22 @@ static int send_body(RequestObject *req, const char *data, size_t len)
     return map_write(ps_exchange_write(req->x, data, len));
 }
 
+/* A body shorter than the Content-Length the application gave: the connection
+ * closes after it (only a close can tell the client), and the log says why. */
+static void check_length(RequestObject *req)
+{
+    ps_exchange_t *x = req->x;
+    ps_request_t *r = x->req;
+    if (req->given_length < 0 || x->body_sent >= (uint64_t)req->given_length ||
+        PS_SLICE_IEQ(r->method, "HEAD") || x->status == 204 || x->status == 304)
+        return;
+    ps_log_error(req->ctx->error_logger,
+                 "WSGI application sent %llu of the %lld body bytes its Content-Length "
+                 "announced (%.*s %.*s): the connection is closed",
+                 (unsigned long long)x->body_sent, (long long)req->given_length, (int)r->method.len,
+                 r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
+}
+
 /* The body is complete. */
 static void finish(RequestObject *req)
 {
@@ -522,6 +556,7 @@ static void finish(RequestObject *req)
             return;
         }
     }
+    check_length(req);
     ps_exchange_end(req->x);
     request_done(req);
 }
@@ -1940,6 +1975,7 @@ static RequestObject *request_new(ps_wsgi_t *ctx, ps_exchange_t *x)
     req->x = x;
     req->ctx = ctx;
     req->known_length = -1;
+    req->given_length = -1;
     req->sendfile_fd = -1;
     return req;
 }
@@ -1952,6 +1988,13 @@ static PyObject *Errors_write(PyObject *op, PyObject *s)
     if (!PyUnicode_Check(s)) {
         PyErr_SetString(PyExc_TypeError, "wsgi.errors.write() takes str");
         return NULL;
+    }
+    if (self->write != NULL) {
+        PyObject *res = PyObject_CallOneArg(self->write, s);
+        if (res == NULL)
+            return NULL;
+        Py_DECREF(res);
+        return PyLong_FromSsize_t(PyUnicode_GET_LENGTH(s));
     }
     PyObject *text = PyObject_CallMethod(s, "rstrip", NULL);
     if (text == NULL)
@@ -1999,12 +2042,14 @@ static int Errors_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(((ErrorsObject *)op)->logger);
+    Py_VISIT(((ErrorsObject *)op)->write);
     return 0;
 }
 
 static int Errors_clear(PyObject *op)
 {
     Py_CLEAR(((ErrorsObject *)op)->logger);
+    Py_CLEAR(((ErrorsObject *)op)->write);
     return 0;
 }
 
@@ -2020,7 +2065,7 @@ static void Errors_dealloc(PyObject *op)
 static PyMethodDef Errors_methods[] = {
     {"write", Errors_write, METH_O, "Log text on the error log."},
     {"writelines", Errors_writelines, METH_O, "Log each string."},
-    {"flush", Errors_flush, METH_NOARGS, "Nothing to flush."},
+    {"flush", Errors_flush, METH_NOARGS, "Nothing to flush (each write is flushed)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2179,6 +2224,7 @@ static PyObject *make_base_environ(ps_wsgi_t *ctx, const ps_py_settings_t *s, Py
     if (eo) {
         eo->logger = Py_NewRef(ctx->error_logger);
         eo->level = s->wsgi_errors_level;
+        eo->write = Py_XNewRef(s->wsgi_errors_write);
         errors = (PyObject *)eo;
     }
     if (errors == NULL || set_str(env, "wsgi.version", Py_BuildValue("(ii)", 1, 0)) < 0 ||
