@@ -130,6 +130,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
         .peer_len = peer_len,
         .is_unix = c->is_unix,
     };
+    c->async = w->async;
     /* A synchronous request's parser pauses once the body passes the spool
      * threshold, so that the body goes to the file from then on. */
     size_t high = BODY_HIGH;
@@ -704,7 +705,7 @@ int ps_conn_body_fill(ps_conn_t *c)
 static void update_reading(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->w->async)
+    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->async)
         return;
     int want = r->message_complete ? ps_buf_size(&c->rbuf) < READ_AHEAD
                                    : ps_buf_size(&c->body) < BODY_HIGH;
@@ -1179,14 +1180,14 @@ static void after_handler(ps_conn_t *c)
     }
     if (c->resp_ended) {
         /* A synchronous application is done with its buffered body. */
-        if (!c->w->async) {
+        if (!c->async) {
             drop_spool(c);
             ps_buf_reset(&c->body);
             ps_buf_shrink(&c->body, KEEP_BUF);
         }
         if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
             set_state(c, PS_CONN_FLUSH);
-            if (!c->w->async)
+            if (!c->async)
                 ev_io_stop(c->w->loop, &c->rio); /* the next request waits for the flush */
             start_writing(c);
         } else {
@@ -1194,7 +1195,7 @@ static void after_handler(ps_conn_t *c)
         }
         return;
     }
-    if (c->w->async) {
+    if (c->async) {
         update_reading(c); /* the layer writes when its application sends */
     } else if (c->x.deferred) {
         /* The application runs on another thread and has the whole body:
@@ -1234,7 +1235,7 @@ static void dispatch(ps_conn_t *c)
     /* A synchronous application runs on this stack, so no watcher fires
      * before it returns; after_handler then stops reading or re-arms the
      * timer as what follows needs, usually neither: the next request. */
-    if (c->w->async)
+    if (c->async)
         ev_timer_stop(c->w->loop, &c->timer);
     c->in_handler = 1;
     c->w->handler->on_request(&c->x);
@@ -1305,14 +1306,15 @@ static void process(ps_conn_t *c)
             progress = 1;
             if (ps_unlikely(c->uw != NULL))
                 take_uwsgi_vars(c);
-            if (!w->async && !r->message_complete && expect_body(c) < 0)
+            c->async = ps_worker_route(w, &c->x);
+            if (!c->async && !r->message_complete && expect_body(c) < 0)
                 return;
         }
         /* An asynchronous application receives the body as it arrives. A
          * synchronous one reads it with blocking calls, which must never
          * wait for a client: the loop reads the whole body first, into
          * memory or the spool file. */
-        if (w->async) {
+        if (c->async) {
             dispatch(c);
             continue;
         }

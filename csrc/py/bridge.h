@@ -63,6 +63,10 @@ typedef struct {
     double tls_ticket_rotation; /* seconds between a master's new ticket keys */
     ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
     int asgi;                   /* interface is "asgi" */
+    /* --asgi-app beside a WSGI application (config.loaded_asgi_app), or
+     * NULL; and --asgi-path's prefixes as a tuple of bytes (owned). */
+    PyObject *asgi_app;
+    PyObject *asgi_paths;
     int multiprocess;           /* workers > 1 (wsgi.multiprocess) */
     uint32_t limit_concurrency; /* 0: no limit */
     uint32_t threads;           /* WSGI application threads (1: the loop's own) */
@@ -179,6 +183,19 @@ void ps_asgi_free(ps_asgi_t *ctx);
 PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
 void ps_asgi_server_release(PyObject *server);
 extern const ps_handler_t ps_asgi_handler;
+
+/* ---- hybrid.c: a WSGI and an ASGI application on one worker ---- */
+
+/* The handler_data of a worker with both (--asgi-app): WebSocket upgrades
+ * and requests under an --asgi-path prefix go to the ASGI layer, the rest
+ * to the WSGI layer. */
+typedef struct ps_hybrid ps_hybrid_t;
+
+/* Borrows both layers and s's prefixes (they must outlive it). Returns
+ * NULL with an exception. */
+ps_hybrid_t *ps_hybrid_new(ps_wsgi_t *wsgi, ps_asgi_t *asgi, const ps_py_settings_t *s);
+void ps_hybrid_free(ps_hybrid_t *h);
+extern const ps_handler_t ps_hybrid_handler;
 
 /* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
