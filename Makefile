@@ -25,7 +25,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev node-llhttp curl wrk \
 	apache2-utils nginx-light libnginx-mod-stream clang-format libwslay-dev zlib1g-dev libisal-dev \
-	nghttp2-client prometheus
+	nghttp2-client prometheus redis-server
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
 # Debian's own python3 needs its venv and headers packages; pyenv-style builds do not.
 ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/usr)

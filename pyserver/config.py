@@ -808,10 +808,19 @@ class Config:
         if self.loaded_app is None:
             app = self.load_app()
             self.interface = self.resolve_interface(app)
-            detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
-            self.error_logger.info("Application %s: %s", self.app_spec, detected)
             if self.asgi_app is not None:
                 self.loaded_asgi_app = self.load_asgi_side()
+            detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
+            self.error_logger.info("Application %s: %s", self.app_spec, detected)
+            if self.loaded_asgi_app is not None:
+                spec = self.asgi_app if isinstance(self.asgi_app, str) else "given"
+                paths = ", ".join(self.asgi_paths) or "none"
+                self.error_logger.info(
+                    "ASGI application %s: WebSockets, lifespan %s, HTTP paths %s",
+                    spec,
+                    self.lifespan,
+                    paths,
+                )
             if self.interface == "asgi":
                 if "pre_request" in self.hooks or "post_request" in self.hooks:
                     self.error_logger.warning(
@@ -847,10 +856,6 @@ class Config:
                 "(for Django: myproject.asgi:application)",
                 2,
             )
-        paths = ", ".join(self.asgi_paths) or "none"
-        self.error_logger.info(
-            "ASGI application %s: WebSockets, lifespan %s, paths %s", spec, self.lifespan, paths
-        )
         return importer.as_asgi3(app)
 
     def configure_logging(self):

@@ -67,6 +67,7 @@ def where(request):
 
 def slow(request):
     seconds = float(request.GET.get("s", "0.5"))
+    print(f"slow view started on {threading.current_thread().name}", file=sys.stderr, flush=True)
     time.sleep(seconds)
     return JsonResponse({"slept": seconds})
 
