@@ -259,3 +259,26 @@ def test_asgi_app_from_the_environment():
     with run_server(WSGI, "--threads", "2", env=env) as s:
         assert s.wait_for_log("HTTP paths /events, /other")
         check_echo(s.port)
+
+
+def test_asgi_app_naming_a_wsgi_callable_under_a_master_exits_2():
+    """The workers import the applications; the master stops at the first that cannot
+    serve, with the worker's status, instead of forking it again."""
+    code, lines, stderr = cli_error(
+        WSGI, "--app-dir", str(TESTS_DIR), "--asgi-app", WSGI, "--workers", "2"
+    )
+    assert code == 2, stderr
+    assert any("is a WSGI application" in line for line in lines), stderr
+
+
+def test_max_requests_counts_websockets_and_http_alike():
+    with run_server(WSGI, "--asgi-app", ASGI, "--threads", "2", "--max-requests", "4") as s:
+
+        async def news_pid():
+            async with websockets.connect(f"ws://{HOST}:{s.port}/ws/news/") as ws:
+                return json.loads(await ws.recv())["pid"]
+
+        first = run(news_pid())  # request 1: the WebSocket upgrade
+        for _ in range(3):  # requests 2 to 4: WSGI views
+            get_json(s.port, "/items/")
+        assert wait_for(lambda: run(news_pid()) != first, 15), s.log_tail()
