@@ -282,3 +282,35 @@ def test_max_requests_counts_websockets_and_http_alike():
         for _ in range(3):  # requests 2 to 4: WSGI views
             get_json(s.port, "/items/")
         assert wait_for(lambda: run(news_pid()) != first, 15), s.log_tail()
+
+
+def test_metrics_count_the_views_and_the_websockets():
+    mport = free_port()
+    with run_server(
+        WSGI, "--asgi-app", ASGI, "--threads", "2", "--metrics-bind", f"{HOST}:{mport}"
+    ) as s:
+        get_json(s.port, "/items/")
+        check_echo(s.port)
+
+        def metrics():
+            return httpx.get(f"http://{HOST}:{mport}/metrics", trust_env=False, timeout=10).text
+
+        def counted():
+            text = metrics()
+            return (
+                'pyserver_requests_total{method="GET",status="2xx"} 1' in text
+                and "pyserver_websocket_connections_total 1" in text
+                and "pyserver_websocket_messages_received_total 2" in text
+            )
+
+        assert wait_for(counted, 10), metrics()
+
+
+def test_hup_starts_again_with_both_applications():
+    with run_server(WSGI, "--asgi-app", ASGI, "--threads", "2") as s:
+        check_echo(s.port)
+        os.kill(s.pid, signal.SIGHUP)
+        assert s.wait_for_log("Reloading: starting again", 15)
+        assert wait_for(lambda: s.log().count("hybrid lifespan startup") == 2, 15), s.log()
+        assert get_json(s.port, "/where/")["wsgi_version"] == [1, 0]
+        check_echo(s.port)
