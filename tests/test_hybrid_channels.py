@@ -314,3 +314,20 @@ def test_hup_starts_again_with_both_applications():
         assert wait_for(lambda: s.log().count("hybrid lifespan startup") == 2, 15), s.log()
         assert get_json(s.port, "/where/")["wsgi_version"] == [1, 0]
         check_echo(s.port)
+
+
+def test_watchdog_replaces_a_worker_whose_view_is_stuck_in_a_thread():
+    args = ["--asgi-app", ASGI, "--threads", "2", "--workers", "1", "--timeout", "2"]
+    with run_server(WSGI, *args) as s:
+
+        async def news_pid():
+            async with websockets.connect(f"ws://{HOST}:{s.port}/ws/news/") as ws:
+                return json.loads(await ws.recv())["pid"]
+
+        first = run(news_pid())
+        conn = http.client.HTTPConnection(HOST, s.port, timeout=30)
+        conn.request("GET", "/slow/?s=60")
+        assert s.wait_for_log("WORKER TIMEOUT", timeout=15), s.log_tail()
+        assert wait_for(lambda: run(news_pid()) != first, 15), s.log_tail()
+        conn.close()
+        assert "GET /slow/?s=60" in s.log()
