@@ -125,6 +125,25 @@ def test_http2_streams_are_routed_like_http1(srv):
     assert '"wsgi": false' in events.text and events.text.count("data: ") == 3
 
 
+def test_http2_streams_of_both_sides_one_after_the_other(srv):
+    """One connection, streams taking turns: each side's per-connection state (the
+    addresses in WSGI's and in ASGI's shape) is its own."""
+
+    async def main():
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=10, trust_env=False) as c:
+            return [
+                await c.get(srv.url + path)
+                for path in ("/events/stream/", "/where/", "/events/stream/", "/where/")
+            ]
+
+    answers = run(main())
+    assert [r.status_code for r in answers] == [200] * 4
+    where, events = answers[1], answers[2]
+    assert where.json()["wsgi_version"] == [1, 0]
+    assert where.json()["thread"].startswith("pyserver-thread-")
+    assert '"wsgi": false' in events.text and events.text.count("data: ") == 3
+
+
 def test_threads_1_warns_that_slow_views_hold_websockets():
     with run_server(WSGI, "--asgi-app", ASGI) as s:
         assert s.wait_for_log("--asgi-app with --threads 1")
@@ -331,3 +350,18 @@ def test_watchdog_replaces_a_worker_whose_view_is_stuck_in_a_thread():
         assert wait_for(lambda: run(news_pid()) != first, 15), s.log_tail()
         conn.close()
         assert "GET /slow/?s=60" in s.log()
+
+
+def test_large_bodies_stream_to_either_side(srv):
+    """A body of 2 MiB: buffered (spooled past 1 MiB) for the WSGI view, read as it
+    arrives by the ASGI one, on the same keep-alive connection."""
+    body = os.urandom(2 << 20)  # under Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB)
+    conn = http.client.HTTPConnection(HOST, srv.port, timeout=20)
+    conn.request("POST", "/events/upload/", body=body)
+    r = conn.getresponse()
+    assert r.status == 200
+    assert json.loads(r.read()) == {"bytes": len(body), "wsgi": False}
+    conn.request("POST", "/where/", body=body)
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read())["wsgi_version"] == [1, 0]
+    conn.close()

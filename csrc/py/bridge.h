@@ -322,14 +322,18 @@ static inline PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name)
 /* The exchange's addresses in the kind's shape, made on its connection's
  * first request and kept in x->conn_data (free with ps_py_addresses_free).
  * Over a unix socket both kinds say the same: the server is the socket's
- * path and there is no client address. */
-typedef struct {
+ * path and there is no client address. A connection that carries both
+ * kinds (--asgi-app) keeps the second kind's addresses in `other`. */
+typedef struct ps_py_addresses ps_py_addresses_t;
+struct ps_py_addresses {
     PyObject *client;      /* WSGI REMOTE_ADDR ("" on a unix socket); ASGI (host, port) or None */
     PyObject *client_port; /* WSGI REMOTE_PORT, NULL on a unix socket; ASGI NULL */
     PyObject *server; /* WSGI SERVER_NAME (address or path); ASGI (host, port) or [path, None] */
     PyObject *server_port; /* WSGI SERVER_PORT ("" on a unix socket); ASGI NULL */
     PyObject *tls_ext;     /* ASGI over TLS: the "tls" scope extension, once built; else NULL */
-} ps_py_addresses_t;
+    ps_py_kind_t kind;
+    ps_py_addresses_t *other; /* the other kind's, or NULL (owned) */
+};
 
 /* Returns the addresses (borrowed from x), or NULL with an exception. */
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);

@@ -8,6 +8,7 @@ HTTP (WSGI, through Django's WSGIHandler):
 /items/            JSON list, a second plain view
 HTTP under --asgi-path /events/ (ASGI, through Django's ASGIHandler):
 /events/stream/    an async view streaming three server-sent events
+/events/upload/    an async view: JSON with the size of the request body it read
 WebSockets (ASGI, Channels):
 /ws/echo/          a sync WebsocketConsumer echoing text and bytes
 /ws/news/          an AsyncWebsocketConsumer in group "news": says {"pid": ...} on connect;
@@ -87,11 +88,16 @@ async def stream(request):
     return StreamingHttpResponse(events(), content_type="text/event-stream")
 
 
+async def upload(request):
+    return JsonResponse({"bytes": len(request.body), "wsgi": "wsgi.version" in request.META})
+
+
 urlpatterns = [
     path("where/", where),
     path("slow/", slow),
     path("items/", items),
     path("events/stream/", stream),
+    path("events/upload/", upload),
 ]
 
 
