@@ -8,6 +8,11 @@
  * application thread). route() sets x->handler_data to the chosen layer's
  * context, which is also how the later callbacks find their layer: both
  * layers read their context from there.
+ *
+ * With --threads 1 the WSGI application runs on the loop's thread, inside
+ * asyncio's run_forever(): its callbacks run with asyncio's running loop
+ * unset, so that sync-only code (Django's ORM refuses to run where an event
+ * loop is running) sees the plain thread it would under WSGI alone.
  */
 #include "bridge.h"
 
@@ -16,6 +21,10 @@ struct ps_hybrid {
     ps_asgi_t *asgi;      /* borrowed */
     ps_slice_t *prefixes; /* --asgi-path, no trailing slash ("/" alone: every path) */
     size_t nprefixes;
+    /* asyncio._get_running_loop and _set_running_loop, when the WSGI
+     * application runs on the loop's thread (--threads 1); else NULL. */
+    PyObject *get_running_loop;
+    PyObject *set_running_loop;
 };
 
 ps_hybrid_t *ps_hybrid_new(ps_wsgi_t *wsgi, ps_asgi_t *asgi, const ps_py_settings_t *s)
@@ -35,6 +44,18 @@ ps_hybrid_t *ps_hybrid_new(ps_wsgi_t *wsgi, ps_asgi_t *asgi, const ps_py_setting
         h->prefixes[i] = (ps_slice_t){PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b)};
     }
     h->nprefixes = (size_t)n;
+    if (s->threads <= 1) {
+        PyObject *asyncio = PyImport_ImportModule("asyncio");
+        if (asyncio != NULL) {
+            h->get_running_loop = PyObject_GetAttrString(asyncio, "_get_running_loop");
+            h->set_running_loop = PyObject_GetAttrString(asyncio, "_set_running_loop");
+            Py_DECREF(asyncio);
+        }
+        if (h->get_running_loop == NULL || h->set_running_loop == NULL) {
+            ps_hybrid_free(h);
+            return NULL;
+        }
+    }
     return h;
 }
 
@@ -42,6 +63,8 @@ void ps_hybrid_free(ps_hybrid_t *h)
 {
     if (h == NULL)
         return;
+    Py_XDECREF(h->get_running_loop);
+    Py_XDECREF(h->set_running_loop);
     PyMem_Free(h->prefixes);
     PyMem_Free(h);
 }
@@ -126,24 +149,61 @@ static const ps_handler_t *side(ps_exchange_t *x)
     return &ps_wsgi_handler;
 }
 
+/* Sets asyncio's running loop of this thread to loop; 0, or -1 when that
+ * failed (the exception is reported as unraisable). */
+static int set_running_loop(ps_hybrid_t *h, PyObject *loop)
+{
+    PyObject *r = PyObject_CallOneArg(h->set_running_loop, loop);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(h->set_running_loop);
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Calls one of the layers' callbacks that may run application code: a
+ * WSGI one on the loop's thread runs outside asyncio's running loop (see
+ * the top of the file), which is put back after. May close the connection
+ * (as fn may). */
+static void call(ps_exchange_t *x, void (*fn)(ps_exchange_t *x))
+{
+    ps_hybrid_t *h = x->worker->handler_data;
+    if (h->get_running_loop == NULL || x->handler_data != h->wsgi) {
+        fn(x);
+        return;
+    }
+    PyObject *loop = PyObject_CallNoArgs(h->get_running_loop);
+    if (loop == NULL)
+        PyErr_WriteUnraisable(h->get_running_loop);
+    if (loop == NULL || loop == Py_None || set_running_loop(h, Py_None) < 0) {
+        Py_XDECREF(loop);
+        fn(x);
+        return;
+    }
+    fn(x);
+    set_running_loop(h, loop);
+    Py_DECREF(loop);
+}
+
 static void on_request(ps_exchange_t *x)
 {
-    side(x)->on_request(x);
+    call(x, side(x)->on_request);
 }
 
 static void on_writable(ps_exchange_t *x)
 {
-    side(x)->on_writable(x);
+    call(x, side(x)->on_writable);
 }
 
 static void on_disconnect(ps_exchange_t *x)
 {
-    side(x)->on_disconnect(x);
+    call(x, side(x)->on_disconnect);
 }
 
 static void dispose(ps_exchange_t *x)
 {
-    side(x)->dispose(x);
+    call(x, side(x)->dispose);
 }
 
 static void on_body(ps_exchange_t *x)

@@ -6,6 +6,7 @@ HTTP (WSGI, through Django's WSGIHandler):
 /where/            JSON: how the view ran (wsgi.version, wsgi.multithread, the thread)
 /slow/?s=SECONDS   JSON after sleeping that long (requests in progress at a stop)
 /items/            JSON list, a second plain view
+/unsafe/           JSON after calling a function under Django's async_unsafe guard (the ORM's)
 HTTP under --asgi-path /events/ (ASGI, through Django's ASGIHandler):
 /events/stream/    an async view streaming three server-sent events
 /events/upload/    an async view: JSON with the size of the request body it read
@@ -53,6 +54,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.http import JsonResponse, StreamingHttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
+from django.utils.asyncio import async_unsafe  # noqa: E402
 
 
 def where(request):
@@ -64,6 +66,17 @@ def where(request):
             "thread": threading.current_thread().name,
         }
     )
+
+
+@async_unsafe("the ORM")
+def orm_like():
+    """Django's guard of the ORM and other sync-only code: it refuses to run in a thread
+    that has a running event loop."""
+    return "sync code ran"
+
+
+def unsafe(request):
+    return JsonResponse({"result": orm_like()})
 
 
 def slow(request):
@@ -95,6 +108,7 @@ async def upload(request):
 urlpatterns = [
     path("where/", where),
     path("slow/", slow),
+    path("unsafe/", unsafe),
     path("items/", items),
     path("events/stream/", stream),
     path("events/upload/", upload),
