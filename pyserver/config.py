@@ -549,6 +549,7 @@ class Config:
         self.interface = interface
         self.asgi_app, self.asgi_paths = check_asgi_side(asgi_app, asgi_paths, interface)
         self.loaded_asgi_app = None
+        self.loop_link = None  # a hybrid.LoopLink around the WSGI app (see link_to_loop)
         self.factory = bool(factory)
         self.app_dir = app_dir
         if root_path and not root_path.startswith("/"):
@@ -830,8 +831,18 @@ class Config:
             else:
                 from pyserver import hooks
 
-                self.loaded_app = hooks.wrap_wsgi(app, self)
+                self.loaded_app = self.link_to_loop(hooks.wrap_wsgi(app, self))
         return self.loaded_app
+
+    def link_to_loop(self, app):
+        """With --asgi-app and application threads: the WSGI app in a hybrid.LoopLink, which
+        asgi_runner points at the worker's asyncio loop (self.loop_link); else app."""
+        if self.loaded_asgi_app is None or self.threads <= 1:
+            return app
+        from pyserver.hybrid import LoopLink
+
+        self.loop_link = LoopLink(app)
+        return self.loop_link
 
     def load_asgi_side(self):
         """Import --asgi-app: the ASGI application beside the WSGI APP. Raises StartupError:

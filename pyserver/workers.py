@@ -239,6 +239,7 @@ class PyserverWorker(_GunicornWorker):
         config.loaded_app = app
         if config.asgi_app is not None:
             config.loaded_asgi_app = config.load_asgi_side()
+            app = config.loaded_app = config.link_to_loop(app)
         # Read by _core.serve: the heartbeat and the self-retiring after max_requests.
         config.on_tick = self._tick
         config.on_stop_signal = self._on_stop_signal

@@ -81,6 +81,21 @@ def test_group_broadcast_reaches_every_member(srv):
     check_broadcast(srv.port)
 
 
+def test_sync_views_tell_groups_through_the_workers_loop(srv):
+    """async_to_sync in a view on an application thread runs on the worker's asyncio loop
+    (its main thread), as under an ASGI server: the consumers' channel layer."""
+
+    async def main():
+        async with websockets.connect(f"ws://{HOST}:{srv.port}/ws/news/") as ws:
+            await ws.recv()  # {"pid": ...}
+            answer = await asyncio.to_thread(get_json, srv.port, "/notify/?text=breaking")
+            return answer, await asyncio.wait_for(ws.recv(), 10)
+
+    answer, got = run(main())
+    assert answer == {"sent": "breaking", "ran_on": "MainThread"}
+    assert got == "breaking"
+
+
 def test_lifespan_startup_reaches_the_asgi_application(srv):
     assert srv.wait_for_log("hybrid lifespan startup")
     assert "ASGI application apps.hybrid_channels:application" in srv.log()
@@ -156,6 +171,10 @@ def test_threads_1_warns_that_slow_views_hold_websockets():
         assert get_json(s.port, "/unsafe/") == {"result": "sync code ran"}
         check_echo(s.port)
         assert get_json(s.port, "/unsafe/") == {"result": "sync code ran"}
+        # The loop's thread cannot wait for its own loop: asgiref runs the coroutine on a
+        # loop of its own, in another thread.
+        notified = get_json(s.port, "/notify/?text=x")
+        assert notified["sent"] == "x" and notified["ran_on"] != "MainThread"
 
 
 def test_gunicorn_worker_takes_the_asgi_app_from_its_environment():
@@ -170,6 +189,7 @@ def test_gunicorn_worker_takes_the_asgi_app_from_its_environment():
         check_broadcast(g.port)
         events = httpx.get(g.url + "/events/stream/", trust_env=False, timeout=10).text
         assert '"wsgi": false' in events
+        assert get_json(g.port, "/notify/?text=x")["ran_on"] == "MainThread"
 
 
 def test_two_workers_share_groups_through_redis(redis_url):

@@ -6,6 +6,8 @@ HTTP (WSGI, through Django's WSGIHandler):
 /where/            JSON: how the view ran (wsgi.version, wsgi.multithread, the thread)
 /slow/?s=SECONDS   JSON after sleeping that long (requests in progress at a stop)
 /items/            JSON list, a second plain view
+/notify/?text=T    a sync view sending T to group "news" (async_to_sync), and which thread
+                   ran that coroutine
 /unsafe/           JSON after calling a function under Django's async_unsafe guard (the ORM's)
 HTTP under --asgi-path /events/ (ASGI, through Django's ASGIHandler):
 /events/stream/    an async view streaming three server-sent events
@@ -48,7 +50,9 @@ if not settings.configured:
     )
     django.setup()
 
+from asgiref.sync import async_to_sync  # noqa: E402
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer  # noqa: E402
+from channels.layers import get_channel_layer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
@@ -77,6 +81,18 @@ def orm_like():
 
 def unsafe(request):
     return JsonResponse({"result": orm_like()})
+
+
+async def tell(text):
+    await get_channel_layer().group_send("news", {"type": "news.item", "text": text})
+    return threading.current_thread().name
+
+
+def notify(request):
+    """A sync view telling the group, as projects do from their views and signals; says
+    which thread ran the coroutine."""
+    text = request.GET.get("text", "")
+    return JsonResponse({"sent": text, "ran_on": async_to_sync(tell)(text)})
 
 
 def slow(request):
@@ -109,6 +125,7 @@ urlpatterns = [
     path("where/", where),
     path("slow/", slow),
     path("unsafe/", unsafe),
+    path("notify/", notify),
     path("items/", items),
     path("events/stream/", stream),
     path("events/upload/", upload),
