@@ -114,7 +114,8 @@ TEST_PYTHONS ?= 3.10 3.12 3.13
 # resource, hostile-client, gunicorn and packaging files (slow, version-independent C).
 TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file lifecycle \
 	environ responses wsgi_input errors http1 body_buffering rfc9112 evselector evloop \
-	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi))
+	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi \
+	hybrid_channels))
 TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
 test-pythons: apt-deps
 	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)

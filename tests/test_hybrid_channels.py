@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import threading
 
 import httpx
@@ -108,6 +109,23 @@ def test_asgi_path_streams_from_an_async_view(srv):
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     # Under ASGI: Django's request.META has no wsgi.version.
     assert events == [{"n": i, "wsgi": False} for i in range(3)]
+
+
+def test_asgi_path_prefixes_end_at_a_segment_and_read_absolute_targets(srv):
+    # An absolute-form target is routed by its path.
+    with socket.create_connection((HOST, srv.port), timeout=10) as sock:
+        sock.sendall(b"GET http://example.com/events/stream/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b'"n": 2' not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    assert b'"wsgi": false' in data
+    # "/wher" takes "/wher" and what lies under "/wher/", not "/where/".
+    with run_server(WSGI, "--asgi-app", ASGI, "--threads", "2", "--asgi-path", "/wher") as s:
+        assert get_json(s.port, "/where/")["wsgi_version"] == [1, 0]
+    with run_server(WSGI, "--asgi-app", ASGI, "--threads", "2", "--asgi-path", "/where/") as s:
+        assert get_json(s.port, "/where/")["wsgi_version"] is None  # Django's ASGIHandler
 
 
 def test_http_and_websockets_alternate_on_one_worker(srv):

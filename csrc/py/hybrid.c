@@ -124,6 +124,9 @@ static int under(ps_slice_t path, ps_slice_t prefix)
     return path.len == prefix.len || path.base[prefix.len] == '/' || path.base[prefix.len] == '?';
 }
 
+/* The handler's route(): 1 (ASGI) for a WebSocket upgrade or a path under
+ * a prefix, else 0 (WSGI); x->handler_data is set to that layer's context.
+ * Runs no Python. */
 static int on_route(ps_exchange_t *x)
 {
     ps_hybrid_t *h = x->worker->handler_data;
