@@ -409,3 +409,21 @@ def test_large_bodies_stream_to_either_side(srv):
     r = conn.getresponse()
     assert r.status == 200 and json.loads(r.read())["wsgi_version"] == [1, 0]
     conn.close()
+
+
+def test_asgi_app_from_a_config_file(tmp_path):
+    conf = tmp_path / "pyserver.conf.py"
+    conf.write_text(f'asgi_app = "{ASGI}"\nasgi_paths = ["/events/"]\nthreads = 2\n')
+    with run_server(WSGI, "-c", str(conf)) as s:
+        assert s.wait_for_log("HTTP paths /events")
+        check_echo(s.port)
+        assert '"wsgi": false' in httpx.get(s.url + "/events/stream/", trust_env=False).text
+
+
+def test_asgi_app_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.pyserver]\nasgi-app = "{ASGI}"\nasgi-paths = ["/events/"]\nthreads = 2\n'
+    )
+    with run_server(WSGI, cwd=tmp_path) as s:
+        assert s.wait_for_log("HTTP paths /events")
+        check_echo(s.port)
