@@ -28,8 +28,10 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev \
 	'libllhttp-dev|node-llhttp' libwslay-dev zlib1g-dev libisal-dev
 # The test suite's tools: curl, nginx (proxy and uwsgi tests, with its stream module),
-# h2load and nghttp (nghttp2-client), promtool (prometheus).
-TEST_APT_PACKAGES := curl 'nginx-light|nginx' libnginx-mod-stream nghttp2-client prometheus
+# h2load and nghttp (nghttp2-client), promtool (prometheus), redis-server (the Channels
+# layer shared by workers).
+TEST_APT_PACKAGES := curl 'nginx-light|nginx' libnginx-mod-stream nghttp2-client prometheus \
+	redis-server
 BENCH_APT_PACKAGES := wrk apache2-utils 'nginx-light|nginx' nghttp2-client curl
 LINT_APT_PACKAGES := clang-format
 FUZZ_APT_PACKAGES := clang libclang-rt-dev
@@ -118,7 +120,8 @@ TEST_PYTHONS ?= 3.10 3.12 3.13
 # resource, hostile-client, gunicorn and packaging files (slow, version-independent C).
 TEST_PYTHONS_SUBSET := $(addprefix tests/test_,$(addsuffix .py,cli config_file lifecycle \
 	environ responses wsgi_input errors http1 body_buffering rfc9112 evselector evloop \
-	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi))
+	asgi_detect asgi_http asgi_lifespan lifespan flask bottle asgi_starlette asgi_fastapi \
+	hybrid_channels))
 TEST_PYTHONS_ARGS ?= $(TEST_PYTHONS_SUBSET)
 test-pythons: apt-deps apt-test-deps
 	scripts/test-pythons.sh $(TEST_PYTHONS) -- $(TEST_PYTHONS_ARGS)

@@ -15,9 +15,11 @@ import atexit
 import dataclasses
 import datetime
 import glob
+import json
 import os
 import re
 import resource
+import select
 import shutil
 import statistics
 import subprocess
@@ -358,7 +360,12 @@ def load(sc, args, port, warmup):
         )
     if sc.load == "wrk":
         duration = args.warmup if warmup else args.duration
-        return loadgen.run_wrk(url, duration, connections(sc, args), cpus=sc.client_cpus)
+        script = None
+        if sc.wrk_paths:
+            lua = os.path.join(LOGS_DIR, f"{sc.name}-rotate.lua")
+            script = loadgen.write_rotation_script(lua, sc.wrk_paths)
+        conns = connections(sc, args)
+        return loadgen.run_wrk(url, duration, conns, cpus=sc.client_cpus, script=script)
     requests = warmup_requests(args) if warmup else args.requests
     res = loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
     return forgive_ab_length(res, sc.body)
@@ -400,6 +407,44 @@ def scenario_args(sc, name):
     return sc.server_args.get(name, [])
 
 
+def start_broadcast(ctx, sc, port):
+    """The scenario's WebSocket subscribers (harness/wsbroadcast.py, on the client CPUs),
+    returned once all are connected; None when it has none. Raises LaunchError."""
+    if not sc.ws_subscribers:
+        return None
+    script = os.path.join(BENCH_DIR, "harness", "wsbroadcast.py")
+    argv = [ctx.project_python, script, str(port), sc.ws_path, str(sc.ws_subscribers)]
+    argv = loadgen.pinned(sc.client_cpus, argv + [str(sc.ws_interval_ms)])
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("ready"):
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise procs.LaunchError(f"WebSocket subscribers did not connect: {err[-400:]}")
+    return proc
+
+
+def stop_broadcast(proc, prefix):
+    """Stops the subscribers; their figures as {PREFIX + name: value} (delivered_pct,
+    p99_ms, ...), or {PREFIX + "error": ...} when they printed none."""
+    if proc is None:
+        return {}
+    proc.terminate()
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    try:
+        figures = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {prefix + "error": (err or out)[-400:]}
+    return {prefix + key: value for key, value in figures.items()}
+
+
 def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
@@ -418,6 +463,7 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
         rec.update(status="failed", error=f"port {port} still busy before start")
         return rec
     server = procs.Server(argv, ROOT, server_env(spec, sc, extra_env), log_path)
+    broadcast = None
     try:
         if not os.path.exists(os.path.join(ROOT, exe)) and not shutil.which(exe):
             raise procs.LaunchError(f"{exe} not found")
@@ -436,6 +482,7 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
                 sc.check(HOST, port)
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise procs.LaunchError(f"wrong answer: {exc}") from exc
+        broadcast = start_broadcast(ctx, sc, port)
         if sc.load == "fixed-rate":
             rec.update(measure_fixed_rate(sc, args, port, server), status="ok")
             return rec
@@ -451,6 +498,7 @@ def run_once(ctx, sc, spec, args, rnd, extra_env=None):
         rec.update(status="failed", error=f"load: {exc}")
         return rec
     finally:
+        rec.update(stop_broadcast(broadcast, "fr_ws_" if sc.load == "fixed-rate" else "ws_"))
         server.stop()
         if not procs.wait_port_free(port):
             log(f"  warning: port {port} still busy after stopping {spec.name}")
@@ -771,6 +819,8 @@ def run_scenario(ctx, sc, args, peer_modules, install_status):
     rounds = scenario_rounds(sc, args)
     log(f"\n{sc.name}: median of {rounds} round(s), {time.monotonic() - started:.0f} s\n")
     log(report.text_table(summary))
+    if sc.ws_subscribers:
+        log("\n" + report.ws_broadcast_table(summary))
     for s in summary:
         if s["status"] != "ok":
             log(f"  {s['server']}: {s['status']}: {s.get('error', '')[:400]}")

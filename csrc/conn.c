@@ -132,6 +132,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
         .peer_len = peer_len,
         .is_unix = c->is_unix,
     };
+    c->async = w->async;
     /* A synchronous request's parser pauses once the body passes the spool
      * threshold, so that the body goes to the file from then on. */
     size_t high = BODY_HIGH;
@@ -826,7 +827,7 @@ int ps_conn_body_fill(ps_conn_t *c)
 static void update_reading(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->w->async)
+    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->async)
         return;
     int want = r->message_complete ? ps_buf_size(&c->rbuf) < READ_AHEAD
                                    : ps_buf_size(&c->body) < BODY_HIGH;
@@ -1301,7 +1302,7 @@ static void after_handler(ps_conn_t *c)
     }
     if (c->resp_ended) {
         /* A synchronous application is done with its buffered body. */
-        if (!c->w->async) {
+        if (!c->async) {
             drop_spool(c);
             ps_buf_reset(&c->body);
             ps_buf_shrink(&c->body, KEEP_BUF);
@@ -1315,7 +1316,7 @@ static void after_handler(ps_conn_t *c)
                 ev_clear_pending(c->w->loop, &c->timer);
                 return;
             }
-            if (!c->w->async)
+            if (!c->async)
                 ev_io_stop(c->w->loop, &c->rio); /* the next request waits for the flush */
             start_writing(c);
         } else {
@@ -1323,7 +1324,7 @@ static void after_handler(ps_conn_t *c)
         }
         return;
     }
-    if (c->w->async) {
+    if (c->async) {
         update_reading(c); /* the layer writes when its application sends */
     } else if (c->x.deferred) {
         /* The application runs on another thread and has the whole body:
@@ -1363,7 +1364,7 @@ static void dispatch(ps_conn_t *c)
     /* A synchronous application runs on this stack, so no watcher fires
      * before it returns; after_handler then stops reading or re-arms the
      * timer as what follows needs, usually neither: the next request. */
-    if (c->w->async)
+    if (c->async)
         ev_timer_stop(c->w->loop, &c->timer);
     write_overdue(c->w);
     c->in_handler = 1;
@@ -1435,14 +1436,15 @@ static void process(ps_conn_t *c)
             progress = 1;
             if (ps_unlikely(c->uw != NULL))
                 take_uwsgi_vars(c);
-            if (!w->async && !r->message_complete && expect_body(c) < 0)
+            c->async = ps_worker_route(w, &c->x);
+            if (!c->async && !r->message_complete && expect_body(c) < 0)
                 return;
         }
         /* An asynchronous application receives the body as it arrives. A
          * synchronous one reads it with blocking calls, which must never
          * wait for a client: the loop reads the whole body first, into
          * memory or the spool file. */
-        if (w->async) {
+        if (c->async) {
             dispatch(c);
             continue;
         }

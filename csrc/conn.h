@@ -54,6 +54,7 @@ struct ps_conn {
     unsigned head_started : 1; /* bytes of the next request have arrived */
     unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
+    unsigned async : 1;        /* the current request's layer is asynchronous (ps_worker_route) */
     unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
     unsigned proxyproto : 2;   /* PS_CONN_PP_*: a PROXY header still to settle */
     unsigned held : 1;         /* on the worker's held list (output sent before it sleeps) */

@@ -58,6 +58,12 @@ typedef struct {
      * static layer of worker.c) with status; called once the response
      * ended, or failed after its head. The layer writes its access line. */
     void (*on_served)(ps_exchange_t *x, int status);
+    /* Optional, for a layer that carries both kinds (--asgi-app beside a
+     * WSGI application): called once a request's head is complete, before
+     * its body is read. Returns 1 when this request is answered
+     * asynchronously (as if async were set), 0 when synchronously. It may
+     * set x->handler_data to the part that takes the request. */
+    int (*route)(ps_exchange_t *x);
     /* The layer answers from outside these callbacks (ASGI's tasks) and
      * reads the body as it arrives; 0: it answers inside on_request with
      * the whole body buffered first (WSGI). */
@@ -86,7 +92,8 @@ typedef struct {
 } ps_exchange_ops_t;
 
 /* Filled by the protocol; the interface layer reads the fields and writes
- * only app_data, conn_data, deferred and (consuming) *body. */
+ * only app_data, conn_data, deferred, (consuming) *body and, from its
+ * route callback, handler_data. */
 struct ps_exchange {
     const ps_exchange_ops_t *ops;
     ps_request_t *req;       /* the parsed head (the protocol's) */

@@ -56,6 +56,7 @@ struct h2x {
     unsigned body_wanted : 1;     /* on_body is owed */
     unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
     unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
+    unsigned async : 1;           /* its layer is asynchronous (ps_worker_route) */
 };
 
 struct ps_h2conn {
@@ -464,12 +465,12 @@ static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
 /* 1 when the stream waits for request body bytes from the client: an
  * asynchronous layer asked for them, a synchronous one is not running yet
  * (it gets the whole body first). */
-static int awaits_body(h2x_t *e, int async)
+static int awaits_body(h2x_t *e)
 {
     ps_h2_stream_t *st = usable(e);
     if (st == NULL || st->req.message_complete || e->x.status)
         return 0;
-    return async ? e->body_wanted : !e->dispatched;
+    return e->async ? e->body_wanted : !e->dispatched;
 }
 
 /* --timeout-request-body, per stream: a stream that waited that long for
@@ -480,12 +481,11 @@ static int awaits_body(h2x_t *e, int async)
 static void body_deadline(ps_h2conn_t *hc, ev_tstamp now)
 {
     const ps_handler_t *handler = hc->c->w->handler;
-    int async = hc->c->w->async;
     double t = hc->c->w->cfg.timeout_request_body;
     hc->body_due = 0;
     for (h2x_t *e = hc->live, *next; e; e = next) {
         next = e->next_live;
-        if (!awaits_body(e, async))
+        if (!awaits_body(e))
             continue;
         if (now - e->body_at < t) {
             if (hc->body_due == 0 || e->body_at + t < hc->body_due)
@@ -561,6 +561,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
     e->hc = hc;
     e->st = st;
     e->spool_fd = -1;
+    e->async = w->async;
     e->x = (ps_exchange_t){
         .ops = &h2_exchange_ops,
         .req = &st->req,
@@ -655,7 +656,11 @@ static void cb_head(ps_h2_stream_t *st, void *ud)
         ps_exchange_reject(&e->x, 413, "request body too large");
         return;
     }
-    if (w->async)
+    /* The layer's choice decides where the body goes: to it as it comes,
+     * or into e->body (and the spool file) until it is whole. */
+    e->async = ps_worker_route(w, &e->x);
+    e->x.body = e->async ? &st->body : &e->body;
+    if (e->async)
         run_request(e);
     else if (!st->req.message_complete)
         body_wait(e); /* the body event follows (dispatch_stream): run once it is whole */
@@ -667,7 +672,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
     h2x_t *e = st->data;
     if (e == NULL)
         return;
-    if (!hc->c->w->async) {
+    if (!e->async) {
         if (e->dispatched || e->x.status)
             return;
         e->body_at = ev_now(hc->c->w->loop); /* bytes came: its deadline moves on */

@@ -474,8 +474,11 @@ static void reap(ps_master_t *m)
             ps_metrics_fold(&m->folded, &m->metrics[i]);
             memset(&m->metrics[i], 0, sizeof(m->metrics[i]));
         }
-        int boot_failed =
-            WIFEXITED(status) && WEXITSTATUS(status) == 3 && !m->slots[i].ready && !w->termed;
+        /* 3: the application cannot be imported or started; 2: it is not
+         * what the options say (--asgi-app naming a WSGI one). Neither
+         * gets better by forking again. */
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+        int boot_failed = (code == 2 || code == 3) && !m->slots[i].ready && !w->termed;
         if (!m->slots[i].ready && !w->termed) {
             /* Died while booting: back off (0.2 s doubling up to 5 s) rather
              * than fork in a tight loop. */
@@ -487,7 +490,7 @@ static void reap(ps_master_t *m)
         m->slots[i].ready = 0;
         if (boot_failed && !m->cfg.reload) {
             logf_(m, PS_LOG_ERROR, "Worker failed to boot: stopping");
-            m->exit_code = 3;
+            m->exit_code = code;
             begin_stop(m, STOP_QUICK);
         }
     }

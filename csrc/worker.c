@@ -439,6 +439,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     w->handler = handler;
     w->handler_data = handler_data;
     w->async = handler->async;
+    w->route = handler->route;
     if (cfg->statics && cfg->statics->nmounts) {
         w->static_inner = handler;
         w->handler = w->async ? &static_handler_async : &static_handler;

@@ -107,6 +107,9 @@ struct ps_worker {
     unsigned stopping : 1;
     unsigned reloading : 1; /* the stop is a single process's reload (SIGHUP) */
     unsigned async : 1;     /* handler->async, kept here for the hot path */
+    /* handler->route of the interface layer (not of a wrapper), or NULL:
+     * then every request is async as above. */
+    int (*route)(ps_exchange_t *x);
     unsigned accepting : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
     /* The accept gate (see listener.c): shared listeners sit in libev's epoll set
@@ -190,6 +193,15 @@ static inline uint32_t ps_worker_connections(const ps_worker_t *w)
 static inline uint32_t ps_worker_load(const ps_worker_t *w)
 {
     return w->nconns + w->h2_extra_streams;
+}
+
+/* For the protocols, once x's head is complete: 1 when the request is
+ * answered asynchronously (its body read as it arrives), 0 when the layer
+ * takes it with the whole body buffered. Asks the layer only when it
+ * carries both kinds (handler->route). */
+static inline int ps_worker_route(ps_worker_t *w, ps_exchange_t *x)
+{
+    return ps_unlikely(w->route != NULL) ? w->route(x) : w->async;
 }
 
 /* The worker's libev loop. */

@@ -35,9 +35,15 @@ def run(app, selector_core, config, server):
             )
         )
     asyncio.set_event_loop(loop)
+    # --asgi-app with application threads: the WSGI views' async_to_sync runs on this loop.
+    link = getattr(config, "loop_link", None)
+    if link is not None:
+        link.loop = loop
     try:
         return _serve(loop, app, mode, logger, server)
     finally:
+        if link is not None:
+            link.loop = None
         try:
             _cancel_all_tasks(loop, logger)
             loop.run_until_complete(loop.shutdown_asyncgens())

@@ -24,7 +24,15 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 # Whitespace-separated lists in the environment.
-LIST_OPTIONS = ("bind", "reload_dirs", "reload_includes", "env", "proxy_protocol_bind", "static")
+LIST_OPTIONS = (
+    "bind",
+    "reload_dirs",
+    "reload_includes",
+    "env",
+    "proxy_protocol_bind",
+    "static",
+    "asgi_paths",
+)
 
 # Defaults shown in --help come from Config's signature: one source of truth.
 D = {name: p.default for name, p in inspect.signature(Config.__init__).parameters.items()}
@@ -204,6 +212,24 @@ def build_parser():
         type=_choice(config.INTERFACES),
         metavar="{auto,wsgi,asgi}",
         help="application interface; auto detects it (default: auto)",
+    )
+    add(
+        app,
+        "--asgi-app",
+        metavar="MODULE:ATTR",
+        type=_converter("asgi_app", _app_spec),
+        help="an ASGI application beside a WSGI APP, in the same workers and on the same "
+        "port: WebSocket upgrades and the lifespan protocol go to it, plain HTTP to APP "
+        "(e.g. myproject.asgi:application; give --threads N too)",
+    )
+    add(
+        app,
+        "--asgi-path",
+        dest="asgi_paths",
+        action="append",
+        metavar="PREFIX",
+        help="with --asgi-app: HTTP requests under this path prefix go to the ASGI "
+        "application as well (server-sent events, long polling); repeatable",
     )
     add(
         app,

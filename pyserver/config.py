@@ -70,6 +70,12 @@ hold final values:
     error_logger              logging.Logger "pyserver.error"
     access_logger             logging.Logger "pyserver.access"
     app_spec                  str, "module:attr" for messages
+    asgi_app                  None, or the "module:attr" (or the object) of an ASGI application
+                              served beside a
+                              WSGI APP: WebSocket upgrades, lifespan and asgi_paths go to it
+    asgi_paths                list of path prefixes (no trailing slash) whose HTTP requests
+                              go to asgi_app too
+    loaded_asgi_app           the asgi_app object (ASGI 3), once imported, else None
     bound_fds                 list of the listening fds bound here (not inherited):
                               shut down at the server's last stop
     workers                   int, the number of worker processes
@@ -401,6 +407,28 @@ def resolve_access_log_format(fmt, json_lines=False):
     return fmt
 
 
+def check_asgi_side(asgi_app, asgi_paths, interface):
+    """--asgi-app and --asgi-path, checked: returns (asgi_app, prefixes without a trailing
+    slash). Raises ValueError."""
+    paths = []
+    for prefix in asgi_paths or ():
+        if not prefix.startswith("/"):
+            raise ValueError(f"--asgi-path must start with '/', got {prefix!r}")
+        paths.append(prefix.rstrip("/") or "/")
+    if asgi_app is None:
+        if paths:
+            raise ValueError("--asgi-path needs --asgi-app (the application that serves it)")
+        return None, []
+    if isinstance(asgi_app, str):
+        importer.split_app_spec(asgi_app)
+    if interface == "asgi":
+        raise ValueError(
+            "--asgi-app is for a WSGI APP (it takes WebSockets and lifespan beside it); "
+            "with --interface asgi, APP serves everything"
+        )
+    return asgi_app, paths
+
+
 def _app_name(app):
     module = getattr(app, "__module__", None) or "?"
     name = getattr(app, "__qualname__", None) or type(app).__qualname__
@@ -422,6 +450,8 @@ class Config:
         fd=None,
         backlog=2048,
         interface="auto",
+        asgi_app=None,
+        asgi_paths=None,
         factory=False,
         app_dir=".",
         root_path="",
@@ -524,6 +554,9 @@ class Config:
         if interface not in INTERFACES:
             raise ValueError(f"interface must be one of {', '.join(INTERFACES)}")
         self.interface = interface
+        self.asgi_app, self.asgi_paths = check_asgi_side(asgi_app, asgi_paths, interface)
+        self.loaded_asgi_app = None
+        self.loop_link = None  # a hybrid.LoopLink around the WSGI app (see link_to_loop)
         self.factory = bool(factory)
         self.app_dir = app_dir
         if root_path and not root_path.startswith("/"):
@@ -701,6 +734,11 @@ class Config:
         self.configure_logging()
         for warning in self.startup_warnings:
             self.error_logger.warning("%s", warning)
+        if self.asgi_app is not None and self.threads == 1:
+            self.error_logger.warning(
+                "--asgi-app with --threads 1: the WSGI application runs on the loop's own "
+                "thread, so a slow view holds up the WebSockets of its worker; give --threads N"
+            )
 
     def load(self) -> None:
         """Set up logging, check the files, bind the sockets, import the app. Raises
@@ -793,8 +831,19 @@ class Config:
         if self.loaded_app is None:
             app = self.load_app()
             self.interface = self.resolve_interface(app)
+            if self.asgi_app is not None:
+                self.loaded_asgi_app = self.load_asgi_side()
             detected = "ASGI, lifespan " + self.lifespan if self.interface == "asgi" else "WSGI"
             self.error_logger.info("Application %s: %s", self.app_spec, detected)
+            if self.loaded_asgi_app is not None:
+                spec = self.asgi_app if isinstance(self.asgi_app, str) else "given"
+                paths = ", ".join(self.asgi_paths) or "none"
+                self.error_logger.info(
+                    "ASGI application %s: WebSockets, lifespan %s, HTTP paths %s",
+                    spec,
+                    self.lifespan,
+                    paths,
+                )
             if self.interface == "asgi":
                 if "pre_request" in self.hooks or "post_request" in self.hooks:
                     self.error_logger.warning(
@@ -804,8 +853,43 @@ class Config:
             else:
                 from pyserver import hooks
 
-                self.loaded_app = hooks.wrap_wsgi(app, self)
+                self.loaded_app = self.link_to_loop(hooks.wrap_wsgi(app, self))
         return self.loaded_app
+
+    def link_to_loop(self, app):
+        """With --asgi-app and application threads: the WSGI app in a hybrid.LoopLink, which
+        asgi_runner points at the worker's asyncio loop (self.loop_link); else app."""
+        if self.loaded_asgi_app is None or self.threads <= 1:
+            return app
+        from pyserver.hybrid import LoopLink
+
+        self.loop_link = LoopLink(app)
+        return self.loop_link
+
+    def load_asgi_side(self):
+        """Import --asgi-app: the ASGI application beside the WSGI APP. Raises StartupError:
+        exit 2 when either is of the wrong kind, 3 when it cannot be imported."""
+        if self.interface == "asgi":
+            raise StartupError(
+                f"error: --asgi-app is for a WSGI APP, and {self.app_spec} is an ASGI "
+                "application (it can serve WebSockets itself: drop --asgi-app)",
+                2,
+            )
+        spec = self.asgi_app if isinstance(self.asgi_app, str) else _app_name(self.asgi_app)
+        app_dir = os.path.abspath(self.app_dir) if self.app_dir is not None else None
+        try:
+            app = importer.load_app(self.asgi_app, app_dir=app_dir, name=spec)
+        except importer.AppImportError as exc:
+            if exc.in_app:
+                self.error_logger.error("Traceback:", exc_info=exc.__cause__)
+            raise StartupError(f"error: --asgi-app: {exc}", 3) from exc
+        if importer.detect_interface(app) != "asgi":
+            raise StartupError(
+                f"error: --asgi-app {spec} is a WSGI application; it must be an ASGI one "
+                "(for Django: myproject.asgi:application)",
+                2,
+            )
+        return importer.as_asgi3(app)
 
     def configure_logging(self):
         try:

@@ -139,7 +139,7 @@ def _one(conv, value):
         raise ValueError(str(exc)) from None
 
 
-LIST_DESTS = ("bind", "reload_dirs", "reload_includes", "env", "static")
+LIST_DESTS = ("bind", "reload_dirs", "reload_includes", "env", "static", "asgi_paths")
 
 
 def _set(settings, actions, dest, value, where):

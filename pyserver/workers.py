@@ -222,6 +222,7 @@ class PyserverWorker(_GunicornWorker):
             forwarded_allow_ips=list(trusted or ()),
             **self._tls_kwargs(),
             **self._http2_kwargs(),
+            **self._asgi_side(interface),
             **self.CONFIG_KWARGS,
         )
         config.check_tls()  # a bad certificate or key: one logged line, WORKER_BOOT_ERROR
@@ -239,6 +240,9 @@ class PyserverWorker(_GunicornWorker):
         config.access_logger = self.log.access_log
         self._core_access_log = self._use_core_access_log(config)
         config.loaded_app = app
+        if config.asgi_app is not None:
+            config.loaded_asgi_app = config.load_asgi_side()
+            app = config.loaded_app = config.link_to_loop(app)
         # Read by _core.serve: the heartbeat and the self-retiring after max_requests.
         config.on_tick = self._tick
         config.on_stop_signal = self._on_stop_signal
@@ -246,6 +250,18 @@ class PyserverWorker(_GunicornWorker):
         config.max_requests = self.max_requests if gcfg.max_requests > 0 else 0
         app = self._wrap(app, interface)
         return app, config
+
+    def _asgi_side(self, interface):
+        """--asgi-app and --asgi-path for gunicorn, which has no such settings: the
+        environment's PYSERVER_ASGI_APP and PYSERVER_ASGI_PATHS (gunicorn's -e or raw_env
+        set them), or a subclass's CONFIG_KWARGS. Returns Config's keyword arguments."""
+        if "asgi_app" in self.CONFIG_KWARGS:
+            return {}
+        env = {**os.environ, **(self.cfg.env or {})}
+        asgi_app = env.get("PYSERVER_ASGI_APP") or None
+        if asgi_app is None:
+            return {}
+        return {"asgi_app": asgi_app, "asgi_paths": env.get("PYSERVER_ASGI_PATHS", "").split()}
 
     def _root_path(self):
         root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")

@@ -41,3 +41,15 @@ def server():
 @pytest.fixture(scope="session")
 def port(server):
     return server.port
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A throwaway redis-server for the session (tests/redisproc.py); its redis:// URL."""
+    from redisproc import RedisProcess
+
+    redis = RedisProcess()
+    try:
+        yield redis.url
+    finally:
+        redis.stop()

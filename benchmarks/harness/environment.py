@@ -44,6 +44,8 @@ PEER_PACKAGES = {
     "uvicorn": ("uvicorn[standard]", "uvicorn"),
     "hypercorn": ("hypercorn", "hypercorn"),
     "daphne": ("daphne", "daphne"),
+    # django-channels: the project's Channels consumer, imported by every ASGI peer.
+    "channels": ("channels", "channels"),
     "uvicorn-worker": ("uvicorn-worker", "uvicorn_worker"),
     # hello-h2: uvicorn's experimental HTTP/2 (`--http zttp --http2`) needs the zttp parser.
     "zttp": ("zttp", "zttp"),

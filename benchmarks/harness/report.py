@@ -50,6 +50,9 @@ def summarize(runs, servers, reference="pyserver", ceiling="nginx"):
             # pyserver's latency ÷ this server's (below 1: pyserver answers faster).
             for key in ("fr_p50_ms", "fr_p95_ms", "fr_p99_ms"):
                 row[f"vs_reference_{key}"] = _ratio_median(ok.get(reference, {}), good, key)
+        for key in WS_BROADCAST_KEYS:
+            if any(r.get(key) is not None for r in good.values()):
+                row[key] = _median([r.get(key) for r in good.values()])
         row["vs_reference"] = _ratio_median(ok.get(reference, {}), good)
         row["vs_reference_cpu"] = _ratio_median(ok.get(reference, {}), good, "req_per_cpu_s")
         row["of_ceiling"] = _ratio_median(good, ok.get(ceiling, {}))
@@ -319,6 +322,23 @@ def _memory_tables(summary):
         for k, t in STREAM_TITLES.items()
         if stream_rows(summary, k)
     ]
+
+
+# A scenario's WebSocket subscribers during the maximum and the fixed-rate phases.
+WS_BROADCAST_KEYS = ("ws_delivered_pct", "ws_p99_ms", "fr_ws_delivered_pct", "fr_ws_p99_ms")
+
+
+def ws_broadcast_table(summary):
+    """The WebSocket side of a load scenario with subscribers (django-channels)."""
+    columns = ["server", "ws delivered % (max)", "ws p99 ms (max)"]
+    columns += ["ws delivered % (fixed rate)", "ws p99 ms (fixed rate)"]
+    body = []
+    for row in summary:
+        if row.get("status") != "ok":
+            continue
+        cells = [row.get(key) for key in WS_BROADCAST_KEYS]
+        body.append([row["server"]] + ["-" if c is None else f"{c:.1f}" for c in cells])
+    return _text(columns, body)
 
 
 def text_table(summary):

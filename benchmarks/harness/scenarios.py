@@ -86,6 +86,11 @@ class Scenario:
     # The application scenarios: also time the app alone (harness/appcost.py), to split
     # each server's CPU per request into the application's part and its own.
     app_cost: bool = False
+    # WebSocket subscribers kept connected through every measured run (harness/wsbroadcast.py):
+    # ws_subscribers clients on ws_path receive a group broadcast every ws_interval_ms.
+    ws_subscribers: int = 0
+    ws_interval_ms: int = 100
+    ws_path: str = ""
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -775,6 +780,49 @@ SCENARIOS = {
             tmp_env={"DJANGO_BENCH_DB": "django-bench.sqlite3"},
             setup=("-m", "benchmarks.apps.django_bench.setup_db"),
             check=check_django_sync,
+        ),
+        Scenario(
+            "django-channels",
+            "Issue 33: a Django project with Channels (the django-sync project, sync JSON "
+            "views over SQLite, plus a Channels consumer on the in-memory layer). wrk rotates "
+            "over the three JSON views (32 connections) while 200 WebSocket clients stay "
+            "connected and receive a group broadcast every 100 ms (harness/wsbroadcast.py, "
+            "on the load generator's CPU). pyserver-hybrid4 and pyserver-hybrid8 serve the "
+            "views as WSGI on 4 or 8 application threads and the WebSockets through the ASGI "
+            "application (--asgi-app); the others serve everything as ASGI. (a) Maximum "
+            "throughput; (b) latency at a fixed rate of 70% of the slowest peer's maximum, "
+            "open loop. WebSocket figures: messages delivered (sent x subscribers) and the "
+            "delivery p99 of each phase. Goals: HTTP max >= 1.5x the best ASGI server, "
+            "HTTP p99 <= 0.6x its, every message delivered, delivery p99 no worse.",
+            app="benchmarks.apps.django_bench.channels_asgi:application",
+            wsgi_app="benchmarks.apps.django_bench.wsgi:application",
+            interface="asgi",
+            path=SYNC_PATHS[2],
+            body=None,
+            servers=[
+                "pyserver-hybrid4",
+                "pyserver-hybrid8",
+                "pyserver",
+                "uvicorn-worker",
+                "granian",
+                "daphne",
+                "peregrine",
+            ],
+            load="max+fixed-rate",
+            modules=("django", "channels"),
+            paths=SYNC_PATHS,
+            wrk_paths=SYNC_PATHS,
+            rate_fraction=0.7,
+            rate_duration=15,
+            connections=32,
+            env={"DJANGO_SETTINGS_MODULE": "benchmarks.apps.django_bench.settings"},
+            tmp_env={"DJANGO_BENCH_DB": "django-bench.sqlite3"},
+            setup=("-m", "benchmarks.apps.django_bench.setup_db"),
+            check=check_django_sync,
+            project_requires=("channels",),
+            ws_subscribers=200,
+            ws_interval_ms=100,
+            ws_path="/ws/bench/",
         ),
         Scenario(
             "sync-to-async",

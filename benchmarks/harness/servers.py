@@ -130,6 +130,18 @@ def pyserver_wsgi_argv(ctx, sc, port):
     return argv + _workers_flag("-w", sc), {}
 
 
+def pyserver_hybrid_argv(threads):
+    """pyserver with the project's WSGI application for HTTP and its ASGI one beside it
+    (--asgi-app: WebSockets, lifespan) on THREADS application threads."""
+
+    def argv_of(ctx, sc, port):
+        argv = [ctx.project_python_rel, "-m", "pyserver", sc.wsgi_app, "--asgi-app", sc.app]
+        argv += ["--threads", str(threads), "--host", HOST, "--port", str(port)]
+        return argv + ["--no-access-log"] + _workers_flag("-w", sc), {}
+
+    return argv_of
+
+
 def pyserver_asgi_argv(ctx, sc, port):
     argv = [ctx.project_python_rel, "-m", "pyserver", sc.asgi_app or sc.app]
     argv += ["--host", HOST, "--port", str(port), "--no-access-log"]
@@ -364,6 +376,20 @@ _SPECS = [
         dist="pyserver",
         tls=PYSERVER_TLS,
         h2=PYSERVER_H2,
+    ),
+    ServerSpec(
+        "pyserver-hybrid4",
+        "project",
+        "pyserver: the project's WSGI app on 4 threads, its ASGI app beside it (--asgi-app)",
+        pyserver_hybrid_argv(4),
+        dist="pyserver",
+    ),
+    ServerSpec(
+        "pyserver-hybrid8",
+        "project",
+        "pyserver: the project's WSGI app on 8 threads, its ASGI app beside it (--asgi-app)",
+        pyserver_hybrid_argv(8),
+        dist="pyserver",
     ),
     ServerSpec(
         "pyserver-asgi",

@@ -59,10 +59,14 @@ typedef struct {
     ps_config_t core; /* the worker's; core.proxy is &proxy or NULL */
     ps_proxy_t proxy; /* initialised when proxy_ready */
     int proxy_ready;
-    ps_tls_ctx_t *tls;           /* --ssl-certfile's context (core.tls), or NULL */
-    double tls_ticket_rotation;  /* seconds between a master's new ticket keys */
-    ps_master_config_t master;   /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
-    int asgi;                    /* interface is "asgi" */
+    ps_tls_ctx_t *tls;          /* --ssl-certfile's context (core.tls), or NULL */
+    double tls_ticket_rotation; /* seconds between a master's new ticket keys */
+    ps_master_config_t master;  /* run_master's; listen_fds PyMem_Malloc'd (reuse_port) */
+    int asgi;                   /* interface is "asgi" */
+    /* --asgi-app beside a WSGI application (config.loaded_asgi_app), or
+     * NULL; and --asgi-path's prefixes as a tuple of bytes (owned). */
+    PyObject *asgi_app;
+    PyObject *asgi_paths;
     int multiprocess;            /* workers > 1 (wsgi.multiprocess) */
     uint32_t limit_concurrency;  /* 0: no limit */
     uint32_t threads;            /* WSGI application threads (1: the loop's own) */
@@ -182,6 +186,19 @@ void ps_asgi_free(ps_asgi_t *ctx);
 PyObject *ps_asgi_server_new(ps_asgi_t *ctx);
 void ps_asgi_server_release(PyObject *server);
 extern const ps_handler_t ps_asgi_handler;
+
+/* ---- hybrid.c: a WSGI and an ASGI application on one worker ---- */
+
+/* The handler_data of a worker with both (--asgi-app): WebSocket upgrades
+ * and requests under an --asgi-path prefix go to the ASGI layer, the rest
+ * to the WSGI layer. */
+typedef struct ps_hybrid ps_hybrid_t;
+
+/* Borrows both layers and s's prefixes (they must outlive it). Returns
+ * NULL with an exception. */
+ps_hybrid_t *ps_hybrid_new(ps_wsgi_t *wsgi, ps_asgi_t *asgi, const ps_py_settings_t *s);
+void ps_hybrid_free(ps_hybrid_t *h);
+extern const ps_handler_t ps_hybrid_handler;
 
 /* The selector core over a libev loop (evselector.x). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
@@ -308,14 +325,18 @@ static inline PyObject *ps_py_header_name(ps_py_cache_t *c, ps_slice_t name)
 /* The exchange's addresses in the kind's shape, made on its connection's
  * first request and kept in x->conn_data (free with ps_py_addresses_free).
  * Over a unix socket both kinds say the same: the server is the socket's
- * path and there is no client address. */
-typedef struct {
+ * path and there is no client address. A connection that carries both
+ * kinds (--asgi-app) keeps the second kind's addresses in `other`. */
+typedef struct ps_py_addresses ps_py_addresses_t;
+struct ps_py_addresses {
     PyObject *client;      /* WSGI REMOTE_ADDR ("" on a unix socket); ASGI (host, port) or None */
     PyObject *client_port; /* WSGI REMOTE_PORT, NULL on a unix socket; ASGI NULL */
     PyObject *server; /* WSGI SERVER_NAME (address or path); ASGI (host, port) or [path, None] */
     PyObject *server_port; /* WSGI SERVER_PORT ("" on a unix socket); ASGI NULL */
     PyObject *tls_ext;     /* ASGI over TLS: the "tls" scope extension, once built; else NULL */
-} ps_py_addresses_t;
+    ps_py_kind_t kind;
+    ps_py_addresses_t *other; /* the other kind's, or NULL (owned) */
+};
 
 /* Returns the addresses (borrowed from x), or NULL with an exception. */
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x);

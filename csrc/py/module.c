@@ -331,8 +331,12 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (ps_py_settings_load(args[2], &set) < 0)
         return NULL;
     int asgi = set.asgi;
+    /* --asgi-app: the WSGI application with an ASGI one beside it, which
+     * runs the loop (asyncio) as an ASGI application alone would. */
+    int hybrid = !asgi && set.asgi_app != NULL;
     ps_wsgi_t *ctx = NULL;
     ps_asgi_t *actx = NULL;
+    ps_hybrid_t *hy = NULL;
     ps_worker_t *w = NULL;
     PyObject *result = NULL;
     serve_hooks_data_t hooks_data = {NULL, NULL, NULL, NULL};
@@ -344,11 +348,13 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     supervisor_init(sup, &set);
-    if (asgi)
-        actx = ps_asgi_new(st, module, args[0], &set);
-    else
+    if (asgi || hybrid)
+        actx = ps_asgi_new(st, module, asgi ? args[0] : set.asgi_app, &set);
+    if (!asgi && (!hybrid || actx != NULL))
         ctx = ps_wsgi_new(st, args[0], &set);
-    if (ctx == NULL && actx == NULL)
+    if (hybrid && ctx != NULL)
+        hy = ps_hybrid_new(ctx, actx, &set);
+    if ((ctx == NULL && actx == NULL) || (hybrid && hy == NULL))
         goto done;
     w = PyMem_RawMalloc(sizeof(*w));
     if (w == NULL) {
@@ -362,8 +368,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     const ps_worker_hooks_t *hooks = sup->on_tick != NULL                        ? &supervised_hooks
                                      : worker_slot == NULL && set.on_hup != NULL ? &single_hooks
                                                                                  : &serve_hooks;
-    int rc = asgi ? ps_worker_init(w, &set.core, &ps_asgi_handler, actx, hooks, &hooks_data)
-                  : ps_worker_init(w, &set.core, &ps_wsgi_handler, ctx, hooks, &hooks_data);
+    int rc = asgi     ? ps_worker_init(w, &set.core, &ps_asgi_handler, actx, hooks, &hooks_data)
+             : hybrid ? ps_worker_init(w, &set.core, &ps_hybrid_handler, hy, hooks, &hooks_data)
+                      : ps_worker_init(w, &set.core, &ps_wsgi_handler, ctx, hooks, &hooks_data);
     if (rc < 0) {
         PyMem_RawFree(w);
         w = NULL;
@@ -395,7 +402,9 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     if (!asgi && ps_wsgi_attach(ctx, w) < 0)
         goto done;
 
-    gil_state_t gil = {NULL, !asgi && ps_wsgi_threaded(ctx), 0};
+    /* The lazy GIL policy is for a loop that runs no Python of its own:
+     * with asyncio on it (ASGI, hybrid) the GIL comes back after each poll. */
+    gil_state_t gil = {NULL, !asgi && !hybrid && ps_wsgi_threaded(ctx), 0};
     ev_set_userdata(w->loop, &gil);
     ev_set_loop_release_cb(w->loop, release_gil, acquire_gil);
     if (gil.lazy)
@@ -404,7 +413,7 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     const int sigs[5] = {SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGHUP};
     for (int i = 0; i < 5; i++)
         sigaction(sigs[i], NULL, &saved[i]);
-    if (asgi) {
+    if (asgi || hybrid) {
         ps_asgi_attach(actx, w);
         result = ps_asgi_run(actx, args[2]);
     } else {
@@ -428,6 +437,7 @@ done:
         ps_worker_free(w);
         PyMem_RawFree(w);
     }
+    ps_hybrid_free(hy);
     ps_wsgi_free(ctx);
     ps_asgi_free(actx);
     ps_py_settings_free(&set); /* last: the worker read its proxy settings */

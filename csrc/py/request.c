@@ -85,6 +85,8 @@ PyObject *ps_py_long_name(ps_py_cache_t *c, ps_slice_t name)
 
 static void addresses_free(ps_py_addresses_t *a)
 {
+    if (a->other)
+        addresses_free(a->other);
     Py_XDECREF(a->client);
     Py_XDECREF(a->client_port);
     Py_XDECREF(a->server);
@@ -183,13 +185,17 @@ static int gateway_server(ps_py_kind_t kind, ps_exchange_t *x, ps_py_addresses_t
 
 ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
 {
-    if (x->conn_data)
-        return x->conn_data;
+    ps_py_addresses_t *first = x->conn_data;
+    if (ps_likely(first != NULL) && ps_likely(first->kind == c->kind))
+        return first;
+    if (first != NULL && first->other != NULL)
+        return first->other; /* the connection carries both kinds */
     ps_py_addresses_t *a = PyMem_Calloc(1, sizeof(*a));
     if (a == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
+    a->kind = c->kind;
     struct sockaddr_storage local;
     socklen_t len = sizeof(local);
     local.ss_family = AF_UNIX;
@@ -208,7 +214,10 @@ ps_py_addresses_t *ps_py_addresses(const ps_py_cache_t *c, ps_exchange_t *x)
     }
     if (ps_unlikely(x->server_name.base != NULL) && gateway_server(c->kind, x, a) < 0)
         goto error;
-    x->conn_data = a;
+    if (first != NULL)
+        first->other = a;
+    else
+        x->conn_data = a;
     return a;
 error:
     addresses_free(a);

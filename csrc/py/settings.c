@@ -472,6 +472,36 @@ static int load_master(PyObject *config, ps_master_config_t *mc, double workers)
     return 0;
 }
 
+/* --asgi-app and --asgi-path: s->asgi_app (NULL without one) and
+ * s->asgi_paths, the prefixes as UTF-8 bytes. A config without the
+ * attributes has neither. Returns 0 or -1 with an exception. */
+static int load_asgi_side(PyObject *config, ps_py_settings_t *s)
+{
+    PyObject *paths = NULL, *seq = NULL;
+    int rc = -1;
+    if (!PyObject_HasAttrString(config, "loaded_asgi_app"))
+        return 0;
+    if (get_callable(config, "loaded_asgi_app", &s->asgi_app) < 0 || s->asgi_app == NULL)
+        return s->asgi_app == NULL && !PyErr_Occurred() ? 0 : -1;
+    if ((paths = get_obj(config, "asgi_paths")) == NULL ||
+        (seq = PySequence_Fast(paths, "pyserver: config.asgi_paths must be a list")) == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if ((s->asgi_paths = PyTuple_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyUnicode_AsUTF8String(PySequence_Fast_GET_ITEM(seq, i));
+        if (b == NULL)
+            goto done;
+        PyTuple_SET_ITEM(s->asgi_paths, i, b);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(paths);
+    Py_XDECREF(seq);
+    return rc;
+}
+
 /* The interface layers' part: interface, root_path, url_scheme,
  * limit_concurrency, the loggers. */
 static int load_bridge(PyObject *config, ps_py_settings_t *s)
@@ -481,6 +511,8 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
         return -1;
     s->asgi = PyUnicode_Check(iface) && PyUnicode_CompareWithASCIIString(iface, "asgi") == 0;
     Py_DECREF(iface);
+    if (load_asgi_side(config, s) < 0)
+        return -1;
 
     if ((s->root_path = get_obj(config, "root_path")) == NULL)
         return -1;
@@ -661,4 +693,6 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->on_stop_signal);
     Py_CLEAR(s->on_hup);
     Py_CLEAR(s->wsgi_errors_write);
+    Py_CLEAR(s->asgi_app);
+    Py_CLEAR(s->asgi_paths);
 }

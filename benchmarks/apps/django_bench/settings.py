@@ -34,3 +34,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
 LOGGING_CONFIG = None
+# The django-channels scenario's consumer (channels_asgi.py); one worker process, so the
+# in-memory layer reaches every member. Its capacity: messages a slow client may have queued.
+CHANNEL_LAYERS = {
+    "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+}
