@@ -88,6 +88,9 @@ struct ps_h2_session {
     uint32_t closed_ids[CLOSED_REMEMBERED];
     uint8_t closed_how[CLOSED_REMEMBERED];
     uint32_t closed_next;
+    /* Frame boundaries in the input (recv_frames). */
+    uint32_t in_skip;
+    uint8_t in_head[9], in_hlen;
     /* At the start of a SETTINGS frame: the peer's initial window and the
      * largest send window of an open stream (RFC 9113 6.9.2 overflow). */
     uint32_t initial_before;
@@ -466,6 +469,38 @@ static int stale_stream(ps_h2_session_t *s, int32_t id)
     return STALE_UNKNOWN;
 }
 
+/* Answers a frame on a stream that is closed with RST_STREAM
+ * STREAM_CLOSED, counted against the client's reset budget like the
+ * resets it sends (so a stream of such frames ends in a GOAWAY). */
+static void refuse_stale(ps_h2_session_t *s, int32_t id)
+{
+    s->n_reset++;
+    s->rst_counted++;
+    nghttp2_submit_rst_stream(s->ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_STREAM_CLOSED);
+}
+
+/* DATA on a client stream nghttp2 has forgotten (RFC 9113 5.1, 6.1),
+ * which it would drop without a word: after the client's RST_STREAM, or
+ * on a stream closed long ago or never opened below the highest id, a
+ * stream error STREAM_CLOSED; after END_STREAM both ways, a connection
+ * error STREAM_CLOSED (returns -1, fail_code set); on a stream we reset,
+ * nothing (the client may have sent it before our RST_STREAM arrived).
+ * Returns 0 otherwise. */
+static int stale_data(ps_h2_session_t *s, int32_t id)
+{
+    switch (stale_stream(s, id)) {
+    case CLOSED_DONE:
+        s->fail_code = NGHTTP2_STREAM_CLOSED;
+        return -1;
+    case CLOSED_BY_PEER:
+    case STALE_UNKNOWN:
+        refuse_stale(s, id);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 /* A SETTINGS frame starts: what a change of SETTINGS_INITIAL_WINDOW_SIZE
  * is checked against when it has been applied (on_frame_recv). */
 static void settings_begin(ps_h2_session_t *s)
@@ -504,6 +539,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
 {
     ps_h2_session_t *s = ud;
     const ps_h2_limits_t *l = s->limits;
+    PS_UNUSED(ng);
     budget_window(s);
     int over = 0;
     int stale;
@@ -517,9 +553,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             (uint32_t)hd->stream_id > s->max_client_id)
             s->max_client_id = (uint32_t)hd->stream_id;
         if (stale == CLOSED_BY_PEER) {
-            s->n_reset++;
-            s->rst_counted++;
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
+            refuse_stale(s, hd->stream_id);
         } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
             s->fail_code = stale == CLOSED_DONE ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -773,6 +807,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     s->limits = limits;
     s->cb = cb;
     s->ud = ud;
+    s->in_skip = NGHTTP2_CLIENT_MAGIC_LEN; /* the preface comes first */
     if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opt) != 0)
         goto error;
     nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
@@ -843,12 +878,71 @@ void ps_h2_session_free(ps_h2_session_t *s)
     free(s);
 }
 
+/* DATA on a stream nghttp2 has forgotten: checked before nghttp2 sees the
+ * frame (it would drop it before any callback). Returns 0, or
+ * NGHTTP2_ERR_CALLBACK_FAILURE when the connection must end (fail_code or
+ * calm set). */
+static int check_data(ps_h2_session_t *s, const uint8_t *hd)
+{
+    int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                            (uint32_t)hd[7] << 8 | hd[8]) &
+                           0x7fffffff);
+    if (stream_of(s, id) != NULL)
+        return 0;
+    budget_window(s);
+    if (stale_data(s, id) < 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (s->n_reset > s->limits->max_resets) {
+        s->calm = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return 0;
+}
+
+/* Gives data to nghttp2 in runs cut just before each DATA frame's header,
+ * which check_data looks at once the frames before it are processed:
+ * only frame boundaries are tracked here (in_skip: bytes left of the
+ * preface or of the current frame; in_head: the header so far). Returns
+ * 0 or a negative nghttp2 error. */
+static ssize_t recv_frames(ps_h2_session_t *s, const uint8_t *p, size_t len)
+{
+    const uint8_t *run = p, *end = p + len;
+    while (p < end) {
+        if (s->in_skip) {
+            size_t n = PS_MIN(s->in_skip, (size_t)(end - p));
+            p += n;
+            s->in_skip -= (uint32_t)n;
+            continue;
+        }
+        const uint8_t *head = p;
+        size_t n = PS_MIN(9u - s->in_hlen, (size_t)(end - p));
+        memcpy(s->in_head + s->in_hlen, p, n);
+        s->in_hlen += (uint8_t)n;
+        p += n;
+        if (s->in_hlen < 9)
+            break;
+        s->in_hlen = 0;
+        s->in_skip = (uint32_t)s->in_head[0] << 16 | (uint32_t)s->in_head[1] << 8 | s->in_head[2];
+        if (s->in_head[3] != NGHTTP2_DATA)
+            continue;
+        ssize_t rv = nghttp2_session_mem_recv(s->ng, run, (size_t)(head - run));
+        if (rv < 0)
+            return rv;
+        run = head;
+        int rc = check_data(s, s->in_head);
+        if (rc < 0)
+            return rc;
+    }
+    ssize_t rv = nghttp2_session_mem_recv(s->ng, run, (size_t)(end - run));
+    return rv < 0 ? rv : 0;
+}
+
 int ps_h2_feed(ps_h2_session_t *s, const char *data, size_t len, double now)
 {
     if (s->fatal)
         return -EPROTO;
     s->now = now;
-    ssize_t rv = nghttp2_session_mem_recv(s->ng, (const uint8_t *)data, len);
+    ssize_t rv = recv_frames(s, (const uint8_t *)data, len);
     if (rv < 0) {
         s->fatal = 1;
         uint32_t code = NGHTTP2_INTERNAL_ERROR;

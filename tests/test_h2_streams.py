@@ -1,0 +1,153 @@
+"""HTTP/2 streams as a careful client sees them, over h2c and TLS, WSGI and ASGI: frames on
+streams that are closed (RFC 9113 5.1), cookie crumbs joined for the application (8.2.3),
+`host` first in ASGI's headers, streams over the concurrency bound refused one by one
+(5.1.2), and clients that stop reading (a window of 0) holding back only their own
+responses, never the worker's memory; a million streams on one connection cost no more
+than a few.
+
+Frames are written by hand (`Raw` of test_h2_rfc9113.py, HPACK from the hpack library)."""
+
+import ssl
+import struct
+import subprocess
+
+import pytest
+from helpers import run_server
+from test_h2_rfc9113 import (
+    DATA,
+    END_STREAM,
+    PING,
+    RST_STREAM,
+    E,
+    Raw,
+    frame,
+)
+
+APP = {"wsgi": "apps.h2_stream_apps:wsgi", "asgi": "apps.h2_stream_apps:asgi"}
+MIB = 1 << 20
+
+
+def request(path, method="GET", extra=()):
+    fields = [(":method", method), (":scheme", "http"), (":path", path)]
+    return [*fields, (":authority", "h2.test"), *extra]
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory):
+    """A self-signed certificate for localhost (the clients do not verify it)."""
+    d = tmp_path_factory.mktemp("h2tls")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-subj", "/CN=localhost", "-days", "2", "-keyout", str(d / "key.pem"),
+         "-out", str(d / "cert.pem"), "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return d
+
+
+def client_tls():
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+class Target:
+    """A running server and how to reach it (tls: an SSLContext for Raw, or None)."""
+
+    def __init__(self, srv, tls):
+        self.srv, self.port, self.tls = srv, srv.port, tls
+
+    def connect(self, **kw):
+        return Raw(self.port, tls=self.tls, **kw)
+
+    def get(self, path):
+        with self.connect() as c:
+            c.headers(1, request(path))
+            return c.response(1)
+
+    def pid(self):
+        status, body, _ = self.get("/pid")
+        assert status == 200
+        return int(body)
+
+
+def serve(app, transport, cert, *args):
+    tls_args = ()
+    if transport == "tls":
+        tls_args = (
+            "--ssl-certfile",
+            str(cert / "cert.pem"),
+            "--ssl-keyfile",
+            str(cert / "key.pem"),
+        )
+    return run_server(APP[app], *tls_args, *args)
+
+
+@pytest.fixture(scope="module", params=["h2c-wsgi", "h2c-asgi", "tls-wsgi", "tls-asgi"])
+def target(request, cert):
+    transport, app = request.param.split("-")
+    with serve(app, transport, cert) as srv:
+        yield Target(srv, client_tls() if transport == "tls" else None)
+
+
+def assert_goes_on(c, sid):
+    """The connection serves a new stream sid."""
+    c.headers(sid, request("/after"))
+    assert c.response(sid) == (200, b"ok /after", None)
+
+
+# ---- frames on closed streams (RFC 9113 5.1) ------------------------------------------
+
+
+def test_data_after_the_client_reset_the_stream_is_stream_closed(target):
+    """5.1 closed: 'any frame other than PRIORITY after receiving a RST_STREAM' is a stream
+    error STREAM_CLOSED. A POST's head, RST_STREAM CANCEL, then DATA: RST_STREAM
+    STREAM_CLOSED, and the connection goes on."""
+    with target.connect() as c:
+        c.headers(1, request("/post", "POST"), end_stream=False)
+        c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", E.CANCEL)))
+        c.send(frame(DATA, 0, 1, b"late body"))
+        assert c.until(lambda: 1 in c.rst or c.goaway is not None), "no answer to the DATA"
+        assert c.goaway is None, c.goaway
+        assert c.rst[1] == E.STREAM_CLOSED
+        assert_goes_on(c, 3)
+
+
+def test_data_after_both_sides_ended_is_stream_closed(target):
+    """5.1 closed: a frame after END_STREAM both ways is a connection error STREAM_CLOSED.
+    A GET is answered, then DATA with END_STREAM on it: GOAWAY STREAM_CLOSED, the close."""
+    with target.connect() as c:
+        c.headers(1, request("/first"))
+        assert c.response(1) == (200, b"ok /first", None)
+        c.send(frame(DATA, END_STREAM, 1, b"late"))
+        c.connection_error(E.STREAM_CLOSED)
+        assert c.goaway[0] == 1
+
+
+def test_data_on_a_stream_closed_long_ago_is_stream_closed(target):
+    """A stream closed long before (20 streams later, past what the server remembers of
+    each) still gets STREAM_CLOSED for DATA: a stream error, the connection goes on."""
+    with target.connect() as c:
+        c.headers(1, request("/post", "POST"), end_stream=False)
+        c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", E.CANCEL)))
+        for sid in range(3, 43, 2):
+            c.headers(sid, request("/n"))
+            assert c.response(sid)[0] == 200
+        c.send(frame(DATA, 0, 1, b"late"))
+        assert c.until(lambda: 1 in c.rst or c.goaway is not None)
+        assert c.goaway is None and c.rst[1] == E.STREAM_CLOSED
+        assert_goes_on(c, 43)
+
+
+def test_data_on_closed_streams_counts_against_the_reset_bound(cert):
+    """Each RST_STREAM the server owes for DATA on a closed stream counts against
+    --http2-max-resets, as the client's own resets do: a client that keeps sending them
+    gets GOAWAY ENHANCE_YOUR_CALM."""
+    with serve("asgi", "h2c", cert, "--http2-max-resets", "5") as srv, Raw(srv.port) as c:
+        c.headers(1, request("/post", "POST"), end_stream=False)
+        c.send(frame(RST_STREAM, 0, 1, struct.pack(">I", E.CANCEL)))
+        c.send(b"".join(frame(DATA, 0, 1, b"x") for _ in range(20)))
+        c.send(frame(PING, 0, 0, b"12345678"))
+        c.connection_error(E.ENHANCE_YOUR_CALM)
