@@ -279,6 +279,40 @@ static int add_field(ps_h2_stream_t *st, const uint8_t *name, size_t nlen, const
     f->name_len = (uint32_t)nlen;
     f->value_len = (uint32_t)vlen;
     st->nfields++;
+    /* nghttp2 lets only lower-case names through */
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
+        st->ncookies++;
+    return 0;
+}
+
+/* RFC 9113 8.2.3: clients split the Cookie field into one field per
+ * cookie (so HPACK indexes each); before the request goes to an
+ * application that expects HTTP/1's single field, the crumbs are joined
+ * with "; " into the first one's place. Returns 0 or -ENOMEM. */
+static int join_cookies(ps_h2_stream_t *st)
+{
+    uint32_t first = UINT32_MAX, k = 0, off = (uint32_t)st->arena.len;
+    for (uint32_t i = 0; i < st->nfields; i++) {
+        ps_field_t f = st->fields[i];
+        if (f.name_len != 6 || memcmp(st->arena.data + f.name_off, "cookie", 6) != 0) {
+            st->fields[k++] = f;
+            continue;
+        }
+        if (first != UINT32_MAX && ps_buf_append(&st->arena, "; ", 2) < 0)
+            return -ENOMEM;
+        /* (arena.data may move as it grows: copy through the offset) */
+        if (ps_buf_reserve(&st->arena, f.value_len) < 0)
+            return -ENOMEM;
+        memcpy(st->arena.data + st->arena.len, st->arena.data + f.value_off, f.value_len);
+        st->arena.len += f.value_len;
+        if (first == UINT32_MAX) {
+            first = k;
+            st->fields[k++] = f;
+        }
+    }
+    st->fields[first].value_off = off;
+    st->fields[first].value_len = (uint32_t)st->arena.len - off;
+    st->nfields = k;
     return 0;
 }
 
@@ -299,10 +333,13 @@ static uint8_t method_id(ps_slice_t m)
 }
 
 /* Turns the stored fields into st->req once the head is complete: the
- * :authority becomes the one Host field (RFC 9113 8.3.1). Returns 0 or
- * -ENOMEM. */
+ * :authority becomes the one Host field (RFC 9113 8.3.1), first, where an
+ * HTTP/1 client puts it (and the ASGI spec asks for it); cookie crumbs
+ * become one field. Returns 0 or -ENOMEM. */
 static int finish_head(ps_h2_stream_t *st)
 {
+    if (st->ncookies > 1 && join_cookies(st) < 0)
+        return -ENOMEM;
     uint32_t n = st->nfields + 1;
     if (n > st->headers_cap) {
         ps_header_t *h = realloc(st->headers, n * sizeof(*h));
@@ -314,6 +351,8 @@ static int finish_head(ps_h2_stream_t *st)
     const char *a = st->arena.data;
     ps_request_t *r = &st->req;
     uint32_t k = 0;
+    if (st->auth_len)
+        st->headers[k++] = (ps_header_t){PS_SLICE_LIT("host"), {a + st->auth_off, st->auth_len}};
     for (uint32_t i = 0; i < st->nfields; i++) {
         ps_field_t *f = &st->fields[i];
         ps_slice_t name = {a + f->name_off, f->name_len};
@@ -328,8 +367,6 @@ static int finish_head(ps_h2_stream_t *st)
         }
         st->headers[k++] = (ps_header_t){name, value};
     }
-    if (st->auth_len)
-        st->headers[k++] = (ps_header_t){PS_SLICE_LIT("host"), {a + st->auth_off, st->auth_len}};
     r->headers = st->headers;
     r->nheaders = k;
     r->method = (ps_slice_t){a + st->method_off, st->method_len};

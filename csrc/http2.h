@@ -102,6 +102,7 @@ struct ps_h2_stream {
     uint32_t method_off, method_len, path_off, path_len, auth_off, auth_len;
     uint32_t scheme_off, scheme_len;
     uint32_t header_bytes;
+    uint32_t ncookies; /* cookie fields among them (joined at the head's end) */
     ps_buf_t out; /* response body bytes not yet framed */
     int file_fd;  /* -1, or the file ps_h2_sendfile reads */
     off_t file_off;

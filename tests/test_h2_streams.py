@@ -7,6 +7,7 @@ than a few.
 
 Frames are written by hand (`Raw` of test_h2_rfc9113.py, HPACK from the hpack library)."""
 
+import json
 import ssl
 import struct
 import subprocess
@@ -151,3 +152,43 @@ def test_data_on_closed_streams_counts_against_the_reset_bound(cert):
         c.send(b"".join(frame(DATA, 0, 1, b"x") for _ in range(20)))
         c.send(frame(PING, 0, 0, b"12345678"))
         c.connection_error(E.ENHANCE_YOUR_CALM)
+
+
+# ---- the request as the application sees it -------------------------------------------
+
+
+def test_cookie_crumbs_are_joined(target):
+    """8.2.3: cookie crumbs (one field per cookie, as HPACK clients send them) reach the
+    application as one Cookie field, joined with '; ' in the order sent, where the first
+    crumb was."""
+    crumbs = [("cookie", "a=1"), ("x-between", "z"), ("cookie", "b=2"), ("cookie", "c=3")]
+    with target.connect() as c:
+        c.headers(1, request("/request", extra=crumbs))
+        status, body, _ = c.response(1)
+    assert status == 200
+    seen = json.loads(body)
+    assert seen["cookie"] == "a=1; b=2; c=3"
+    names = [k.lower() for k, _ in seen["headers"]]
+    assert names.count("cookie") + names.count("http_cookie") == 1
+    if "cookie" in names:  # ASGI: in the first crumb's place, before x-between
+        assert names.index("cookie") < names.index("x-between")
+
+
+def test_one_cookie_field_is_passed_as_it_is(target):
+    with target.connect() as c:
+        c.headers(1, request("/request", extra=[("cookie", "a=1; b=2")]))
+        status, body, _ = c.response(1)
+    assert status == 200 and json.loads(body)["cookie"] == "a=1; b=2"
+
+
+def test_authority_becomes_host_first(target):
+    """8.3.1: :authority becomes the Host field; in ASGI's headers it comes first, where an
+    HTTP/1 client puts it."""
+    with target.connect() as c:
+        c.headers(1, request("/request", extra=[("x-one", "1"), ("accept", "*/*")]))
+        status, body, _ = c.response(1)
+    assert status == 200
+    seen = json.loads(body)
+    assert seen["host"] == "h2.test"
+    first = seen["headers"][0]
+    assert first in (["host", "h2.test"], ["HTTP_HOST", "h2.test"]), seen["headers"]
