@@ -44,6 +44,12 @@ enum { SHUTDOWN_NONE, SHUTDOWN_NOTICE, SHUTDOWN_FINAL };
 #define KEEP_FREE_STREAMS 32
 #define STREAM_KEEP_BYTES 4096
 #define CLOSED_REMEMBERED 16
+/* SETTINGS_MAX_CONCURRENT_STREAMS goes out under this id, unknown to
+ * nghttp2 (which ignores it when the ACK comes), and is renamed as the
+ * frame leaves (settings_unmask): nghttp2 enforces an acknowledged bound
+ * with a connection error, where RFC 9113 5.1.2 asks for a stream error
+ * (REFUSED_STREAM), so the bound is ours alone (on_begin_headers). */
+#define SETTINGS_PLACEHOLDER 0xf003
 
 /* What stale_stream says of a frame's stream id: how a stream in the
  * ring of recently closed ones ended, or what else it is. */
@@ -88,6 +94,8 @@ struct ps_h2_session {
     uint32_t closed_ids[CLOSED_REMEMBERED];
     uint8_t closed_how[CLOSED_REMEMBERED];
     uint32_t closed_next;
+    uint32_t nopen;    /* client streams open (counted), for the concurrency bound */
+    int settings_sent; /* our first SETTINGS went out (settings_unmask) */
     /* Frame boundaries in the input (recv_frames). */
     uint32_t in_skip;
     uint8_t in_head[9], in_hlen;
@@ -395,6 +403,16 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
     if (!st)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     stream_bind(s, st->id, st);
+    /* RFC 9113 5.1.2: one stream over the bound is refused (a stream
+     * error); nghttp2, which would end the connection, never hears of the
+     * bound (SETTINGS_PLACEHOLDER). Refusals count as resets
+     * (on_frame_send): a client that keeps trying gets a GOAWAY. */
+    if (s->nopen >= s->limits->max_concurrent_streams) {
+        reject(s, st, NGHTTP2_REFUSED_STREAM);
+        return 0;
+    }
+    st->counted = 1;
+    s->nopen++;
     if ((uint32_t)frame->hd.stream_id >= s->limits->last_stream_id)
         s->id_exhausted = 1;
     return 0;
@@ -716,6 +734,10 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
         return 0;
     stream_bind(s, id, NULL);
     st->closed = 1;
+    if (st->counted) {
+        st->counted = 0;
+        s->nopen--;
+    }
     if (st->close_why == PS_H2_CLOSE_ABORTED)
         ;
     else if (st->end_sent)
@@ -859,6 +881,9 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option_set_max_outbound_ack(opt, 100);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    /* Closed streams are remembered here, a fixed number per connection
+     * (stale_stream); nghttp2 would keep up to the concurrency bound's
+     * worth, each a full stream. */
     nghttp2_option_set_no_closed_streams(opt, 1);
     if (nghttp2_option_set_max_continuations)
         nghttp2_option_set_max_continuations(opt, 2 * (size_t)limits->max_continuations);
@@ -869,7 +894,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     if (nghttp2_session_server_new2(&s->ng, cbs, s, opt) != 0)
         goto error;
     nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits->max_concurrent_streams},
+        {SETTINGS_PLACEHOLDER, limits->max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, limits->stream_window},
         {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, limits->max_frame_size},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, limits->max_header_list_size},
@@ -1063,6 +1088,18 @@ static int output_waiting(const ps_h2_session_t *s)
     return 0;
 }
 
+/* Our first SETTINGS frame, as nghttp2 wrote it into out: the placeholder
+ * entry becomes SETTINGS_MAX_CONCURRENT_STREAMS. */
+static void settings_unmask(ps_h2_session_t *s, uint8_t *f, size_t n)
+{
+    for (size_t i = 9; i + 6 <= n; i += 6)
+        if ((f[i] << 8 | f[i + 1]) == SETTINGS_PLACEHOLDER) {
+            f[i] = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS >> 8;
+            f[i + 1] = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS & 0xff;
+        }
+    s->settings_sent = 1;
+}
+
 int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now)
 {
     s->now = now;
@@ -1078,6 +1115,8 @@ int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now)
             break;
         if (ps_buf_append(out, p, (size_t)n) != 0)
             return -ENOMEM;
+        if (ps_unlikely(!s->settings_sent) && n >= 9 && p[3] == NGHTTP2_SETTINGS && !(p[4] & 1))
+            settings_unmask(s, (uint8_t *)ps_buf_head(out) + ps_buf_size(out) - n, (size_t)n);
     }
     if (s->data_sent || !output_waiting(s))
         s->stalled_since = 0;

@@ -126,6 +126,7 @@ struct ps_h2_stream {
     unsigned above_high : 1;               /* ps_h2_write said 1; on_writable is owed */
     unsigned in_queue : 1;
     unsigned no_body : 1; /* HEAD, 204 or 304: body bytes are dropped */
+    unsigned counted : 1; /* counted among the session's open streams */
     int close_why;
     int64_t resp_left; /* body bytes the response's content-length still allows, or -1 */
 };

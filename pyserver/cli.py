@@ -374,8 +374,9 @@ def build_parser():
         "--http2-max-resets",
         metavar="N",
         type=_int("http2_max_resets"),
-        help="RST_STREAM frames received, plus HEADERS on a stream the client reset, a second "
-        "(the Rapid Reset bound); one more: GOAWAY ENHANCE_YOUR_CALM "
+        help="RST_STREAM frames received, plus streams reset for what the client did (refused, "
+        "malformed, a frame on a closed stream), a second (the Rapid Reset bound); one more: "
+        "GOAWAY ENHANCE_YOUR_CALM "
         f"(default: {D['http2_max_resets']})",
     )
     add(

@@ -21,6 +21,7 @@ from test_h2_rfc9113 import (
     RST_STREAM,
     E,
     Raw,
+    S,
     frame,
 )
 
@@ -192,3 +193,25 @@ def test_authority_becomes_host_first(target):
     assert seen["host"] == "h2.test"
     first = seen["headers"][0]
     assert first in (["host", "h2.test"], ["HTTP_HOST", "h2.test"]), seen["headers"]
+
+
+# ---- the concurrency bound (5.1.2) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("app", ["wsgi", "asgi"])
+def test_streams_over_the_bound_are_refused_after_the_settings_ack(app, cert):
+    """5.1.2: a HEADERS past SETTINGS_MAX_CONCURRENT_STREAMS is a stream error: the client
+    acknowledged the server's SETTINGS, has 2 streams open (the bound) and opens a third:
+    RST_STREAM REFUSED_STREAM on it, no GOAWAY, and the two open ones are answered."""
+    with serve(app, "h2c", cert, "--http2-max-concurrent-streams", "2") as srv, Raw(srv.port) as c:
+        assert c.until(lambda: c.server_settings.get(S.MAX_CONCURRENT_STREAMS) == 2)
+        c.send(frame(PING, 0, 0, b"12345678"))  # our SETTINGS ACK went out before this
+        c.headers(1, request("/slow?s=0.5"))
+        c.headers(3, request("/slow?s=0.5"))
+        c.headers(5, request("/over"))
+        assert c.until(lambda: 5 in c.rst or c.goaway is not None)
+        assert c.goaway is None, c.goaway
+        assert c.rst[5] == E.REFUSED_STREAM
+        assert c.response(1) == (200, b"slow done", None)
+        assert c.response(3) == (200, b"slow done", None)
+        assert_goes_on(c, 7)
