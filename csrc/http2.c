@@ -95,6 +95,7 @@ struct ps_h2_session {
     uint8_t closed_how[CLOSED_REMEMBERED];
     uint32_t closed_next;
     uint32_t nopen;    /* client streams open (counted), for the concurrency bound */
+    size_t queued;     /* response body bytes queued on all streams (ps_h2_output_full) */
     int settings_sent; /* our first SETTINGS went out (settings_unmask) */
     /* Frame boundaries in the input (recv_frames). */
     uint32_t in_skip;
@@ -122,6 +123,7 @@ void ps_h2_limits_default(ps_h2_limits_t *l)
     l->max_frame_size = 16384;
     l->max_output = 256 * 1024;
     l->stream_output_high = 64 * 1024;
+    l->connection_output_high = 1024 * 1024;
     l->max_new_streams = 1000000;
     l->max_resets = 200;
     l->max_control = 100;
@@ -196,6 +198,7 @@ static void stream_release(ps_h2_session_t *s, ps_h2_stream_t *st)
     if (st->next_live)
         st->next_live->prev_live = st->prev_live;
     s->nlive--;
+    s->queued -= ps_buf_size(&st->out);
     free(st->trailers);
     st->trailers = NULL;
     if (s->nfree >= KEEP_FREE_STREAMS) {
@@ -802,6 +805,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         n = PS_MIN(length, ps_buf_size(&st->out));
         memcpy(buf, ps_buf_head(&st->out), n);
         ps_buf_consume(&st->out, n);
+        s->queued -= n;
     } else if (st->file_left) {
         size_t want = (size_t)PS_MIN((uint64_t)length, st->file_left);
         ssize_t r;
@@ -1420,6 +1424,7 @@ int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n)
         return 0;
     if (ps_buf_append(&st->out, p, n) != 0)
         return -ENOMEM;
+    st->session->queued += n;
     resume(st);
     if (ps_buf_size(&st->out) > st->session->limits->stream_output_high) {
         st->above_high = 1;
@@ -1459,6 +1464,11 @@ int ps_h2_write_blocked(const ps_h2_stream_t *st)
 size_t ps_h2_queued(const ps_h2_stream_t *st)
 {
     return ps_buf_size(&st->out);
+}
+
+int ps_h2_output_full(const ps_h2_session_t *s)
+{
+    return s->queued >= s->limits->connection_output_high;
 }
 
 int ps_h2_sendfile_busy(const ps_h2_stream_t *st)

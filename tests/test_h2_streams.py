@@ -11,17 +11,22 @@ import json
 import ssl
 import struct
 import subprocess
+import time
 
 import pytest
-from helpers import run_server
+from helpers import UNDER_ASAN, rss_kib, run_server
 from test_h2_rfc9113 import (
     DATA,
+    END_HEADERS,
     END_STREAM,
+    HEADERS,
     PING,
     RST_STREAM,
+    WINDOW_UPDATE,
     E,
     Raw,
     S,
+    block,
     frame,
 )
 
@@ -215,3 +220,58 @@ def test_streams_over_the_bound_are_refused_after_the_settings_ack(app, cert):
         assert c.response(1) == (200, b"slow done", None)
         assert c.response(3) == (200, b"slow done", None)
         assert_goes_on(c, 7)
+
+
+# ---- clients that stop reading ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/big", "/pieces"], ids=["one-piece", "64k-pieces"])
+@pytest.mark.parametrize("transport", ["h2c", "tls"])
+@pytest.mark.parametrize("app", ["wsgi", "asgi"])
+def test_zero_window_clients_hold_back_only_their_own_responses(app, transport, path, cert):
+    """Three connections each open 100 streams asking for 1 MiB responses with an initial
+    window of 0 and read nothing: each stream holds at most about 64 KiB of output (the
+    application waits: WSGI's iterator is not advanced, ASGI's send() does not complete)
+    and a connection holds back streams while its total is over its bound; the worker's
+    RSS stays within 64 MiB of its start, and another client is served meanwhile. Once the
+    windows open, every response arrives whole."""
+    with serve(app, transport, cert) as srv:
+        t = Target(srv, client_tls() if transport == "tls" else None)
+        pid = t.pid()
+        before = rss_kib(pid)
+        conns = []
+        try:
+            for _ in range(3):
+                c = t.connect(settings=[(S.INITIAL_WINDOW_SIZE, 0)])
+                c.send(
+                    b"".join(
+                        frame(HEADERS, END_HEADERS | END_STREAM, 1 + 2 * i, block(request(path)))
+                        for i in range(100)
+                    )
+                )
+                conns.append(c)
+            # Every connection's HEADERS were read (its PING answered after them).
+            for c in conns:
+                c.send(frame(PING, 0, 0, b"12345678"))
+                assert c.until(lambda c=c: c.acked >= 1 and 1 in c.status, 10)
+            t0 = time.monotonic()
+            assert t.get("/meanwhile") == (200, b"ok /meanwhile", None)
+            assert time.monotonic() - t0 < 2.0
+            time.sleep(0.5)  # let the applications run as far as they are let
+            growth = rss_kib(pid) - before
+            if not UNDER_ASAN:
+                assert growth < 64 * 1024, f"worker RSS grew {growth} KiB"
+            # The first connection opens its windows: all 100 responses arrive whole.
+            c = conns[0]
+            c.send(
+                frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 200 * MIB))
+                + b"".join(
+                    frame(WINDOW_UPDATE, 0, 1 + 2 * i, struct.pack(">I", MIB)) for i in range(100)
+                )
+            )
+            assert c.until(lambda: len(c.ended) == 100, 60), f"{len(c.ended)} of 100 ended"
+            assert all(len(c.body.get(1 + 2 * i, b"")) == MIB for i in range(100))
+            assert not c.rst
+        finally:
+            for c in conns:
+                c.sock.close()
