@@ -275,7 +275,8 @@ def build_parser():
         "--limit-request-field-size",
         metavar="BYTES",
         type=_int("limit_request_field_size"),
-        help="maximum size of one request header field, 1-65536 "
+        help="maximum size of one request header field line (name, colon, whitespace, value "
+        "and CRLF, as gunicorn counts it), 1-65536 "
         f"(default: {D['limit_request_field_size']})",
     )
     add(
