@@ -62,13 +62,13 @@ struct h2x {
 
 struct ps_h2conn {
     ps_conn_t *c;
-    ps_h2_session_t *s; /* NULL once the connection closed */
-    ps_buf_t out;       /* frames the kernel did not take yet */
-    h2x_t *live;        /* streams whose head was dispatched, until they close */
-    h2x_t *dead;        /* streams over: disposed at the next safe point */
-    h2x_t *spare;       /* released exchanges, reused */
+    ps_h2_session_t *s;           /* NULL once the connection closed */
+    ps_buf_t out;                 /* frames the kernel did not take yet */
+    h2x_t *live;                  /* streams whose head was dispatched, until they close */
+    h2x_t *dead;                  /* streams over: disposed at the next safe point */
+    h2x_t *spare;                 /* released exchanges, reused */
     h2x_t *held_head, *held_tail; /* requests waiting for the output to drain, in order */
-    uint32_t running;   /* streams dispatched to the layer and not closed */
+    uint32_t running;             /* streams dispatched to the layer and not closed */
     size_t nspare;
     ev_tstamp last_read;     /* the idle deadline counts from here */
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */

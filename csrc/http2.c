@@ -950,9 +950,9 @@ void ps_h2_session_free(ps_h2_session_t *s)
  * calm set). */
 static int check_data(ps_h2_session_t *s, const uint8_t *hd)
 {
-    int32_t id = (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
-                            (uint32_t)hd[7] << 8 | hd[8]) &
-                           0x7fffffff);
+    int32_t id =
+        (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 | (uint32_t)hd[7] << 8 | hd[8]) &
+                  0x7fffffff);
     if (stream_of(s, id) != NULL)
         return 0;
     budget_window(s);

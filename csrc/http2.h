@@ -104,8 +104,8 @@ struct ps_h2_stream {
     uint32_t scheme_off, scheme_len;
     uint32_t header_bytes;
     uint32_t ncookies; /* cookie fields among them (joined at the head's end) */
-    ps_buf_t out; /* response body bytes not yet framed */
-    int file_fd;  /* -1, or the file ps_h2_sendfile reads */
+    ps_buf_t out;      /* response body bytes not yet framed */
+    int file_fd;       /* -1, or the file ps_h2_sendfile reads */
     off_t file_off;
     uint64_t file_left;
     ps_header_t *trailers; /* copied at ps_h2_trailers */

@@ -84,7 +84,12 @@ class Target:
 def serve(app, transport, cert, *args):
     tls_args = ()
     if transport == "tls":
-        tls_args = ("--ssl-certfile", str(cert / "cert.pem"), "--ssl-keyfile", str(cert / "key.pem"))
+        tls_args = (
+            "--ssl-certfile",
+            str(cert / "cert.pem"),
+            "--ssl-keyfile",
+            str(cert / "key.pem"),
+        )
     return run_server(APP[app], *tls_args, *args)
 
 
