@@ -306,4 +306,5 @@ def test_a_million_streams_on_one_connection_cost_bounded_memory(transport, cert
         )  # fmt: skip
         assert f"{n} succeeded, 0 failed, 0 errored" in run.stdout, run.stdout
         growth = rss_kib(pid) - before
-        assert growth < 16 * 1024, f"worker RSS grew {growth} KiB"
+        if not UNDER_ASAN:  # (ASan's quarantine holds freed memory)
+            assert growth < 16 * 1024, f"worker RSS grew {growth} KiB"
