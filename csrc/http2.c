@@ -991,7 +991,7 @@ static ssize_t recv_frames(ps_h2_session_t *s, const uint8_t *p, size_t len)
         s->in_skip = (uint32_t)s->in_head[0] << 16 | (uint32_t)s->in_head[1] << 8 | s->in_head[2];
         if (s->in_head[3] != NGHTTP2_DATA)
             continue;
-        ssize_t rv = nghttp2_session_mem_recv(s->ng, run, (size_t)(head - run));
+        ssize_t rv = head > run ? nghttp2_session_mem_recv(s->ng, run, (size_t)(head - run)) : 0;
         if (rv < 0)
             return rv;
         run = head;
@@ -999,7 +999,7 @@ static ssize_t recv_frames(ps_h2_session_t *s, const uint8_t *p, size_t len)
         if (rc < 0)
             return rc;
     }
-    ssize_t rv = nghttp2_session_mem_recv(s->ng, run, (size_t)(end - run));
+    ssize_t rv = end > run ? nghttp2_session_mem_recv(s->ng, run, (size_t)(end - run)) : 0;
     return rv < 0 ? rv : 0;
 }
 
