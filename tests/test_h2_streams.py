@@ -204,12 +204,15 @@ def test_authority_becomes_host_first(target):
 # ---- the concurrency bound (5.1.2) -----------------------------------------------------
 
 
+@pytest.mark.parametrize("transport", ["h2c", "tls"])
 @pytest.mark.parametrize("app", ["wsgi", "asgi"])
-def test_streams_over_the_bound_are_refused_after_the_settings_ack(app, cert):
+def test_streams_over_the_bound_are_refused_after_the_settings_ack(app, transport, cert):
     """5.1.2: a HEADERS past SETTINGS_MAX_CONCURRENT_STREAMS is a stream error: the client
     acknowledged the server's SETTINGS, has 2 streams open (the bound) and opens a third:
     RST_STREAM REFUSED_STREAM on it, no GOAWAY, and the two open ones are answered."""
-    with serve(app, "h2c", cert, "--http2-max-concurrent-streams", "2") as srv, Raw(srv.port) as c:
+    tls = client_tls() if transport == "tls" else None
+    bound = ("--http2-max-concurrent-streams", "2")
+    with serve(app, transport, cert, *bound) as srv, Raw(srv.port, tls=tls) as c:
         assert c.until(lambda: c.server_settings.get(S.MAX_CONCURRENT_STREAMS) == 2)
         c.send(frame(PING, 0, 0, b"12345678"))  # our SETTINGS ACK went out before this
         c.headers(1, request("/slow?s=0.5"))
