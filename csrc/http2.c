@@ -886,8 +886,11 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
     /* Closed streams are remembered here, a fixed number per connection
-     * (stale_stream); nghttp2 would keep up to the concurrency bound's
-     * worth, each a full stream. */
+     * (stale_stream, recv_frames). nghttp2 would keep closed streams while
+     * they and the open ones number at most its SETTINGS_MAX_CONCURRENT_
+     * STREAMS (nghttp2_session_adjust_closed_stream), each a full stream,
+     * and it never learns ours (SETTINGS_PLACEHOLDER): without this
+     * option, without limit. */
     nghttp2_option_set_no_closed_streams(opt, 1);
     if (nghttp2_option_set_max_continuations)
         nghttp2_option_set_max_continuations(opt, 2 * (size_t)limits->max_continuations);
