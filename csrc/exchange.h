@@ -134,6 +134,14 @@ struct ps_exchange {
     /* The static layer's (worker.c): the file it is sending, valid only
      * while app_data is that layer's marker. */
     int static_fd;
+    /* Set by the protocol: the most body bytes a layer gives one write
+     * call, or 0 for any number. A layer holding a larger piece (one
+     * bytes object of the application's) writes it this many bytes at a
+     * time, and after PS_WRITE_PENDING keeps the rest for on_writable:
+     * the protocol copies what it is given, so a reader that stops
+     * reading then holds back about this much (an HTTP/2 stream), not
+     * the whole piece. */
+    size_t write_piece;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into

@@ -51,7 +51,9 @@ struct h2x {
     ev_tstamp body_at;            /* body bytes last came, or the layer began waiting */
     h2x_t *next;                  /* in the dead or the spare list */
     h2x_t *prev_live, *next_live; /* the connection's streams with a head dispatched */
+    h2x_t *next_held;             /* in the connection's held requests */
     unsigned dispatched : 1;      /* on_request was called */
+    unsigned held : 1;            /* waits in the held list (start_request) */
     unsigned extra : 1;           /* counted in the worker's h2_extra_streams */
     unsigned body_wanted : 1;     /* on_body is owed */
     unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
@@ -61,12 +63,13 @@ struct h2x {
 
 struct ps_h2conn {
     ps_conn_t *c;
-    ps_h2_session_t *s; /* NULL once the connection closed */
-    ps_buf_t out;       /* frames the kernel did not take yet */
-    h2x_t *live;        /* streams whose head was dispatched, until they close */
-    h2x_t *dead;        /* streams over: disposed at the next safe point */
-    h2x_t *spare;       /* released exchanges, reused */
-    uint32_t running;   /* streams dispatched to the layer and not closed */
+    ps_h2_session_t *s;           /* NULL once the connection closed */
+    ps_buf_t out;                 /* frames the kernel did not take yet */
+    h2x_t *live;                  /* streams whose head was dispatched, until they close */
+    h2x_t *dead;                  /* streams over: disposed at the next safe point */
+    h2x_t *spare;                 /* released exchanges, reused */
+    h2x_t *held_head, *held_tail; /* requests waiting for the output to drain, in order */
+    uint32_t running;             /* streams dispatched to the layer and not closed */
     size_t nspare;
     ev_tstamp last_read;     /* the idle deadline counts from here */
     ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
@@ -270,6 +273,30 @@ static void rearm(ps_h2conn_t *hc)
     }
 }
 
+static void run_request(h2x_t *e);
+
+/* 1 when a held request may start: the streams' queued output dropped
+ * under its bound. */
+static int may_release(ps_h2conn_t *hc)
+{
+    return hc->held_head != NULL && !ps_h2_output_full(hc->s);
+}
+
+/* From progress(): starts held requests, in the order they came, while
+ * the output stays under its bound (each may queue more). */
+static void release_held(ps_h2conn_t *hc)
+{
+    while (may_release(hc) && !hc->broken) {
+        h2x_t *e = hc->held_head;
+        hc->held_head = e->next_held;
+        if (hc->held_head == NULL)
+            hc->held_tail = NULL;
+        e->held = 0;
+        e->next_held = NULL;
+        run_request(e);
+    }
+}
+
 /* From the loop's callbacks only: disposes of finished exchanges, runs
  * stream events, writes frames, and closes (or lingers) when the session
  * is over. May close the connection. */
@@ -286,8 +313,9 @@ static void progress(ps_h2conn_t *hc)
         hc->in_progress = 1;
         do {
             ps_h2_dispatch(hc->s);
+            release_held(hc);
             rc = write_out(hc);
-        } while (rc >= 0 && !hc->broken && ps_h2_has_events(hc->s));
+        } while (rc >= 0 && !hc->broken && (ps_h2_has_events(hc->s) || may_release(hc)));
         hc->in_progress = 0;
     }
     if (rc < 0 || hc->broken) {
@@ -302,7 +330,6 @@ static void progress(ps_h2conn_t *hc)
 }
 
 static ps_h2conn_t *h2conn_new(ps_conn_t *c);
-
 /* Puts c in HTTP/2 mode with hc, feeds preread and runs what follows.
  * May close c. */
 static void switch_to(ps_conn_t *c, ps_h2conn_t *hc, const char *preread, size_t n)
@@ -575,6 +602,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
         .secure = c->x.secure,
         .tls = c->x.tls,
         .http2 = 1,
+        .write_piece = w->cfg.h2.stream_output_high,
     };
     /* The layer's per-connection state (the addresses) is built by the
      * first stream and shared by the next ones. */
@@ -604,6 +632,44 @@ static void run_request(h2x_t *e)
         c->x.conn_data = e->x.conn_data; /* owned by the connection's exchange from now on */
         e->borrowed = 1;
     }
+}
+
+/* Runs a request whose head (and, for a synchronous layer, body) is in,
+ * or holds it while the connection's streams hold more response bytes
+ * than their bound: a client that stops reading then holds back the
+ * requests it sends next, as an HTTP/1 connection reads no next request
+ * while a response waits, instead of having every one of them produced
+ * into the worker's memory. progress() starts it once the output drains. */
+static void start_request(h2x_t *e)
+{
+    ps_h2conn_t *hc = e->hc;
+    if (hc->held_head == NULL && !ps_h2_output_full(hc->s)) {
+        run_request(e);
+        return;
+    }
+    e->held = 1;
+    if (hc->held_tail)
+        hc->held_tail->next_held = e;
+    else
+        hc->held_head = e;
+    hc->held_tail = e;
+}
+
+/* Takes e out of the held list (its stream closed first). */
+static void unhold(h2x_t *e)
+{
+    ps_h2conn_t *hc = e->hc;
+    h2x_t *prev = NULL;
+    for (h2x_t *p = hc->held_head; p && p != e; p = p->next_held)
+        prev = p;
+    if (prev)
+        prev->next_held = e->next_held;
+    else
+        hc->held_head = e->next_held;
+    if (hc->held_tail == e)
+        hc->held_tail = prev;
+    e->held = 0;
+    e->next_held = NULL;
 }
 
 /* A synchronous stream's body as it arrives: out of the session's buffer
@@ -661,7 +727,7 @@ static void cb_head(ps_h2_stream_t *st, void *ud)
     e->async = ps_worker_route(w, &e->x);
     e->x.body = e->async ? &st->body : &e->body;
     if (e->async)
-        run_request(e);
+        start_request(e);
     else if (!st->req.message_complete)
         body_wait(e); /* the body event follows (dispatch_stream): run once it is whole */
 }
@@ -673,7 +739,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
     if (e == NULL)
         return;
     if (!e->async) {
-        if (e->dispatched || e->x.status)
+        if (e->dispatched || e->held || e->x.status)
             return;
         e->body_at = ev_now(hc->c->w->loop); /* bytes came: its deadline moves on */
         if (take_body(e) < 0) {
@@ -681,7 +747,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
             return;
         }
         if (st->req.message_complete)
-            run_request(e);
+            start_request(e);
         return;
     }
     e->body_at = ev_now(hc->c->w->loop);
@@ -710,6 +776,8 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
     st->data = NULL;
     if (e == NULL)
         return;
+    if (e->held)
+        unhold(e);
     /* A reset, an abort or the connection's end while the layer still
      * holds the request: ASGI's http.disconnect, WSGI's close(). */
     if (e->x.app_data)

@@ -203,6 +203,14 @@ static int skip_trailer(ps_http1_parser_t *p, size_t len)
     return 0;
 }
 
+/* --limit-request-field-size counts the whole field line up to `end`
+ * (name, colon, whitespace, value) and its CRLF, as gunicorn and nginx
+ * do. Returns 1 when the line is over it. */
+static int field_line_over(const ps_http1_parser_t *p, const char *end)
+{
+    return message_offset(p, end) - p->field_start + 2 > p->limits->max_field_size;
+}
+
 static int on_header_field(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
@@ -222,6 +230,7 @@ static int on_header_field(llhttp_t *h, const char *at, size_t len)
             p->fields_cap = cap;
         }
         f = &p->fields[p->nfields++];
+        p->field_start = message_offset(p, at);
         f->name_off = (uint32_t)p->arena.len;
         f->name_len = 0;
         f->value_off = UINT32_MAX;
@@ -229,7 +238,7 @@ static int on_header_field(llhttp_t *h, const char *at, size_t len)
     }
     f = current_field(p);
     f->name_len += (uint32_t)len;
-    if (f->name_len > p->limits->max_field_size)
+    if (field_line_over(p, at + len))
         return fail(p, 431, "header field too large");
     if (ps_buf_append(&p->arena, at, len) < 0)
         return fail(p, 500, "out of memory");
@@ -277,7 +286,7 @@ static int on_header_value(llhttp_t *h, const char *at, size_t len)
     if (f->value_len == 0 && in_fold_line(p, at))
         return fail(p, 400, "folded header line"); /* after an empty value: "X:\r\n b" */
     f->value_len += (uint32_t)len;
-    if ((uint64_t)f->name_len + f->value_len > p->limits->max_field_size)
+    if (field_line_over(p, at + len))
         return fail(p, 431, "header field too large");
     if (ps_buf_append(&p->arena, at, len) < 0)
         return fail(p, 500, "out of memory");
@@ -354,6 +363,12 @@ static int on_header_value_complete(llhttp_t *h)
     case 6:
         if (PS_SLICE_IEQ(name, "expect") && PS_SLICE_IEQ(value, "100-continue"))
             p->req.expect_continue = 1;
+        break;
+    case 12:
+        /* Joined, two media types make no valid one (RFC 9110 5.3): refused
+         * as a second Content-Length is. */
+        if (PS_SLICE_IEQ(name, "content-type") && ++p->content_type_count > 1)
+            return fail(p, 400, "more than one Content-Type");
         break;
     case 17:
         if (PS_SLICE_IEQ(name, "transfer-encoding"))
@@ -522,6 +537,7 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->method_at = 0;
     p->te_state = 0;
     p->host_count = 0;
+    p->content_type_count = 0;
     p->version_len = 0;
     p->trailer_bytes = 0;
     p->chunk_state = PS_CHUNK_NONE;

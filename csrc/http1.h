@@ -77,6 +77,7 @@ typedef struct {
     uint32_t host_index;         /* the Host field's index, when host_count is 1 */
     uint64_t head_bytes;         /* bytes of the message's head taken so far */
     uint64_t chunk_base;         /* message offset of feed_start while in the head */
+    uint64_t field_start;        /* message offset of the current field line */
     const char *method_name;     /* a known method's name (static), else NULL */
     uint8_t method_id;
     uint8_t want_method; /* 1 until the method of a new message is taken */
@@ -91,6 +92,7 @@ typedef struct {
     unsigned last_chunk : 1;
     uint32_t chunk_ext_len;
     uint8_t host_count;
+    uint8_t content_type_count;
     unsigned paused : 1;
     uint8_t line_start;     /* how the last input ended: PS_LINE_* */
     const char *feed_start; /* start of the input being parsed */

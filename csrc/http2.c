@@ -44,6 +44,12 @@ enum { SHUTDOWN_NONE, SHUTDOWN_NOTICE, SHUTDOWN_FINAL };
 #define KEEP_FREE_STREAMS 32
 #define STREAM_KEEP_BYTES 4096
 #define CLOSED_REMEMBERED 16
+/* SETTINGS_MAX_CONCURRENT_STREAMS goes out under this id, unknown to
+ * nghttp2 (which ignores it when the ACK comes), and is renamed as the
+ * frame leaves (settings_unmask): nghttp2 enforces an acknowledged bound
+ * with a connection error, where RFC 9113 5.1.2 asks for a stream error
+ * (REFUSED_STREAM), so the bound is ours alone (on_begin_headers). */
+#define SETTINGS_PLACEHOLDER 0xf003
 
 /* What stale_stream says of a frame's stream id: how a stream in the
  * ring of recently closed ones ended, or what else it is. */
@@ -88,6 +94,12 @@ struct ps_h2_session {
     uint32_t closed_ids[CLOSED_REMEMBERED];
     uint8_t closed_how[CLOSED_REMEMBERED];
     uint32_t closed_next;
+    uint32_t nopen;    /* client streams open (counted), for the concurrency bound */
+    size_t queued;     /* response body bytes queued on all streams (ps_h2_output_full) */
+    int settings_sent; /* our first SETTINGS went out (settings_unmask) */
+    /* Frame boundaries in the input (recv_frames). */
+    uint32_t in_skip;
+    uint8_t in_head[9], in_hlen;
     /* At the start of a SETTINGS frame: the peer's initial window and the
      * largest send window of an open stream (RFC 9113 6.9.2 overflow). */
     uint32_t initial_before;
@@ -111,6 +123,7 @@ void ps_h2_limits_default(ps_h2_limits_t *l)
     l->max_frame_size = 16384;
     l->max_output = 256 * 1024;
     l->stream_output_high = 64 * 1024;
+    l->connection_output_high = 1024 * 1024;
     l->max_new_streams = 1000000;
     l->max_resets = 200;
     l->max_control = 100;
@@ -185,6 +198,7 @@ static void stream_release(ps_h2_session_t *s, ps_h2_stream_t *st)
     if (st->next_live)
         st->next_live->prev_live = st->prev_live;
     s->nlive--;
+    s->queued -= ps_buf_size(&st->out);
     free(st->trailers);
     st->trailers = NULL;
     if (s->nfree >= KEEP_FREE_STREAMS) {
@@ -276,6 +290,40 @@ static int add_field(ps_h2_stream_t *st, const uint8_t *name, size_t nlen, const
     f->name_len = (uint32_t)nlen;
     f->value_len = (uint32_t)vlen;
     st->nfields++;
+    /* nghttp2 lets only lower-case names through */
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0)
+        st->ncookies++;
+    return 0;
+}
+
+/* RFC 9113 8.2.3: clients split the Cookie field into one field per
+ * cookie (so HPACK indexes each); before the request goes to an
+ * application that expects HTTP/1's single field, the crumbs are joined
+ * with "; " into the first one's place. Returns 0 or -ENOMEM. */
+static int join_cookies(ps_h2_stream_t *st)
+{
+    uint32_t first = UINT32_MAX, k = 0, off = (uint32_t)st->arena.len;
+    for (uint32_t i = 0; i < st->nfields; i++) {
+        ps_field_t f = st->fields[i];
+        if (f.name_len != 6 || memcmp(st->arena.data + f.name_off, "cookie", 6) != 0) {
+            st->fields[k++] = f;
+            continue;
+        }
+        if (first != UINT32_MAX && ps_buf_append(&st->arena, "; ", 2) < 0)
+            return -ENOMEM;
+        /* (arena.data may move as it grows: copy through the offset) */
+        if (ps_buf_reserve(&st->arena, f.value_len) < 0)
+            return -ENOMEM;
+        memcpy(st->arena.data + st->arena.len, st->arena.data + f.value_off, f.value_len);
+        st->arena.len += f.value_len;
+        if (first == UINT32_MAX) {
+            first = k;
+            st->fields[k++] = f;
+        }
+    }
+    st->fields[first].value_off = off;
+    st->fields[first].value_len = (uint32_t)st->arena.len - off;
+    st->nfields = k;
     return 0;
 }
 
@@ -296,10 +344,13 @@ static uint8_t method_id(ps_slice_t m)
 }
 
 /* Turns the stored fields into st->req once the head is complete: the
- * :authority becomes the one Host field (RFC 9113 8.3.1). Returns 0 or
- * -ENOMEM. */
+ * :authority becomes the one Host field (RFC 9113 8.3.1), first, where an
+ * HTTP/1 client puts it (and the ASGI spec asks for it); cookie crumbs
+ * become one field. Returns 0 or -ENOMEM. */
 static int finish_head(ps_h2_stream_t *st)
 {
+    if (st->ncookies > 1 && join_cookies(st) < 0)
+        return -ENOMEM;
     uint32_t n = st->nfields + 1;
     if (n > st->headers_cap) {
         ps_header_t *h = realloc(st->headers, n * sizeof(*h));
@@ -311,6 +362,8 @@ static int finish_head(ps_h2_stream_t *st)
     const char *a = st->arena.data;
     ps_request_t *r = &st->req;
     uint32_t k = 0;
+    if (st->auth_len)
+        st->headers[k++] = (ps_header_t){PS_SLICE_LIT("host"), {a + st->auth_off, st->auth_len}};
     for (uint32_t i = 0; i < st->nfields; i++) {
         ps_field_t *f = &st->fields[i];
         ps_slice_t name = {a + f->name_off, f->name_len};
@@ -325,8 +378,6 @@ static int finish_head(ps_h2_stream_t *st)
         }
         st->headers[k++] = (ps_header_t){name, value};
     }
-    if (st->auth_len)
-        st->headers[k++] = (ps_header_t){PS_SLICE_LIT("host"), {a + st->auth_off, st->auth_len}};
     r->headers = st->headers;
     r->nheaders = k;
     r->method = (ps_slice_t){a + st->method_off, st->method_len};
@@ -355,6 +406,16 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
     if (!st)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     stream_bind(s, st->id, st);
+    /* RFC 9113 5.1.2: one stream over the bound is refused (a stream
+     * error); nghttp2, which would end the connection, never hears of the
+     * bound (SETTINGS_PLACEHOLDER). Refusals count as resets
+     * (on_frame_send): a client that keeps trying gets a GOAWAY. */
+    if (s->nopen >= s->limits->max_concurrent_streams) {
+        reject(s, st, NGHTTP2_REFUSED_STREAM);
+        return 0;
+    }
+    st->counted = 1;
+    s->nopen++;
     if ((uint32_t)frame->hd.stream_id >= s->limits->last_stream_id)
         s->id_exhausted = 1;
     return 0;
@@ -466,6 +527,38 @@ static int stale_stream(ps_h2_session_t *s, int32_t id)
     return STALE_UNKNOWN;
 }
 
+/* Answers a frame on a stream that is closed with RST_STREAM
+ * STREAM_CLOSED, counted against the client's reset budget like the
+ * resets it sends (so a stream of such frames ends in a GOAWAY). */
+static void refuse_stale(ps_h2_session_t *s, int32_t id)
+{
+    s->n_reset++;
+    s->rst_counted++;
+    nghttp2_submit_rst_stream(s->ng, NGHTTP2_FLAG_NONE, id, NGHTTP2_STREAM_CLOSED);
+}
+
+/* DATA on a client stream nghttp2 has forgotten (RFC 9113 5.1, 6.1),
+ * which it would drop without a word: after the client's RST_STREAM, or
+ * on a stream closed long ago or never opened below the highest id, a
+ * stream error STREAM_CLOSED; after END_STREAM both ways, a connection
+ * error STREAM_CLOSED (returns -1, fail_code set); on a stream we reset,
+ * nothing (the client may have sent it before our RST_STREAM arrived).
+ * Returns 0 otherwise. */
+static int stale_data(ps_h2_session_t *s, int32_t id)
+{
+    switch (stale_stream(s, id)) {
+    case CLOSED_DONE:
+        s->fail_code = NGHTTP2_STREAM_CLOSED;
+        return -1;
+    case CLOSED_BY_PEER:
+    case STALE_UNKNOWN:
+        refuse_stale(s, id);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 /* A SETTINGS frame starts: what a change of SETTINGS_INITIAL_WINDOW_SIZE
  * is checked against when it has been applied (on_frame_recv). */
 static void settings_begin(ps_h2_session_t *s)
@@ -504,6 +597,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
 {
     ps_h2_session_t *s = ud;
     const ps_h2_limits_t *l = s->limits;
+    PS_UNUSED(ng);
     budget_window(s);
     int over = 0;
     int stale;
@@ -517,9 +611,7 @@ static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void 
             (uint32_t)hd->stream_id > s->max_client_id)
             s->max_client_id = (uint32_t)hd->stream_id;
         if (stale == CLOSED_BY_PEER) {
-            s->n_reset++;
-            s->rst_counted++;
-            nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, hd->stream_id, NGHTTP2_STREAM_CLOSED);
+            refuse_stale(s, hd->stream_id);
         } else if (stale == CLOSED_DONE || stale == STALE_UNKNOWN) {
             s->fail_code = stale == CLOSED_DONE ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR;
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -645,6 +737,10 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void 
         return 0;
     stream_bind(s, id, NULL);
     st->closed = 1;
+    if (st->counted) {
+        st->counted = 0;
+        s->nopen--;
+    }
     if (st->close_why == PS_H2_CLOSE_ABORTED)
         ;
     else if (st->end_sent)
@@ -709,6 +805,7 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         n = PS_MIN(length, ps_buf_size(&st->out));
         memcpy(buf, ps_buf_head(&st->out), n);
         ps_buf_consume(&st->out, n);
+        s->queued -= n;
     } else if (st->file_left) {
         size_t want = (size_t)PS_MIN((uint64_t)length, st->file_left);
         ssize_t r;
@@ -773,6 +870,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     s->limits = limits;
     s->cb = cb;
     s->ud = ud;
+    s->in_skip = NGHTTP2_CLIENT_MAGIC_LEN; /* the preface comes first */
     if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opt) != 0)
         goto error;
     nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
@@ -787,6 +885,12 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     nghttp2_option_set_max_outbound_ack(opt, 100);
     nghttp2_option_set_max_settings(opt, 32);
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    /* Closed streams are remembered here, a fixed number per connection
+     * (stale_stream, recv_frames). nghttp2 would keep closed streams while
+     * they and the open ones number at most its SETTINGS_MAX_CONCURRENT_
+     * STREAMS (nghttp2_session_adjust_closed_stream), each a full stream,
+     * and it never learns ours (SETTINGS_PLACEHOLDER): without this
+     * option, without limit. */
     nghttp2_option_set_no_closed_streams(opt, 1);
     if (nghttp2_option_set_max_continuations)
         nghttp2_option_set_max_continuations(opt, 2 * (size_t)limits->max_continuations);
@@ -797,7 +901,7 @@ ps_h2_session_t *ps_h2_session_new(const ps_h2_limits_t *limits, const ps_h2_cal
     if (nghttp2_session_server_new2(&s->ng, cbs, s, opt) != 0)
         goto error;
     nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits->max_concurrent_streams},
+        {SETTINGS_PLACEHOLDER, limits->max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, limits->stream_window},
         {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, limits->max_frame_size},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, limits->max_header_list_size},
@@ -843,12 +947,71 @@ void ps_h2_session_free(ps_h2_session_t *s)
     free(s);
 }
 
+/* DATA on a stream nghttp2 has forgotten: checked before nghttp2 sees the
+ * frame (it would drop it before any callback). Returns 0, or
+ * NGHTTP2_ERR_CALLBACK_FAILURE when the connection must end (fail_code or
+ * calm set). */
+static int check_data(ps_h2_session_t *s, const uint8_t *hd)
+{
+    int32_t id =
+        (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 | (uint32_t)hd[7] << 8 | hd[8]) &
+                  0x7fffffff);
+    if (stream_of(s, id) != NULL)
+        return 0;
+    budget_window(s);
+    if (stale_data(s, id) < 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (s->n_reset > s->limits->max_resets) {
+        s->calm = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return 0;
+}
+
+/* Gives data to nghttp2 in runs cut just before each DATA frame's header,
+ * which check_data looks at once the frames before it are processed:
+ * only frame boundaries are tracked here (in_skip: bytes left of the
+ * preface or of the current frame; in_head: the header so far). Returns
+ * 0 or a negative nghttp2 error. */
+static ssize_t recv_frames(ps_h2_session_t *s, const uint8_t *p, size_t len)
+{
+    const uint8_t *run = p, *end = p + len;
+    while (p < end) {
+        if (s->in_skip) {
+            size_t n = PS_MIN(s->in_skip, (size_t)(end - p));
+            p += n;
+            s->in_skip -= (uint32_t)n;
+            continue;
+        }
+        const uint8_t *head = p;
+        size_t n = PS_MIN(9u - s->in_hlen, (size_t)(end - p));
+        memcpy(s->in_head + s->in_hlen, p, n);
+        s->in_hlen += (uint8_t)n;
+        p += n;
+        if (s->in_hlen < 9)
+            break;
+        s->in_hlen = 0;
+        s->in_skip = (uint32_t)s->in_head[0] << 16 | (uint32_t)s->in_head[1] << 8 | s->in_head[2];
+        if (s->in_head[3] != NGHTTP2_DATA)
+            continue;
+        ssize_t rv = head > run ? nghttp2_session_mem_recv(s->ng, run, (size_t)(head - run)) : 0;
+        if (rv < 0)
+            return rv;
+        run = head;
+        int rc = check_data(s, s->in_head);
+        if (rc < 0)
+            return rc;
+    }
+    ssize_t rv = end > run ? nghttp2_session_mem_recv(s->ng, run, (size_t)(end - run)) : 0;
+    return rv < 0 ? rv : 0;
+}
+
 int ps_h2_feed(ps_h2_session_t *s, const char *data, size_t len, double now)
 {
     if (s->fatal)
         return -EPROTO;
     s->now = now;
-    ssize_t rv = nghttp2_session_mem_recv(s->ng, (const uint8_t *)data, len);
+    ssize_t rv = recv_frames(s, (const uint8_t *)data, len);
     if (rv < 0) {
         s->fatal = 1;
         uint32_t code = NGHTTP2_INTERNAL_ERROR;
@@ -932,6 +1095,18 @@ static int output_waiting(const ps_h2_session_t *s)
     return 0;
 }
 
+/* Our first SETTINGS frame, as nghttp2 wrote it into out: the placeholder
+ * entry becomes SETTINGS_MAX_CONCURRENT_STREAMS. */
+static void settings_unmask(ps_h2_session_t *s, uint8_t *f, size_t n)
+{
+    for (size_t i = 9; i + 6 <= n; i += 6)
+        if ((f[i] << 8 | f[i + 1]) == SETTINGS_PLACEHOLDER) {
+            f[i] = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS >> 8;
+            f[i + 1] = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS & 0xff;
+        }
+    s->settings_sent = 1;
+}
+
 int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now)
 {
     s->now = now;
@@ -947,6 +1122,8 @@ int ps_h2_flush(ps_h2_session_t *s, ps_buf_t *out, double now)
             break;
         if (ps_buf_append(out, p, (size_t)n) != 0)
             return -ENOMEM;
+        if (ps_unlikely(!s->settings_sent) && n >= 9 && p[3] == NGHTTP2_SETTINGS && !(p[4] & 1))
+            settings_unmask(s, (uint8_t *)ps_buf_head(out) + ps_buf_size(out) - n, (size_t)n);
     }
     if (s->data_sent || !output_waiting(s))
         s->stalled_since = 0;
@@ -1250,6 +1427,7 @@ int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n)
         return 0;
     if (ps_buf_append(&st->out, p, n) != 0)
         return -ENOMEM;
+    st->session->queued += n;
     resume(st);
     if (ps_buf_size(&st->out) > st->session->limits->stream_output_high) {
         st->above_high = 1;
@@ -1289,6 +1467,11 @@ int ps_h2_write_blocked(const ps_h2_stream_t *st)
 size_t ps_h2_queued(const ps_h2_stream_t *st)
 {
     return ps_buf_size(&st->out);
+}
+
+int ps_h2_output_full(const ps_h2_session_t *s)
+{
+    return s->queued >= s->limits->connection_output_high;
 }
 
 int ps_h2_sendfile_busy(const ps_h2_stream_t *st)

@@ -37,6 +37,7 @@ typedef struct {
     uint64_t max_body;          /* per request; 0: no limit */
     size_t max_output;          /* ps_h2_flush stops pulling frames past this */
     size_t stream_output_high;  /* ps_h2_write returns 1 past this many bytes queued */
+    size_t connection_output_high; /* ps_h2_output_full past this many on all streams */
     /* Flood bounds, each per one-second window; over any: GOAWAY
      * ENHANCE_YOUR_CALM. */
     uint32_t max_new_streams; /* streams opened */
@@ -102,8 +103,9 @@ struct ps_h2_stream {
     uint32_t method_off, method_len, path_off, path_len, auth_off, auth_len;
     uint32_t scheme_off, scheme_len;
     uint32_t header_bytes;
-    ps_buf_t out; /* response body bytes not yet framed */
-    int file_fd;  /* -1, or the file ps_h2_sendfile reads */
+    uint32_t ncookies; /* cookie fields among them (joined at the head's end) */
+    ps_buf_t out;      /* response body bytes not yet framed */
+    int file_fd;       /* -1, or the file ps_h2_sendfile reads */
     off_t file_off;
     uint64_t file_left;
     ps_header_t *trailers; /* copied at ps_h2_trailers */
@@ -125,6 +127,7 @@ struct ps_h2_stream {
     unsigned above_high : 1;               /* ps_h2_write said 1; on_writable is owed */
     unsigned in_queue : 1;
     unsigned no_body : 1; /* HEAD, 204 or 304: body bytes are dropped */
+    unsigned counted : 1; /* counted among the session's open streams */
     int close_why;
     int64_t resp_left; /* body bytes the response's content-length still allows, or -1 */
 };
@@ -212,6 +215,10 @@ int ps_h2_write(ps_h2_stream_t *st, const void *p, size_t n);
 int ps_h2_write_blocked(const ps_h2_stream_t *st);
 /* Response body bytes queued on the stream, not framed yet. */
 size_t ps_h2_queued(const ps_h2_stream_t *st);
+/* 1 while the streams together hold limits->connection_output_high
+ * bytes or more not framed yet (a client that does not open its windows):
+ * the exchange starts no more requests until it drops. */
+int ps_h2_output_full(const ps_h2_session_t *s);
 /* Sends count bytes of fd from off, read in frame-sized pieces as the
  * client's window allows, after any bytes queued before. The fd stays the
  * caller's and must stay open until on_writable or on_close. One file at

@@ -328,7 +328,8 @@ def build_parser():
         "--limit-request-field-size",
         metavar="BYTES",
         type=_int("limit_request_field_size"),
-        help="maximum size of one request header field, 1-65536 "
+        help="maximum size of one request header field line (name, colon, whitespace, value "
+        "and CRLF, as gunicorn counts it), 1-65536 "
         f"(default: {D['limit_request_field_size']})",
     )
     add(
@@ -428,8 +429,9 @@ def build_parser():
         "--http2-max-resets",
         metavar="N",
         type=_int("http2_max_resets"),
-        help="RST_STREAM frames received, plus HEADERS on a stream the client reset, a second "
-        "(the Rapid Reset bound); one more: GOAWAY ENHANCE_YOUR_CALM "
+        help="RST_STREAM frames received, plus streams reset for what the client did (refused, "
+        "malformed, a frame on a closed stream), a second (the Rapid Reset bound); one more: "
+        "GOAWAY ENHANCE_YOUR_CALM "
         f"(default: {D['http2_max_resets']})",
     )
     add(

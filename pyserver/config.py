@@ -37,8 +37,8 @@ hold final values:
     http2_initial_stream_window_size  int request body bytes buffered per stream
     http2_initial_connection_window_size  int request body bytes buffered per connection
     http2_max_new_streams     int streams a client may open a second (flood bound)
-    http2_max_resets          int RST_STREAMs received, plus HEADERS on a stream the client
-                              reset, a second (the Rapid Reset bound)
+    http2_max_resets          int RST_STREAMs received, plus streams reset for what the
+                              client did, a second (the Rapid Reset bound)
     http2_max_control_frames  int SETTINGS, PING, PRIORITY and unknown frames a second
     http2_max_empty_frames    int DATA frames without payload or END_STREAM a second
     http2_max_window_updates  int WINDOW_UPDATE frames a second

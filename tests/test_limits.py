@@ -217,6 +217,39 @@ def test_configured_header_field_size_limit(limited):
     assert_rejected(limited, request(HOST, b"X-A: " + b"v" * 400), 431)
 
 
+def test_field_size_limit_counts_the_whole_field_line(limited):
+    """--limit-request-field-size 200 counts the field line as gunicorn and nginx do: name,
+    colon, whitespace, value and its CRLF; 200 bytes pass, 201 do not, whitespace too."""
+    with limited.connect() as conn:
+        conn.send(request(HOST, b"X-A: " + b"v" * 193))
+        assert conn.read_response().status == 200
+    assert_rejected(limited, request(HOST, b"X-A: " + b"v" * 194), 431)
+    assert_rejected(limited, request(HOST, b"X-A:  " + b"v" * 193), 431)
+    assert_rejected(limited, request(HOST, b"X-A: " + b"v" * 193 + b" "), 431)
+
+
+@pytest.mark.parametrize(("size", "status"), [(8190, 200), (8191, 431), (8192, 431)])
+def test_default_field_size_limit_is_8190_bytes_of_line(server, size, status):
+    """The default, 8190 (gunicorn's): a field line of 8,192 bytes with its CRLF is 431."""
+    data = request(HOST, b"X-Big: " + b"a" * (size - len(b"X-Big: \r\n")))
+    if status == 200:
+        with server.connect() as conn:
+            conn.send(data)
+            assert conn.read_response().status == 200
+    else:
+        assert_rejected(server, data, status)
+
+
+def test_two_content_type_fields_get_400(server):
+    """Joined, two Content-Type fields make no valid media type: 400, as for two
+    Content-Length fields."""
+    data = request(HOST, b"Content-Type: application/json", b"Content-Type: text/html")
+    assert_rejected(server, data, 400)
+    with server.connect() as conn:
+        conn.send(request(HOST, b"Content-Type: application/json"))
+        assert conn.read_response().status == 200
+
+
 def test_body_within_configured_limit_is_accepted(limited):
     with limited.connect() as conn:
         assert conn.request("POST", "/echo", body=b"b" * 1000).body == b"b" * 1000

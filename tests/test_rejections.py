@@ -55,6 +55,13 @@ CASES = [
     ("two-hosts", head(H, b"Host: other"), 400, "GET /hello HTTP/1.1", "more than one Host"),
     ("no-host", head(), 400, "GET /hello HTTP/1.1", "no Host"),
     (
+        "two-content-types",
+        head(H, b"Content-Type: text/plain", b"Content-Type: text/html"),
+        400,
+        "GET /hello HTTP/1.1",
+        "more than one Content-Type",
+    ),
+    (
         "bad-chunk-size",
         head(H, b"Transfer-Encoding: chunked", line=POST, body=b"zz\r\nhello\r\n0\r\n\r\n"),
         400,

@@ -162,6 +162,13 @@ typedef struct {
     ps_slice_t fwd_client; /* a forwarded client as sent, for the access log (into the request) */
     int status;
     int sendfile_fd;
+    /* A body message sent in parts (send_held): its buffer while held
+     * (held.obj set), where its rest starts, its Content-Length (-1:
+     * none) and more_body. */
+    Py_buffer held;
+    Py_ssize_t held_off;
+    int64_t held_length;
+    unsigned held_more : 1;
     unsigned started : 1;       /* http.response.start received */
     unsigned head_sent : 1;     /* the head went to the connection */
     unsigned body_done : 1;     /* more_body=False was delivered to receive() */
@@ -590,6 +597,8 @@ static void lose(CycleObject *cycle)
     detach(cycle);
     wake_receiver(cycle);
     fail_waiter(ctx, &cycle->send_waiter);
+    if (cycle->held.obj)
+        PyBuffer_Release(&cycle->held);
     if (cycle->sendfile_fd >= 0) {
         close(cycle->sendfile_fd);
         cycle->sendfile_fd = -1;
@@ -818,6 +827,31 @@ static void body_finished(CycleObject *self)
         complete(self);
 }
 
+/* Sends the held body message's rest, x->write_piece bytes a call, while
+ * the exchange takes them at once. Returns the last write's result
+ * (PS_WRITE_PENDING with bytes left: on_writable resumes), or -errno;
+ * -EINVAL with an exception set. Releases the buffer once all is sent. */
+static int send_held(CycleObject *self)
+{
+    size_t piece = self->x->write_piece;
+    int rc = PS_WRITE_DONE;
+    while (self->held_off < self->held.len) {
+        const char *p = (const char *)self->held.buf + self->held_off;
+        size_t n = PS_MIN(piece, (size_t)(self->held.len - self->held_off));
+        if (!self->head_sent)
+            rc = send_head(self, p, n, self->held_length);
+        else
+            rc = ps_exchange_write(self->x, p, n);
+        if (rc < 0)
+            break;
+        self->held_off += (Py_ssize_t)n;
+        if (rc == PS_WRITE_PENDING && self->held_off < self->held.len)
+            return rc;
+    }
+    PyBuffer_Release(&self->held);
+    return rc;
+}
+
 static PyObject *send_body(CycleObject *self, PyObject *msg)
 {
     ps_asgi_t *ctx = self->ctx;
@@ -839,14 +873,25 @@ static PyObject *send_body(CycleObject *self, PyObject *msg)
         return NULL;
     }
     int rc;
-    if (!self->head_sent) {
-        /* A single body message: its size is the Content-Length. */
-        int64_t length = more || (self->want_trailers && self->te_trailers) ? -1 : view.len;
+    /* A single body message: its size is the Content-Length. */
+    int64_t length = more || (self->want_trailers && self->te_trailers) ? -1 : view.len;
+    size_t piece = self->x->write_piece;
+    if (piece && (size_t)view.len > piece) {
+        /* In parts: send() completes once the last one is taken. */
+        self->held = view;
+        self->held_off = 0;
+        self->held_length = length;
+        self->held_more = more;
+        rc = send_held(self);
+        if (rc == PS_WRITE_PENDING && self->held.obj)
+            return after_write(self, rc);
+    } else if (!self->head_sent) {
         rc = send_head(self, view.buf, (size_t)view.len, length);
+        PyBuffer_Release(&view);
     } else {
         rc = ps_exchange_write(self->x, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
     }
-    PyBuffer_Release(&view);
     if (rc == -EINVAL)
         return NULL;
     if (rc >= 0 && !more) {
@@ -1293,6 +1338,7 @@ static int Cycle_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->receive_waiter);
     Py_VISIT(self->send_waiter);
     Py_VISIT(self->headers);
+    Py_VISIT(self->held.obj);
     if (self->ws)
         return ps_asgi_ws_traverse(self->ws, visit, arg);
     return 0;
@@ -1304,6 +1350,8 @@ static int Cycle_clear(PyObject *op)
     Py_CLEAR(self->receive_waiter);
     Py_CLEAR(self->send_waiter);
     Py_CLEAR(self->headers);
+    if (self->held.obj)
+        PyBuffer_Release(&self->held);
     if (self->ws)
         ps_asgi_ws_clear(self->ws);
     return 0;
@@ -1672,6 +1720,22 @@ static void on_writable(ps_exchange_t *x)
     if (cycle == NULL)
         return;
     Py_INCREF(cycle);
+    if (cycle->held.obj) {
+        int more = cycle->held_more, rc = send_held(cycle);
+        if (rc < 0) { /* the stream is gone: the disconnect follows */
+            if (cycle->held.obj)
+                PyBuffer_Release(&cycle->held);
+            ps_exchange_abort(x);
+            Py_DECREF(cycle);
+            return;
+        }
+        if (cycle->held.obj) { /* more parts wait for the next on_writable */
+            Py_DECREF(cycle);
+            return;
+        }
+        if (!more)
+            body_finished(cycle);
+    }
     resolve(cycle->ctx, &cycle->send_waiter, Py_None, 0);
     if (cycle->sendfile_fd >= 0) {
         close(cycle->sendfile_fd);

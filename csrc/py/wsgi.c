@@ -101,6 +101,8 @@ typedef struct RequestObject {
     int64_t known_length;  /* body length known up front, or -1 */
     int64_t given_length;  /* the Content-Length the application gave, or -1 */
     int sendfile_fd;       /* >= 0 while a file_wrapper is being sent */
+    PyObject *item;        /* a response item part sent (send_item), or NULL */
+    Py_ssize_t item_off;   /* where the rest of item starts */
     unsigned headers_sent : 1;
     unsigned done : 1;
     /* On a pool thread (--threads): what it shares with the loop. x is
@@ -395,6 +397,7 @@ static void request_done(RequestObject *req)
     ((InputObject *)req->input)->x = NULL;
     req->x = NULL;
     x->app_data = NULL;
+    Py_CLEAR(req->item);
     Py_CLEAR(req->iter);
     Py_CLEAR(req->result);
     Py_DECREF(req);
@@ -545,6 +548,31 @@ static void check_length(RequestObject *req)
                  r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
 }
 
+/* Sends item's bytes from off. A protocol that takes at most
+ * x->write_piece bytes a call gets them piece by piece while it says
+ * PS_WRITE_DONE; when it says PS_WRITE_PENDING with bytes left, req->item
+ * keeps the item (a new reference) and where its rest starts, for the
+ * next pump. Returns as send_body. */
+static int send_item(RequestObject *req, PyObject *item, Py_ssize_t off)
+{
+    const char *p = PyBytes_AS_STRING(item);
+    size_t left = (size_t)(PyBytes_GET_SIZE(item) - off), piece = req->x->write_piece;
+    if (piece == 0 || left <= piece)
+        return send_body(req, p + off, left);
+    int rc;
+    do {
+        size_t n = PS_MIN(left, piece);
+        rc = send_body(req, p + off, n);
+        off += (Py_ssize_t)n;
+        left -= n;
+    } while (rc == PS_WRITE_DONE && left > 0);
+    if (rc == PS_WRITE_PENDING && left > 0) {
+        req->item = Py_NewRef(item);
+        req->item_off = off;
+    }
+    return rc;
+}
+
 /* The body is complete. */
 static void finish(RequestObject *req)
 {
@@ -583,23 +611,28 @@ static inline __attribute__((always_inline)) PyObject *next_item(RequestObject *
 static void pump(RequestObject *req)
 {
     for (;;) {
-        PyObject *item = next_item(req);
+        PyObject *item = req->item; /* the rest of one sent in part, first */
+        Py_ssize_t off = req->item_off;
+        req->item = NULL;
         if (item == NULL) {
-            if (PyErr_Occurred())
+            off = 0;
+            item = next_item(req);
+            if (item == NULL) {
+                if (PyErr_Occurred())
+                    fail(req);
+                else
+                    finish(req);
+                return;
+            }
+            if (!PyBytes_Check(item)) {
+                PyErr_Format(PyExc_TypeError, "response items must be bytes, not %.100s",
+                             Py_TYPE(item)->tp_name);
+                Py_DECREF(item);
                 fail(req);
-            else
-                finish(req);
-            return;
+                return;
+            }
         }
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "response items must be bytes, not %.100s",
-                         Py_TYPE(item)->tp_name);
-            Py_DECREF(item);
-            fail(req);
-            return;
-        }
-        Py_ssize_t len = PyBytes_GET_SIZE(item);
-        int rc = len ? send_body(req, PyBytes_AS_STRING(item), (size_t)len) : PS_WRITE_DONE;
+        int rc = PyBytes_GET_SIZE(item) > off ? send_item(req, item, off) : PS_WRITE_DONE;
         Py_DECREF(item);
         if (rc == SEND_ERROR) {
             fail(req);
@@ -1741,6 +1774,7 @@ static int Request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->headers);
     Py_VISIT(self->result);
     Py_VISIT(self->iter);
+    Py_VISIT(self->item);
     Py_VISIT(self->input);
     return 0;
 }
@@ -1752,6 +1786,7 @@ static int Request_clear(PyObject *op)
     Py_CLEAR(self->headers);
     Py_CLEAR(self->result);
     Py_CLEAR(self->iter);
+    Py_CLEAR(self->item);
     Py_CLEAR(self->input);
     return 0;
 }

@@ -625,9 +625,12 @@ static void test_field_over_max_field_size_is_431(void)
 {
     ps_http1_limits_t lim = limits;
     lim.max_field_size = 16;
-    /* name + value: 6 + 10 fits, 6 + 11 does not */
-    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long: 0123456789\r\n\r\n", &lim, 0);
-    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long: 0123456789a\r\n\r\n", &lim, 431);
+    /* the whole line with its CRLF: 6 + 2 + 6 + 2 fits, one more does not,
+     * whitespace around the value counted too */
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long: 012345\r\n\r\n", &lim, 0);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long: 0123456\r\n\r\n", &lim, 431);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long:  012345\r\n\r\n", &lim, 431);
+    CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Long: 012345 \r\n\r\n", &lim, 431);
     CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Very-Long-Name-1: v\r\n\r\n", &lim, 431);
     CHECK_STATUS_LIM("GET / HTTP/1.1\r\nHost: a\r\nX-Very-Long-Name-1", &lim, 431);
 }
@@ -1636,7 +1639,7 @@ static void test_errors_carry_a_reason_in_words(void)
 {
     ps_http1_limits_t lim = limits;
     lim.max_fields = 2;
-    lim.max_field_size = 16;
+    lim.max_field_size = 20; /* "Content-Length: 5" and its CRLF fit */
     lim.max_body = 4;
     check_reason("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n", &lim, 431,
                  "too many header fields");
@@ -1649,6 +1652,8 @@ static void test_errors_carry_a_reason_in_words(void)
     check_reason("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", &limits, 400,
                  "more than one Host");
     check_reason("GET / HTTP/1.1\r\n\r\n", &limits, 400, "no Host");
+    check_reason("GET / HTTP/1.1\r\nHost: a\r\nContent-Type: a/b\r\ncontent-type: c/d\r\n\r\n",
+                 &limits, 400, "more than one Content-Type");
     check_reason("GET / HTTP/3.0\r\nHost: a\r\n\r\n", &limits, 505, "unsupported HTTP version");
     check_reason("G(T / HTTP/1.1\r\n", &limits, 400, "invalid method");
     check_reason("GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", &limits, 400,
