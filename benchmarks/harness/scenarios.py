@@ -365,6 +365,7 @@ def _hello_h2(http2):
         h2_streams=32,
         tls=http2 == "h2",
         http2=http2,
+        baseline=True,
     )
 
 

@@ -539,5 +539,7 @@ def register_baseline(ref, site_dir, extension, commit):
         argv,
         dist="pyserver",
         loads=extension,
+        tls=PYSERVER_TLS,
+        h2=PYSERVER_H2,
     )
     return name
