@@ -261,18 +261,6 @@ static int on_header_field_complete(llhttp_t *h)
     return 0;
 }
 
-/* True when `at` follows LF and at least one SP/HTAB: an obs-fold line,
- * looking back into the previous input through p->line_start. */
-static int in_fold_line(const ps_http1_parser_t *p, const char *at)
-{
-    const char *s = at;
-    while (s > p->feed_start && (s[-1] == ' ' || s[-1] == '\t'))
-        s--;
-    if (s > p->feed_start)
-        return s[-1] == '\n' && s < at;
-    return p->line_start == PS_LINE_FOLD || (p->line_start == PS_LINE_LF && s < at);
-}
-
 static int on_header_value(llhttp_t *h, const char *at, size_t len)
 {
     ps_http1_parser_t *p = parser_of(h);
@@ -280,11 +268,10 @@ static int on_header_value(llhttp_t *h, const char *at, size_t len)
         return skip_trailer(p, len);
     ps_field_t *f = current_field(p);
     /* A value continues in a second piece only across two feeds; a second
-     * piece inside one feed is an obs-fold line, which we refuse. */
-    if (f->value_len > 0 && (at != p->feed_start || p->last_fed == '\n'))
+     * piece inside one feed would be an obs-fold line, which scan_head has
+     * refused before llhttp could see it. */
+    if (f->value_len > 0 && at != p->feed_start)
         return fail(p, 400, "folded header line");
-    if (f->value_len == 0 && in_fold_line(p, at))
-        return fail(p, 400, "folded header line"); /* after an empty value: "X:\r\n b" */
     f->value_len += (uint32_t)len;
     if (field_line_over(p, at + len))
         return fail(p, 431, "header field too large");
@@ -453,11 +440,18 @@ static int on_headers_complete(llhttp_t *h)
     return 0;
 }
 
+/* After the last chunk's size line come the trailer fields, whose line
+ * ends are checked as the head's are: llhttp pauses here so that
+ * ps_http1_feed() scans the rest before llhttp sees it. */
 static int on_chunk_header(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
     p->last_chunk = h->content_length == 0;
-    return 0;
+    p->chunk_data = !p->last_chunk;
+    if (!p->last_chunk)
+        return 0;
+    p->head_scan = PS_SCAN_LINE_START;
+    return HPE_PAUSED;
 }
 
 /* Pauses before the next chunk-size line so ps_http1_feed() can strip its
@@ -465,6 +459,7 @@ static int on_chunk_header(llhttp_t *h)
 static int on_chunk_complete(llhttp_t *h)
 {
     ps_http1_parser_t *p = parser_of(h);
+    p->chunk_data = 0;
     if (p->last_chunk)
         return 0;
     p->chunk_state = PS_CHUNK_SIZE;
@@ -541,8 +536,9 @@ void ps_http1_next(ps_http1_parser_t *p)
     p->version_len = 0;
     p->trailer_bytes = 0;
     p->chunk_state = PS_CHUNK_NONE;
-    p->last_chunk = 0;
+    p->last_chunk = p->chunk_data = 0;
     p->error_status = 0;
+    p->head_scan = PS_SCAN_TEXT;
     if (p->paused) {
         llhttp_resume(&p->llhttp);
         p->paused = 0;
@@ -594,11 +590,15 @@ int ps_http1_request_line(const ps_http1_parser_t *p, ps_slice_t *method, ps_sli
     return 1;
 }
 
-/* "d.d" where llhttp refused the version: well formed but unsupported. */
-static int version_is_numeric(const ps_http1_parser_t *p)
+/* "d.d" where llhttp refused the version: well formed but unsupported.
+ * llhttp takes 1.0 and 1.1, so a refusal with those digits is about what
+ * follows them ("HTTP/1.1x"): malformed, not unsupported. */
+static int version_is_unsupported(const ps_http1_parser_t *p)
 {
-    return p->version_len == 3 && p->version[0] >= '0' && p->version[0] <= '9' &&
-           p->version[1] == '.' && p->version[2] >= '0' && p->version[2] <= '9';
+    const char *v = p->version;
+    if (p->version_len != 3 || v[0] < '0' || v[0] > '9' || v[1] != '.' || v[2] < '0' || v[2] > '9')
+        return 0;
+    return !(v[0] == '1' && (v[2] == '0' || v[2] == '1'));
 }
 
 /* Words for what llhttp refused, for the log; llhttp's own text otherwise. */
@@ -620,11 +620,19 @@ static const char *llhttp_reason(const ps_http1_parser_t *p, llhttp_errno_t err)
         return "invalid chunk size";
     case HPE_INVALID_TRANSFER_ENCODING:
         return "invalid Transfer-Encoding";
-    default: {
-        const char *r = llhttp_get_error_reason(&p->llhttp);
-        return r != NULL && *r ? r : "malformed request";
+    case HPE_CR_EXPECTED:
+    case HPE_LF_EXPECTED:
+    case HPE_STRICT:
+        /* A chunk line's bad end, which llhttp 8.1 and 9 word differently
+         * (the head's and the trailer's line ends are scan_head's). */
+        if (p->req.head_complete && p->req.chunked)
+            return p->chunk_data ? "chunk data not followed by CRLF" : "invalid chunk size";
+        break;
+    default:
+        break;
     }
-    }
+    const char *r = llhttp_get_error_reason(&p->llhttp);
+    return r != NULL && *r ? r : "malformed request";
 }
 
 /* After llhttp stopped on err: the status and reason a callback gave, or
@@ -633,7 +641,7 @@ static void set_error(ps_http1_parser_t *p, llhttp_errno_t err)
 {
     if (p->error_status)
         return;
-    if (err == HPE_INVALID_VERSION && version_is_numeric(p)) {
+    if (err == HPE_INVALID_VERSION && version_is_unsupported(p)) {
         p->error_status = 505;
         p->error_reason = "unsupported HTTP version";
         return;
@@ -676,21 +684,79 @@ static const char *skip_chunk_extensions(ps_http1_parser_t *p, const char *cur, 
     return s;
 }
 
-/* Remembers how the input ended (LF, or LF then SP/HTAB), for a value
- * whose first piece opens the next input. */
-static void note_line_start(ps_http1_parser_t *p, const char *cur, const char *end)
+/* ---- line ends in the head and the trailer section ---- */
+
+/* What is wrong with c opening a field line (it follows a CRLF), or NULL. */
+static const char *field_line_fault(char c)
 {
-    const char *s = end;
-    while (s > cur && (s[-1] == ' ' || s[-1] == '\t'))
-        s--;
-    if (s == cur) {
-        if (p->line_start == PS_LINE_LF)
-            p->line_start = PS_LINE_FOLD; /* the whitespace continues that line */
-    } else if (s[-1] == '\n') {
-        p->line_start = s < end ? PS_LINE_FOLD : PS_LINE_LF;
-    } else {
-        p->line_start = PS_LINE_OTHER;
+    switch (c) {
+    case ' ':
+    case '\t':
+        return "folded header line";
+    case '\n':
+        return "line ends in a bare LF";
+    case ':': /* an empty name, which llhttp 8.1 lets through in a trailer */
+        return "invalid header field name";
+    default:
+        return NULL;
     }
+}
+
+/* Checks the line ends of the head's (or the trailer section's) next n
+ * bytes at s, before llhttp sees them: every line ends in CRLF (no bare LF,
+ * no CR without LF) and no field line starts with SP or HTAB (obs-fold,
+ * RFC 9112 section 5.2) or ':'. llhttp 8.1 lets some of these through
+ * without a callback that shows them (a bare LF after the version or as the
+ * blank line, a whitespace-only fold line after an empty value) and llhttp
+ * 9 refuses them with other statuses (a bare LF after the version as an
+ * invalid version), so the server decides. The scan stops at the blank
+ * line: what follows is the body. Returns how many of the n bytes are good,
+ * with *reason set when that is fewer than n: the bytes before the fault go
+ * to llhttp first, so that an earlier fault is found as it is when the
+ * bytes arrive one by one. */
+static size_t scan_head(ps_http1_parser_t *p, const char *s, size_t n, const char **reason)
+{
+    size_t i = 0;
+    uint8_t st = p->head_scan;
+    while (i < n && st != PS_SCAN_DONE) {
+        const char *lf, *cr;
+        char c = s[i];
+        switch (st) {
+        case PS_SCAN_TEXT: /* on to the line's CR, or a bare LF */
+            lf = memchr(s + i, '\n', n - i);
+            cr = memchr(s + i, '\r', (lf ? (size_t)(lf - s) : n) - i);
+            if (cr != NULL) {
+                i = (size_t)(cr - s) + 1;
+                st = PS_SCAN_CR;
+            } else if (lf != NULL) {
+                i = (size_t)(lf - s);
+                *reason = "line ends in a bare LF";
+                goto fault;
+            } else {
+                i = n;
+            }
+            break;
+        case PS_SCAN_CR:
+        case PS_SCAN_END_CR:
+            if (c != '\n') {
+                *reason = "CR without LF";
+                goto fault;
+            }
+            st = st == PS_SCAN_CR ? PS_SCAN_LINE_START : PS_SCAN_DONE;
+            i++;
+            break;
+        default: /* PS_SCAN_LINE_START */
+            if ((*reason = field_line_fault(c)) != NULL)
+                goto fault;
+            st = c == '\r' ? PS_SCAN_END_CR : PS_SCAN_TEXT;
+            i += c == '\r';
+            break;
+        }
+    }
+    p->head_scan = st;
+    return st == PS_SCAN_DONE ? n : i;
+fault:
+    return i;
 }
 
 /* ---- the method ---- */
@@ -823,6 +889,7 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
          * head that needs more is refused before it is all buffered. */
         size_t n = (size_t)(end - cur);
         int capped = 0;
+        const char *fault = NULL; /* what scan_head found wrong after the n bytes */
         if (!p->req.head_complete) {
             uint64_t max = p->limits->max_head;
             p->chunk_base = p->head_bytes;
@@ -830,16 +897,21 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
                 n = (size_t)(max - PS_MIN(max, p->head_bytes));
                 capped = 1;
             }
+            if (p->head_scan != PS_SCAN_DONE)
+                n = scan_head(p, cur, n, &fault);
             p->head_bytes += n;
+        } else if (p->head_scan != PS_SCAN_DONE) { /* the trailer section */
+            n = scan_head(p, cur, n, &fault);
         }
         p->feed_start = cur;
         llhttp_errno_t err = llhttp_execute(&p->llhttp, cur, n);
-        if (n > 0) {
-            p->last_fed = cur[n - 1];
-            note_line_start(p, cur, cur + n);
-        }
         switch (err) {
         case HPE_OK:
+            if (fault != NULL) {
+                *consumed = len;
+                fail(p, 400, fault);
+                return PS_HTTP1_ERROR;
+            }
             if (capped) {
                 if (!p->req.head_complete) {
                     *consumed = len;
@@ -854,7 +926,8 @@ int ps_http1_feed(ps_http1_parser_t *p, const char *data, size_t len, size_t *co
             return PS_HTTP1_MORE;
         case HPE_PAUSED:
             cur = llhttp_get_error_pos(&p->llhttp);
-            if (p->chunk_state != PS_CHUNK_NONE) { /* our own pause: go on */
+            if (p->chunk_state != PS_CHUNK_NONE || (p->last_chunk && !p->req.message_complete)) {
+                /* our own pause: go on */
                 llhttp_resume(&p->llhttp);
                 continue;
             }

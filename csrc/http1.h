@@ -90,13 +90,13 @@ typedef struct {
     uint32_t trailer_bytes;
     uint8_t chunk_state; /* where we are in a chunk-size line */
     unsigned last_chunk : 1;
+    unsigned chunk_data : 1; /* between a chunk's size line and its CRLF */
     uint32_t chunk_ext_len;
     uint8_t host_count;
     uint8_t content_type_count;
     unsigned paused : 1;
-    uint8_t line_start;     /* how the last input ended: PS_LINE_* */
+    uint8_t head_scan;      /* the scan of the head's (trailer's) line ends: PS_SCAN_* */
     const char *feed_start; /* start of the input being parsed */
-    char last_fed;          /* last byte of the previous input */
     char version[8];
     uint8_t version_len;
 } ps_http1_parser_t;
@@ -112,7 +112,10 @@ enum {
     PS_TE_EMPTY = 16, /* a field with no coding */
 };
 
-enum { PS_LINE_OTHER, PS_LINE_LF, PS_LINE_FOLD }; /* LF, LF then SP/HTAB */
+/* The scan of the line ends of the head or the trailer section (scan_head
+ * in http1.c): inside a line, after its CR, after a CRLF, after the CR of
+ * the blank line, past the blank line. */
+enum { PS_SCAN_TEXT, PS_SCAN_CR, PS_SCAN_LINE_START, PS_SCAN_END_CR, PS_SCAN_DONE };
 
 enum {
     PS_HTTP1_MORE = 0,   /* all input consumed, more is needed */

@@ -115,13 +115,23 @@ def run_setup(code, env=None):
 
 def test_setup_names_every_missing_library():
     # pkg-config finds nothing: OpenSSL and nghttp2 are then missing (the others are found
-    # by their headers), and both are named at once with one install line.
+    # by their headers), and llhttp too where Debian 12's node-llhttp sources are absent
+    # (Debian 13 has llhttp as a library, which only pkg-config finds); all are named at
+    # once with one install line.
     code = "import sys, runpy; sys.argv = ['setup.py', 'build_ext']; runpy.run_path('setup.py')"
     result = run_setup(code, env={"PKG_CONFIG_LIBDIR": "/nonexistent", "PKG_CONFIG_PATH": ""})
+    llhttp_sources = all(
+        os.path.exists(os.path.join("/usr/share/llhttp", name))
+        for name in ("llhttp.c", "api.c", "http.c")
+    )
+    count = 2 if llhttp_sources else 3
     assert result.returncode == 1
-    assert "pyserver needs 2 more system libraries to build:" in result.stderr, result.stderr
+    assert f"pyserver needs {count} more system libraries to build:" in result.stderr, result.stderr
     assert "OpenSSL 3" in result.stderr and "nghttp2" in result.stderr
-    assert "install them with: apt-get install libssl-dev libnghttp2-dev" in result.stderr
+    assert ("llhttp (" in result.stderr) == (not llhttp_sources)
+    install = "install them with: apt-get install "
+    packages = result.stderr.split(install, 1)[1].split("\n", 1)[0].split()
+    assert packages[-2:] == ["libssl-dev", "libnghttp2-dev"] and len(packages) == count
 
 
 def test_setup_refuses_other_platforms():
