@@ -663,6 +663,13 @@ def test_sslyze_finds_no_weak_protocol_or_cipher(certs):
 # ---- under a master: shared and rotated ticket keys, certificates renewed on HUP ----
 
 
+# Two workers that both get connections from a client that opens them one after the
+# other: on the shared socket the kernel wakes the worker that waits first (a sequential
+# client mostly meets the same one idle), so each worker also listens on its own
+# --reuse-port socket and the kernel spreads the connections across all of them.
+TWO_WORKERS = ("--workers", "2", "--reuse-port")
+
+
 def _get(srv, ctx, target, session=None):
     """One request on a new TLS connection: (body, session_reused, session, peer cert DER)."""
     with socket.create_connection((HOST, srv.port), timeout=10) as raw:
@@ -676,7 +683,7 @@ def _get(srv, ctx, target, session=None):
 def test_ticket_keys_shared_by_workers_and_rotated(certs, version):
     ctx = certs.client_context(version=version)
     # Shared: a ticket one worker issued resumes on the other.
-    with serve_tls(WSGI, certs, "--workers", "2") as srv:
+    with serve_tls(WSGI, certs, *TWO_WORKERS) as srv:
         assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
         _, reused, session, _ = _get(srv, ctx, "/pid")
         assert not reused
@@ -689,7 +696,7 @@ def test_ticket_keys_shared_by_workers_and_rotated(certs, version):
     # Rotated every second: a ticket still resumes a rotation or two later (every worker
     # has read the ring since), and four rotations later its key is out of every worker's
     # ring at once.
-    with serve_tls(WSGI, certs, "--workers", "2", "--ssl-ticket-rotation", "1") as srv:
+    with serve_tls(WSGI, certs, *TWO_WORKERS, "--ssl-ticket-rotation", "1") as srv:
         assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
         _, reused, session, _ = _get(srv, ctx, "/pid")
         assert not reused
@@ -705,7 +712,7 @@ def test_fresh_tickets_resume_everywhere_across_rotations(certs, version):
     # other has read the ring: the other reads it when it meets the unknown key name,
     # instead of refusing the ticket.
     ctx = certs.client_context(version=version)
-    with serve_tls(WSGI, certs, "--workers", "2", "--ssl-ticket-rotation", "1") as srv:
+    with serve_tls(WSGI, certs, *TWO_WORKERS, "--ssl-ticket-rotation", "1") as srv:
         assert wait_for(lambda: len({_get(srv, ctx, "/pid")[0] for _ in range(20)}) == 2, 15)
         # Workers started together read the ring in step; a replacement reads it out of step.
         time.sleep(0.4)
