@@ -39,6 +39,19 @@ class DefaultFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
+class AccessFields(dict):
+    """The message of a JSON access record: the request's fields, whose str() is the JSON line.
+
+    A handler that writes %(message)s writes the JSON line; a structured formatter
+    (python-json-logger) takes a dict message as the record's fields, so they are
+    encoded once, not again as a JSON string inside JSON."""
+
+    __slots__ = ("line",)
+
+    def __str__(self):
+        return self.line
+
+
 LOGGING_CONFIG = {
     "version": 1,
     "disable_existing_loggers": False,

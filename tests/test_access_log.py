@@ -334,7 +334,22 @@ def test_python_json_logger_receives_the_fields(interface, tmp_path):
     assert record["remote_port"] == port and record["user"] == "bob"
     assert record["user_agent"] == ODD_UA.decode("latin-1")
     assert record["path"] == "/atoms/p q" and record["bytes"] == len(BODY)
-    assert json.loads(record["message"])["remote_port"] == port
+    # The fields are encoded once: the message is not the JSON line again as a string.
+    assert record.get("message", "") == "", record["message"]
+
+
+@pytest.mark.parametrize("interface", ["wsgi", "asgi"])
+def test_a_message_handler_of_ones_own_writes_the_json_line(interface, tmp_path):
+    config = log_config(tmp_path, {"format": "ACCESS %(message)s"})
+    with run_server(ALOG_APPS[interface], "--access-log-json", "--log-config", config) as srv:
+        with srv.connect() as conn:
+            conn.send(odd_request(b"x"))
+            assert conn.read_response().status == 200
+            port = conn.local_port()
+        assert srv.wait_for_log("ACCESS {"), srv.log_tail()
+        (line,) = [line for line in srv.log().splitlines() if line.startswith("ACCESS ")]
+    fields = json.loads(line.removeprefix("ACCESS "))
+    assert fields["remote_port"] == port and fields["method"] == "GET"
 
 
 def test_a_stdlib_format_reads_the_fields_as_record_attributes(tmp_path):

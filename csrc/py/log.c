@@ -94,6 +94,8 @@ struct ps_access_log {
     ps_alog_t *fields; /* the JSON fields: prog itself for JSON lines, else its own */
     ps_buf_t line;     /* reused for every line */
     PyObject *kwnames; /* ("extra",): every line hands the fields to the formatter */
+    PyObject *fields_type; /* JSON lines: pyserver.logconfig.AccessFields, else NULL */
+    PyObject *line_name;   /* "line", its attribute for the JSON text */
     PyObject **names;  /* the JSON fields' names, interned */
     size_t nnames;
     int pid;
@@ -130,6 +132,15 @@ PyObject *ps_access_log_check(PyObject *module, PyObject *fmt)
     Py_RETURN_NONE;
 }
 
+/* module.name, imported: a new reference or NULL with an exception. */
+static PyObject *import_attr(const char *module, const char *name)
+{
+    PyObject *m = PyImport_ImportModule(module);
+    PyObject *attr = m ? PyObject_GetAttrString(m, name) : NULL;
+    Py_XDECREF(m);
+    return attr;
+}
+
 int ps_access_log_new(PyObject *logger, PyObject *fmt, ps_access_log_t **out)
 {
     ps_access_log_t *log = PyMem_Calloc(1, sizeof(*log));
@@ -146,6 +157,9 @@ int ps_access_log_new(PyObject *logger, PyObject *fmt, ps_access_log_t **out)
      * status, duration...), so a structured formatter or a %(method)s format can use them. */
     if (ps_alog_is_json(log->prog)) {
         log->fields = log->prog;
+        if ((log->fields_type = import_attr("pyserver.logconfig", "AccessFields")) == NULL ||
+            (log->line_name = PyUnicode_InternFromString("line")) == NULL)
+            goto error;
     } else {
         char err[PS_ALOG_ERROR_MAX];
         if (ps_alog_compile("json", 4, &log->fields, err) < 0) {
@@ -179,6 +193,8 @@ void ps_access_log_free(ps_access_log_t *log)
         Py_XDECREF(log->names[i]);
     PyMem_Free(log->names);
     Py_XDECREF(log->kwnames);
+    Py_XDECREF(log->fields_type);
+    Py_XDECREF(log->line_name);
     Py_XDECREF(log->info);
     if (log->fields != log->prog)
         ps_alog_free(log->fields);
@@ -223,10 +239,11 @@ static size_t view_response_headers(PyObject *headers, ps_header_t *h)
     return n;
 }
 
-/* The record's extras: the request's fields by name. New reference or NULL. */
+/* The record's extras: the request's fields by name. New reference or NULL.
+ * For JSON lines, an AccessFields (a dict) that is also the record's message. */
 static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
 {
-    PyObject *d = PyDict_New();
+    PyObject *d = log->fields_type ? PyObject_CallNoArgs(log->fields_type) : PyDict_New();
     for (size_t i = 0; d != NULL && i < log->nnames; i++) {
         ps_alog_value_t v;
         PyObject *value;
@@ -249,16 +266,25 @@ static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
 /* Formats and logs one line; failures are dropped (never raises). */
 static void write_line(ps_access_log_t *log, const ps_alog_entry_t *e)
 {
-    PyObject *text = NULL, *extras = NULL, *res = NULL;
+    PyObject *text = NULL, *extras = NULL, *res = NULL, *args[2];
     if (ps_alog_format(log->prog, e, &log->line) < 0)
         goto done;
     text = PyUnicode_DecodeLatin1(log->line.data, (Py_ssize_t)log->line.len, NULL);
     if (text == NULL)
         goto done;
-    if ((extras = json_extras(log, e)) != NULL) {
-        PyObject *args[2] = {text, extras};
-        res = PyObject_Vectorcall(log->info, args, 1, log->kwnames);
+    if ((extras = json_extras(log, e)) == NULL)
+        goto done;
+    if (log->fields_type != NULL) {
+        /* The JSON line is the fields' str(): a %(message)s handler writes it, and a
+         * structured formatter takes the dict as the fields, not a JSON string to encode
+         * again. */
+        if (PyObject_SetAttr(extras, log->line_name, text) < 0)
+            goto done;
+        Py_SETREF(text, Py_NewRef(extras));
     }
+    args[0] = text;
+    args[1] = extras;
+    res = PyObject_Vectorcall(log->info, args, 1, log->kwnames);
 done:
     if (res == NULL)
         PyErr_Clear();
