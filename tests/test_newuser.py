@@ -315,8 +315,9 @@ def test_sync_callable_of_three_is_asgi():
         assert "Application apps.newuser_apps:three_args: ASGI" in srv.log()
 
 
-def test_wsgi_body_shorter_than_its_content_length_is_logged():
-    with run_server(WSGI) as srv:
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_wsgi_body_shorter_than_its_content_length_is_logged(threads):
+    with run_server(WSGI, "--threads", threads) as srv:
         conn = srv.connect()
         conn.send(b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n")
         head = conn.read_until(b"\r\n\r\n")

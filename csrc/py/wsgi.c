@@ -532,19 +532,20 @@ static int send_body(RequestObject *req, const char *data, size_t len)
     return map_write(ps_exchange_write(req->x, data, len));
 }
 
-/* A body shorter than the Content-Length the application gave: the connection
- * closes after it (only a close can tell the client), and the log says why. */
-static void check_length(RequestObject *req)
+/* A body shorter than the Content-Length the application gave (given, or -1):
+ * the connection closes after it (only a close can tell the client), and the
+ * log says why. Loop thread, with or without the GIL. */
+static void check_length(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given)
 {
-    ps_exchange_t *x = req->x;
     ps_request_t *r = x->req;
-    if (req->given_length < 0 || x->body_sent >= (uint64_t)req->given_length ||
-        PS_SLICE_IEQ(r->method, "HEAD") || x->status == 204 || x->status == 304)
+    if (given < 0 || x->body_sent >= (uint64_t)given || PS_SLICE_IEQ(r->method, "HEAD") ||
+        x->status == 204 || x->status == 304)
         return;
-    ps_log_error(req->ctx->error_logger,
+    ps_py_loop_gil();
+    ps_log_error(ctx->error_logger,
                  "WSGI application sent %llu of the %lld body bytes its Content-Length "
                  "announced (%.*s %.*s): the connection is closed",
-                 (unsigned long long)x->body_sent, (long long)req->given_length, (int)r->method.len,
+                 (unsigned long long)x->body_sent, (long long)given, (int)r->method.len,
                  r->method.base, (int)PS_MIN(r->target.len, 200), r->target.base);
 }
 
@@ -584,7 +585,7 @@ static void finish(RequestObject *req)
             return;
         }
     }
-    check_length(req);
+    check_length(req->ctx, req->x, req->given_length);
     ps_exchange_end(req->x);
     request_done(req);
 }
@@ -759,6 +760,7 @@ typedef struct wsgi_chunk {
     ps_slice_t status; /* the head: status.base != NULL */
     ps_header_t *h;
     size_t nh;
+    int64_t given_length; /* with the head: the application's Content-Length, or -1 */
 } wsgi_chunk_t;
 
 /* A job's own room for its first chunk: a small response's head and body
@@ -777,6 +779,7 @@ typedef struct wsgi_job {
     struct wsgi_job *next_ready; /* in ctx->ready (under ctx->mu) */
     struct wsgi_job *next_wait;  /* in ctx->waiting (loop) */
     int sendfile_fd;             /* loop: >= 0 while a file goes out (on_writable ends) */
+    int64_t given_length;        /* loop: the head's Content-Length (0 or -1: none to check) */
     unsigned head_sent : 1;      /* loop: the head is out */
     unsigned seen_end : 1; /* loop: deliver saw t_end or t_failed (the thread reads x no more) */
     /* Under ctx->mu. */
@@ -914,6 +917,7 @@ static void t_detach(wsgi_job_t *job, int status)
 static void t_finish(wsgi_job_t *job)
 {
     ps_exchange_t *x = job->x;
+    check_length(job->ctx, x, job->given_length);
     t_detach(job, x->status);
     ps_exchange_end(x); /* may move on to the next request at once */
 }
@@ -966,6 +970,7 @@ static void deliver(wsgi_job_t *job)
         if (rc >= 0 && c->status.base != NULL) {
             /* A file_wrapper's file follows at once: the head leaves with it. */
             x->file_follows = next == NULL && end && !failed && sf_fd >= 0;
+            job->given_length = c->given_length;
             rc = ps_exchange_start(x, c->status, c->h, c->nh, c->data, c->len);
             if (rc == -EINVAL) {
                 for (wsgi_chunk_t *n; next != NULL; next = n) {
@@ -1161,6 +1166,7 @@ static wsgi_chunk_t *t_chunk(RequestObject *req, size_t room)
     char *p = (char *)(c->h + n);
     c->status = (ps_slice_t){NULL, 0};
     if (status.base != NULL) {
+        c->given_length = req->given_length;
         memcpy(p, status.base, status.len);
         c->status = (ps_slice_t){p, status.len};
         p += status.len;
