@@ -89,14 +89,14 @@ void ps_log_info(PyObject *logger, const char *fmt, ...)
 /* ---- the access log ---- */
 
 struct ps_access_log {
-    PyObject *info;    /* access_logger.info */
-    ps_alog_t *prog;   /* the compiled format */
-    ps_alog_t *fields; /* the JSON fields: prog itself for JSON lines, else its own */
-    ps_buf_t line;     /* reused for every line */
-    PyObject *kwnames; /* ("extra",): every line hands the fields to the formatter */
+    PyObject *info;        /* access_logger.info */
+    ps_alog_t *prog;       /* the compiled format */
+    ps_alog_t *fields;     /* the JSON fields: prog itself for JSON lines, else its own */
+    ps_buf_t line;         /* reused for every line */
+    PyObject *kwnames;     /* ("extra",): every line hands the fields to the formatter */
     PyObject *fields_type; /* JSON lines: pyserver.logconfig.AccessFields, else NULL */
     PyObject *line_name;   /* "line", its attribute for the JSON text */
-    PyObject **names;  /* the JSON fields' names, interned */
+    PyObject **names;      /* the JSON fields' names, interned */
     size_t nnames;
     int pid;
 };
