@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
-libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib and ISA-L from the system.
+libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib, ISA-L, brotli and zstd from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -41,7 +41,9 @@ LLHTTP = (
 OPENSSL = ("OpenSSL 3 for TLS (pkg-config must find 'openssl >= 3.0')", ("libssl-dev",))
 NGHTTP2 = ("nghttp2 for HTTP/2 (pkg-config must find 'libnghttp2 >= 1.52')", ("libnghttp2-dev",))
 WSLAY = ("wslay (WebSocket framing)", ("libwslay-dev",))
-ZLIB = ("zlib (WebSocket compression)", ("zlib1g-dev",))
+ZLIB = ("zlib (gzip and WebSocket compression)", ("zlib1g-dev",))
+BROTLI = ("brotli (response compression)", ("libbrotli-dev",))
+ZSTD = ("zstd (response compression)", ("libzstd-dev",))
 ISAL = ("ISA-L (WebSocket compression)", ("libisal-dev",))
 
 
@@ -214,6 +216,8 @@ def find_all():
         (find_system_lib, ("libwslay", "wslay/wslay.h", "wslay", WSLAY)),
         (find_system_lib, ("zlib", "zlib.h", "z", ZLIB)),
         (find_system_lib, ("libisal", "isa-l/igzip_lib.h", "isal", ISAL)),
+        (find_system_lib, ("libbrotlienc", "brotli/encode.h", "brotlienc", BROTLI)),
+        (find_system_lib, ("libzstd", "zstd.h", "zstd", ZSTD)),
     ):
         try:
             result = find(*args)

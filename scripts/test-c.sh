@@ -33,6 +33,8 @@ h2_cflags=$(pkg-config --cflags libnghttp2)
 h2_libs=$(pkg-config --libs libnghttp2)
 core_cflags=$(scripts/core-libs.sh cflags)
 core_libs=$(scripts/core-libs.sh libs)
+# The tests decode what the core compresses with the stock brotli decoder.
+test_libs=$(pkg-config --libs libbrotlidec 2>/dev/null || echo -lbrotlidec)
 cflags="-std=gnu11 -Wall -Wextra -Werror -g -O1 -DPS_DEBUG_ASSERTS $san -Icsrc -Itests/c $llhttp_cflags $ssl_cflags"
 cflags="$cflags $h2_cflags $core_cflags"
 
@@ -59,7 +61,7 @@ failed=()
 for test in "${tests[@]}"; do
     name=$(basename "${test%.c}")
     if ! $CC $cflags "$test" "${objs[@]}" -o "$out/$name" -lev -pthread $llhttp_libs $ssl_libs \
-        $h2_libs $core_libs; then
+        $h2_libs $core_libs $test_libs; then
         failed+=("$name (build)")
         continue
     fi
