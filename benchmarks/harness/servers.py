@@ -188,7 +188,9 @@ def socketify_argv(ctx, sc, port):
 
 def granian_argv(ctx, sc, port):
     argv = [ctx.peer_bin("granian"), "--interface", sc.interface]
-    argv += ["--workers", str(sc.workers)] + ([] if sc.ws_size else ["--no-ws"])
+    # WebSockets stay on where the scenario uses them (echo, or subscribers beside HTTP).
+    ws = sc.ws_size or sc.ws_subscribers
+    argv += ["--workers", str(sc.workers)] + ([] if ws else ["--no-ws"])
     argv += ["--host", HOST, "--port", str(port)]
     if sc.threads and sc.interface == "wsgi":
         argv += ["--blocking-threads", str(sc.threads)]
