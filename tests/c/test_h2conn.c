@@ -296,19 +296,28 @@ static ssize_t c_read_upload(nghttp2_session *ng, int32_t id, uint8_t *buf, size
     return (ssize_t)n;
 }
 
-/* A socketpair with a connection on one end and a fresh client on the
- * other. The client's SETTINGS are queued (iv), not sent yet. */
-static void client_open(const nghttp2_settings_entry *iv, size_t niv, int manual_window)
+/* A socketpair: the test's end in cl.fd, a connection on the other, which
+ * reads `first` (an HTTP/1 request, or nothing) as soon as it starts. */
+static void client_connect(const char *first)
 {
     int sv[2];
     memset(&cl, 0, sizeof(cl));
     cl.first_frame = -1;
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0 ||
-        start_conn(sv[0]) < 0) {
-        perror("client_open");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+        perror("socketpair");
         exit(2);
     }
     cl.fd = sv[1];
+    CHECK_EQ(write(cl.fd, first, strlen(first)), (long long)strlen(first));
+    if (start_conn(sv[0]) < 0) {
+        perror("start_conn");
+        exit(2);
+    }
+}
+
+/* The client's HTTP/2 session; its SETTINGS (iv) are queued, not sent yet. */
+static void client_session(const nghttp2_settings_entry *iv, size_t niv, int manual_window)
+{
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     nghttp2_session_callbacks_new(&cbs);
@@ -322,6 +331,13 @@ static void client_open(const nghttp2_settings_entry *iv, size_t niv, int manual
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     nghttp2_submit_settings(cl.ng, NGHTTP2_FLAG_NONE, iv, niv);
+}
+
+/* A connection and a client that speaks HTTP/2 with prior knowledge. */
+static void client_open(const nghttp2_settings_entry *iv, size_t niv, int manual_window)
+{
+    client_connect("");
+    client_session(iv, niv, manual_window);
 }
 
 /* The client goes away; the connection must close and be freed. */
@@ -548,6 +564,72 @@ static void test_bad_preface_gets_goaway(void)
     CHECK_EQ(live_conns(), 0);
 }
 
+/* base64url without padding (RFC 7540 3.2.1's HTTP2-Settings). */
+static size_t base64url(const uint8_t *p, size_t n, char *out)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t len = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        size_t chars = n - i >= 3 ? 4 : n - i + 1;
+        for (size_t k = 0; k < chars; k++)
+            out[len++] = abc[(v >> (18 - 6 * k)) & 63];
+    }
+    out[len] = '\0';
+    return len;
+}
+
+/* An HTTP/1.1 request with `Upgrade: h2c` is answered 101, then over
+ * HTTP/2 as stream 1, and the connection goes on in HTTP/2. */
+static void test_h2c_upgrade_answers_on_stream_1(void)
+{
+    uint8_t payload[64];
+    char settings[128], req[512];
+    ssize_t plen = nghttp2_pack_settings_payload(payload, sizeof(payload), no_push, 1);
+    CHECK(plen > 0);
+    base64url(payload, (size_t)plen, settings);
+    snprintf(req, sizeof(req),
+             "GET / HTTP/1.1\r\nHost: example.com\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+             "Upgrade: h2c\r\nHTTP2-Settings: %s\r\n\r\n",
+             settings);
+    client_connect(req);
+    char in[4096];
+    size_t len = 0;
+    const char *end = NULL;
+    for (int i = 0; i < 200 && end == NULL && len < sizeof(in); i++) {
+        run_loop_once();
+        ssize_t n = read(cl.fd, in + len, sizeof(in) - len);
+        if (n > 0)
+            len += (size_t)n;
+        else
+            poll(NULL, 0, 5);
+        end = memmem(in, len, "\r\n\r\n", 4);
+    }
+    CHECK(end != NULL);
+    if (end == NULL) {
+        close(cl.fd);
+        return;
+    }
+    CHECK(strncmp(in, "HTTP/1.1 101 Switching Protocols\r\n", 34) == 0);
+    size_t head = (size_t)(end + 4 - in);
+    CHECK(memmem(in, head, "\r\nUpgrade: h2c\r\n", 16) != NULL);
+    client_session(no_push, 1, 0);
+    CHECK_EQ(nghttp2_session_upgrade2(cl.ng, payload, (size_t)plen, 0, NULL), 0);
+    if (len > head) /* the server's frames right after the 101 */
+        CHECK_EQ(nghttp2_session_mem_recv(cl.ng, (const uint8_t *)in + head, len - head),
+                 (long long)(len - head));
+    CHECK(pump(&rec(1)->closed));
+    CHECK_EQ(rec(1)->status, 200);
+    CHECK_MEM_EQ(rec(1)->body, rec(1)->len, "hello");
+    int32_t next = request("GET", "/", NULL, 0);
+    CHECK_EQ(next, 3);
+    CHECK(pump(&rec(next)->closed));
+    CHECK_MEM_EQ(rec(next)->body, rec(next)->len, "hello");
+    CHECK_EQ(cl.goaways, 0);
+    client_close();
+}
+
 /* The server sends no more than the client's window, and the rest once a
  * WINDOW_UPDATE opens it. */
 static void test_response_waits_for_window_update(void)
@@ -619,6 +701,7 @@ int main(void)
     test_two_streams_run_side_by_side();
     test_client_reset_disconnects_one_stream();
     test_bad_preface_gets_goaway();
+    test_h2c_upgrade_answers_on_stream_1();
     test_response_waits_for_window_update();
     test_request_body_gets_window_updates();
     run_loop_once();

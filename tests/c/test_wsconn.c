@@ -216,15 +216,23 @@ static void client_write(const void *p, size_t n)
     CHECK_EQ(write(cfd, p, n), (long long)n);
 }
 
+#define MAX_PAYLOAD 1024 /* the longest frame a test sends or expects */
+
 /* Writes a client frame: masked unless told, any first byte (FIN, RSV,
- * opcode), a payload under 126 bytes. */
+ * opcode), a payload of at most MAX_PAYLOAD bytes. */
 static void send_frame(uint8_t first, const char *payload, size_t n, int masked)
 {
-    unsigned char f[2 + 4 + 125];
+    unsigned char f[4 + 4 + MAX_PAYLOAD];
     static const unsigned char mask[4] = {0x37, 0xfa, 0x21, 0x3d};
     size_t len = 0;
+    if (!CHECK(n <= MAX_PAYLOAD))
+        return;
     f[len++] = first;
-    f[len++] = (unsigned char)((masked ? 0x80 : 0) | n);
+    f[len++] = (unsigned char)((masked ? 0x80 : 0) | (n < 126 ? n : 126));
+    if (n >= 126) { /* the 16-bit length */
+        f[len++] = (unsigned char)(n >> 8);
+        f[len++] = (unsigned char)(n & 0xff);
+    }
     if (masked) {
         memcpy(f + len, mask, 4);
         len += 4;
@@ -248,7 +256,7 @@ typedef struct {
     uint8_t first; /* FIN, RSV and opcode */
     int masked;
     size_t len;
-    unsigned char payload[125];
+    unsigned char payload[MAX_PAYLOAD];
 } frame_t;
 
 /* Takes the next whole frame the server sent, waiting for it. Returns 1, or
@@ -264,7 +272,7 @@ static int take_frame(frame_t *f)
         len = (size_t)in[2] << 8 | in[3];
         hdr = 4;
     }
-    if (!CHECK(len <= sizeof(f->payload))) /* no test has long answers */
+    if (!CHECK(len <= sizeof(f->payload)))
         return 0;
     wait_for(hdr + len);
     if (inlen < hdr + len)
@@ -400,6 +408,23 @@ static void test_server_close_handshake_sends_code_and_reason(void)
     client_close();
 }
 
+/* A binary message long enough for a 16-bit length comes back unchanged,
+ * with the same length form. */
+static void test_binary_message_with_16_bit_length_is_echoed(void)
+{
+    char msg[300];
+    frame_t f;
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = (char)i;
+    client_open();
+    send_frame(0x82, msg, sizeof(msg), 1);
+    CHECK(take_frame(&f));
+    CHECK_EQ(f.first, 0x82);
+    CHECK_EQ(f.len, sizeof(msg));
+    CHECK(f.len == sizeof(msg) && memcmp(f.payload, msg, sizeof(msg)) == 0);
+    client_close();
+}
+
 /* A text message in three frames, with a ping between two of them, comes
  * back whole, after the pong. */
 static void test_fragmented_message_is_reassembled(void)
@@ -504,6 +529,7 @@ int main(void)
     test_ping_is_answered_with_pong();
     test_client_close_handshake_keeps_the_code();
     test_server_close_handshake_sends_code_and_reason();
+    test_binary_message_with_16_bit_length_is_echoed();
     test_fragmented_message_is_reassembled();
     test_invalid_frames_get_close_1002();
     test_wrong_version_is_refused_with_426();
