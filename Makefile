@@ -7,8 +7,8 @@
 #   make test-asyncio-cpython  CPython's asyncio test suite on pyserver's loop and the stock one
 #   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
-#   make fuzz       run every fuzzer in tests/fuzz (HTTP/1, HTTP/2, uwsgi, static, WebSocket),
-#                   FUZZ_SECONDS each (default 60)
+#   make fuzz       run every fuzzer in tests/fuzz (HTTP/1, HTTP/2, uwsgi, static, WebSocket,
+#                   whole connections), FUZZ_SECONDS each (default 60)
 #   make bench      benchmarks/run.py (BENCH_ARGS=...)
 #   make lint       clang-format, ruff, mypy, and "only csrc/py includes Python.h"
 #   make dist       sdist and wheel of the distribution pyserver-ev in dist/
@@ -174,7 +174,7 @@ dist: deps
 
 # ---- lint -------------------------------------------------------------------
 
-C_LINT_FILES = $(wildcard csrc/*.[ch] csrc/py/*.[ch] tests/c/*.[ch] tests/fuzz/*.c)
+C_LINT_FILES = $(wildcard csrc/*.[ch] csrc/py/*.[ch] tests/c/*.[ch] tests/fuzz/*.[ch])
 PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
 
 # Runs every check, then fails if any did.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the libFuzzer drivers tests/fuzz/fuzz_*.c (the HTTP/1 parser, the
 # HTTP/2 session, the uwsgi parser, static-file plans, WebSocket frames and
-# permessage-deflate) with clang against the core (csrc/*.c), llhttp, OpenSSL,
+# permessage-deflate, whole connections over a socketpair) with clang against the core (csrc/*.c), llhttp, OpenSSL,
 # nghttp2, wslay, zlib and ISA-L, then run each for
 # FUZZ_SECONDS (default 60). FUZZ_TARGETS picks drivers by name
 # ("http1 http2"; default: every driver). New inputs go to

@@ -35,14 +35,7 @@
 
 #include "http1.h"
 #include "proxy.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static const ps_http1_limits_t tight_limits = {.max_request_line = 64,
                                                .max_fields = 8,
@@ -65,33 +58,7 @@ static ps_slice_t buf_bytes(const ps_buf_t *b)
     return b->data ? (ps_slice_t){ps_buf_head(b), ps_buf_size(b)} : (ps_slice_t){"", 0};
 }
 
-static void mix(uint64_t *h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) {
-        *h ^= s[i];
-        *h *= 1099511628211ULL;
-    }
-}
-
-static void mix_u64(uint64_t *h, uint64_t v)
-{
-    mix(h, &v, sizeof(v));
-}
-
-static void mix_slice(uint64_t *h, ps_slice_t s)
-{
-    mix_u64(h, s.len);
-    mix(h, s.base, s.len);
-}
-
 /* ---- what a parsed request promises -------------------------------------- */
-
-static int is_tchar(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
 
 static int is_field_byte(unsigned char c)
 {
@@ -103,7 +70,7 @@ static void check_field(const ps_header_t *f, const ps_http1_limits_t *lim)
     INVARIANT(f->name.len > 0);
     INVARIANT(f->name.len + f->value.len <= lim->max_field_size);
     for (size_t i = 0; i < f->name.len; i++)
-        INVARIANT(is_tchar((unsigned char)f->name.base[i]));
+        INVARIANT(fuzz_is_tchar((unsigned char)f->name.base[i]));
     for (size_t i = 0; i < f->value.len; i++)
         INVARIANT(is_field_byte((unsigned char)f->value.base[i]));
     if (f->value.len > 0) {
@@ -126,7 +93,7 @@ static void check_method(const ps_request_t *r)
 {
     INVARIANT(r->method.len > 0);
     for (size_t i = 0; i < r->method.len; i++)
-        INVARIANT(is_tchar((unsigned char)r->method.base[i]));
+        INVARIANT(fuzz_is_tchar((unsigned char)r->method.base[i]));
     INVARIANT(ps_http1_is_token(r->method));
     if (r->method_id != PS_METHOD_OTHER)
         INVARIANT(slice_is(r->method, llhttp_method_name((llhttp_method_t)r->method_id)));
@@ -342,18 +309,18 @@ static void check_authority(const uint8_t *data, size_t len)
 
 static void digest_request(uint64_t *h, const ps_request_t *r, const ps_buf_t *body)
 {
-    mix_slice(h, r->method);
-    mix_slice(h, r->target);
-    mix_u64(h, r->http_minor);
-    mix_u64(h,
-            (uint64_t)r->keep_alive << 3 | r->chunked << 2 | r->expect_continue << 1 | r->upgrade);
-    mix_u64(h, (uint64_t)r->content_length);
-    mix_u64(h, r->nheaders);
+    fuzz_mix_slice(h, r->method);
+    fuzz_mix_slice(h, r->target);
+    fuzz_mix_u64(h, r->http_minor);
+    fuzz_mix_u64(h, (uint64_t)r->keep_alive << 3 | r->chunked << 2 | r->expect_continue << 1 |
+                        r->upgrade);
+    fuzz_mix_u64(h, (uint64_t)r->content_length);
+    fuzz_mix_u64(h, r->nheaders);
     for (uint32_t i = 0; i < r->nheaders; i++) {
-        mix_slice(h, r->headers[i].name);
-        mix_slice(h, r->headers[i].value);
+        fuzz_mix_slice(h, r->headers[i].name);
+        fuzz_mix_slice(h, r->headers[i].value);
     }
-    mix_slice(h, buf_bytes(body));
+    fuzz_mix_slice(h, buf_bytes(body));
 }
 
 /* Returns the digest of everything the connection saw. */
@@ -376,7 +343,7 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
         ps_buf_reset(&body);
         if (rc == PS_HTTP1_ERROR) {
             check_error(&p, p.error_status);
-            mix_u64(&h, 3);
+            fuzz_mix_u64(&h, 3);
             break;
         }
         if (rc == PS_HTTP1_PAUSED) {
@@ -388,7 +355,7 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
             digest_request(&h, &p.req, &got);
             ps_buf_reset(&got);
             if (!p.req.keep_alive) {
-                mix_u64(&h, 1);
+                fuzz_mix_u64(&h, 1);
                 break;
             }
             ps_http1_next(&p);
@@ -396,7 +363,7 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
         }
         INVARIANT(rc == PS_HTTP1_MORE && off == avail);
         if (avail == len) {
-            mix_u64(&h, 2);
+            fuzz_mix_u64(&h, 2);
             break;
         }
         avail = piece == 0 || len - avail < piece ? len : avail + piece;
@@ -462,7 +429,7 @@ static void check_response_head(const uint8_t *data, size_t len)
     for (size_t i = 0; i < n; i++) {
         INVARIANT(h[i].name.len > 0);
         for (size_t k = 0; k < h[i].name.len; k++)
-            INVARIANT(is_tchar((unsigned char)h[i].name.base[k]));
+            INVARIANT(fuzz_is_tchar((unsigned char)h[i].name.base[k]));
         for (size_t k = 0; k < h[i].value.len; k++) {
             char c = h[i].value.base[k];
             INVARIANT(c != '\r' && c != '\n' && c != 0);

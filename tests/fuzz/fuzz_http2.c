@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "http2.h"
+#include "fuzz.h"
 
 static uint8_t behaviour;
 static int rounds;

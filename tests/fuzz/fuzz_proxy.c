@@ -19,14 +19,7 @@
 
 #include "common.h"
 #include "proxy.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 #define MAX_HEADERS 32
 

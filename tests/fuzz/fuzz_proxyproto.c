@@ -20,14 +20,7 @@
 
 #include "common.h"
 #include "proxyproto.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static void check_address(const struct sockaddr_storage *ss, socklen_t len)
 {

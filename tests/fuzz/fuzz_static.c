@@ -22,14 +22,7 @@
 
 #include "common.h"
 #include "static.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static ps_static_t table;
 static struct {

@@ -22,46 +22,12 @@
 
 #include "common.h"
 #include "uwsgi.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static const ps_uwsgi_limits_t tight_limits = {
     .max_packet = 200, .max_vars = 8, .max_var_size = 64, .max_body = 256};
 static const ps_uwsgi_limits_t roomy_limits = {
     .max_packet = 0, .max_vars = 0, .max_var_size = 0, .max_body = 1 << 20};
-
-static void mix(uint64_t *h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) {
-        *h ^= s[i];
-        *h *= 1099511628211ULL;
-    }
-}
-
-static void mix_u64(uint64_t *h, uint64_t v)
-{
-    mix(h, &v, sizeof(v));
-}
-
-static void mix_slice(uint64_t *h, ps_slice_t s)
-{
-    mix_u64(h, s.len);
-    if (s.len)
-        mix(h, s.base, s.len);
-}
-
-static int is_tchar(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
 
 static int inside_buf(ps_slice_t s, const ps_buf_t *b)
 {
@@ -114,7 +80,7 @@ static void check_request(const ps_uwsgi_parser_t *p, uint64_t body_total)
         INVARIANT(inside_buf(h.value, &p->packet));
         for (size_t k = 0; k < h.name.len; k++) {
             unsigned char c = (unsigned char)h.name.base[k];
-            INVARIANT(is_tchar(c) && !(c >= 'A' && c <= 'Z') && c != '_');
+            INVARIANT(fuzz_is_tchar(c) && !(c >= 'A' && c <= 'Z') && c != '_');
         }
         INVARIANT(!ps_slice_ieq(h.name, "transfer-encoding", 17));
         INVARIANT(!ps_slice_ieq(h.name, "expect", 6));
@@ -160,27 +126,27 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
         INVARIANT(used <= avail - off);
         off += used;
         if (ps_buf_size(&body)) {
-            mix(&h, ps_buf_head(&body), ps_buf_size(&body));
+            fuzz_mix(&h, ps_buf_head(&body), ps_buf_size(&body));
             got += ps_buf_size(&body);
             ps_buf_reset(&body);
         }
         if (rc == PS_UWSGI_ERROR) {
             check_error(&p);
-            mix_u64(&h, 1000 + (uint64_t)p.error_status);
+            fuzz_mix_u64(&h, 1000 + (uint64_t)p.error_status);
             break;
         }
         if (p.req.message_complete) {
             INVARIANT(rc == PS_UWSGI_PAUSED);
             check_request(&p, got);
             const ps_request_t *r = &p.req;
-            mix_slice(&h, r->method);
-            mix_slice(&h, r->target);
-            mix_u64(&h, r->nheaders);
+            fuzz_mix_slice(&h, r->method);
+            fuzz_mix_slice(&h, r->target);
+            fuzz_mix_u64(&h, r->nheaders);
             for (uint32_t i = 0; i < r->nheaders; i++) {
-                mix_slice(&h, r->headers[i].name);
-                mix_slice(&h, r->headers[i].value);
+                fuzz_mix_slice(&h, r->headers[i].name);
+                fuzz_mix_slice(&h, r->headers[i].value);
             }
-            mix_u64(&h, off);
+            fuzz_mix_u64(&h, off);
             size_t again = 1;
             INVARIANT(ps_uwsgi_feed(&p, "x", 1, &again) == PS_UWSGI_PAUSED && again == 0);
             break;
@@ -189,7 +155,7 @@ static uint64_t run_connection(const uint8_t *data, size_t len, size_t piece,
             continue;
         INVARIANT(rc == PS_UWSGI_MORE && off == avail);
         if (avail == len) {
-            mix_u64(&h, 2);
+            fuzz_mix_u64(&h, 2);
             break;
         }
         avail = piece == 0 ? len : PS_MIN(avail + piece, len);

@@ -39,14 +39,7 @@
 
 #include "common.h"
 #include "ws.h"
-
-#define INVARIANT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond);           \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 /* ---- the input ------------------------------------------------------------------ */
 
@@ -276,20 +269,6 @@ static int peer_close_code(unsigned code)
            (code >= 3000 && code <= 4999);
 }
 
-static void mix(uint64_t *h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) {
-        *h ^= s[i];
-        *h *= 1099511628211ULL;
-    }
-}
-
-static void mix_u64(uint64_t *h, uint64_t v)
-{
-    mix(h, &v, sizeof(v));
-}
-
 typedef struct {
     const setup_t *setup;
     uint64_t digest;
@@ -324,9 +303,9 @@ static void check_event(run_t *r, const ps_ws_event_t *ev)
     default:
         INVARIANT(!"unknown event type");
     }
-    mix_u64(&r->digest, (uint64_t)ev->type << 32 | (uint64_t)ev->origin << 16 | ev->code);
-    mix_u64(&r->digest, ev->data.len);
-    mix(&r->digest, ev->data.base, ev->data.len);
+    fuzz_mix_u64(&r->digest, (uint64_t)ev->type << 32 | (uint64_t)ev->origin << 16 | ev->code);
+    fuzz_mix_u64(&r->digest, ev->data.len);
+    fuzz_mix(&r->digest, ev->data.base, ev->data.len);
     if (ev->handle != NULL) { /* ours now: exactly the memory asked for */
         const stored_t *m = ev->handle;
         INVARIANT(r->setup->stored && ev->type == PS_WS_EV_BINARY);
@@ -527,7 +506,7 @@ static uint64_t run(const setup_t *s, const script_t *sc, const uint8_t *input, 
     INVARIANT(ps_ws_done(&ws) && !ps_ws_want_read(&ws));
     INVARIANT(ps_buf_size(ps_ws_output(&ws)) == 0); /* nothing written after the end */
     check_output(s, &out, &sent);
-    mix(&r.digest, out.data, out.len);
+    fuzz_mix(&r.digest, out.data, out.len);
     ps_ws_free(&ws);
     INVARIANT(stored_live == 0); /* every handle taken or released */
     ps_buf_free(&out);
