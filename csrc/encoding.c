@@ -66,12 +66,9 @@ static int element_weight(const char *p, const char *end)
         while (p < end && is_tchar((unsigned char)*p))
             p++;
         size_t name_len = (size_t)(p - name);
-        while (p < end && is_ows(*p))
-            p++;
+        /* name=value, no whitespace around '=' (RFC 9110 5.6.6). */
         if (name_len == 0 || p == end || *p++ != '=')
             return -1;
-        while (p < end && is_ows(*p))
-            p++;
         const char *value = p;
         while (p < end && !is_ows(*p) && *p != ';')
             p++;

@@ -84,6 +84,9 @@ static void test_malformed_elements_are_ignored(void)
     CHECK_EQ(choose("br;=1, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;level=, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;level=11, gzip;q=0.1", ALL), PS_CODING_BR);
+    CHECK_EQ(choose("br;q =0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
+    CHECK_EQ(choose("br;q= 0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
+    CHECK_EQ(choose("*;q =0", ALL), PS_CODING_IDENTITY);
     CHECK_EQ(choose("compress, deflate, unknown", ALL), PS_CODING_IDENTITY);
     CHECK_EQ(choose("\x01\x02, gzip", ALL), PS_CODING_GZIP);
 }
