@@ -5,7 +5,7 @@
 #   make test-pythons  build and run pytest on Python 3.10, 3.12 and 3.13 (pyenv), each in
 #                   its own .venv-X.Y (TEST_PYTHONS=..., TEST_PYTHONS_ARGS=... to change)
 #   make test-asyncio-cpython  CPython's asyncio test suite on pyserver's loop and the stock one
-#   make test-c     C unit tests of the core (tests/c), under ASan and UBSan
+#   make test-c     C unit tests of the core (tests/c) and the fuzz seeds replayed, ASan+UBSan
 #   make test-asan  the pytest suite against an ASan/UBSan build of the extension
 #   make fuzz       run every fuzzer in tests/fuzz (HTTP/1, HTTP/2, uwsgi, static, WebSocket,
 #                   whole connections), FUZZ_SECONDS each (default 60)

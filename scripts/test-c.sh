@@ -73,6 +73,27 @@ for test in "${tests[@]}"; do
     fi
 done
 
+# The fuzz drivers over their seed corpora (tests/fuzz/replay.c: each seed whole and cut
+# short), so their invariants hold in every `make test`; `make fuzz` explores further.
+for driver in tests/fuzz/fuzz_*.c; do
+    name=${driver##*/fuzz_}
+    name=${name%.c}
+    seeds=tests/fuzz/corpus-$name
+    [ "$name" = http1 ] && seeds=tests/fuzz/corpus
+    [ -d "$seeds" ] || continue
+    if ! $CC $cflags -Itests/fuzz "$driver" tests/fuzz/replay.c "${objs[@]}" -o "$out/replay_$name" \
+        -lev -pthread $llhttp_libs $ssl_libs $h2_libs $core_libs; then
+        failed+=("replay_$name (build)")
+        continue
+    fi
+    echo "test-c: replay_$name"
+    if timeout 300 "$out/replay_$name" "$seeds"; then
+        passed=$((passed + 1))
+    else
+        failed+=("replay_$name")
+    fi
+done
+
 echo "test-c: ${passed} passed, ${#failed[@]} failed"
 if [ ${#failed[@]} -ne 0 ]; then
     printf 'test-c: FAILED %s\n' "${failed[@]}"
