@@ -52,7 +52,7 @@ static int parse_qvalue(const char *p, size_t n)
  * a parameter is malformed. p..end is what follows the coding's name. */
 static int element_weight(const char *p, const char *end)
 {
-    int q = 1000;
+    int q = 1000, weights = 0;
     while (p < end) {
         while (p < end && is_ows(*p))
             p++;
@@ -72,12 +72,11 @@ static int element_weight(const char *p, const char *end)
         const char *value = p;
         while (p < end && !is_ows(*p) && *p != ';')
             p++;
-        if (name_len == 1 && (name[0] == 'q' || name[0] == 'Q')) {
-            if ((q = parse_qvalue(value, (size_t)(p - value))) < 0)
-                return -1;
-        } else if (p == value) {
-            return -1; /* other parameters are allowed, but not empty */
-        }
+        /* Accept-Encoding = #( codings [ weight ] ): q is the only parameter. */
+        if (name_len != 1 || (name[0] != 'q' && name[0] != 'Q') || weights++)
+            return -1;
+        if ((q = parse_qvalue(value, (size_t)(p - value))) < 0)
+            return -1;
     }
     return q;
 }
@@ -129,10 +128,10 @@ void ps_accept_parse(ps_accept_t *a, ps_slice_t value)
     }
 }
 
-/* A coding's weight: its own, else "*"'s; identity is acceptable unless
- * excluded by name or by "*;q=0" (RFC 9110 12.5.3). */
-static int weight(const ps_accept_t *a, ps_coding_t c)
+int ps_accept_weight(const ps_accept_t *a, ps_coding_t c)
 {
+    if (!a->seen)
+        return c == PS_CODING_IDENTITY ? 1000 : 0;
     if (a->q[c] >= 0)
         return a->q[c];
     if (a->star >= 0)
@@ -147,14 +146,14 @@ ps_coding_t ps_accept_choose(const ps_accept_t *a, unsigned offered)
     ps_coding_t best = PS_CODING_NONE;
     int best_q = 0;
     for (int c = PS_CODING_BR; c < PS_CODING_COUNT; c++) {
-        int q = (offered & PS_CODING_BIT(c)) ? weight(a, (ps_coding_t)c) : 0;
+        int q = (offered & PS_CODING_BIT(c)) ? ps_accept_weight(a, (ps_coding_t)c) : 0;
         if (q > best_q) {
             best = (ps_coding_t)c;
             best_q = q;
         }
     }
     /* Identity wins only over a lower weight: between equals, the compressed one. */
-    if (weight(a, PS_CODING_IDENTITY) > best_q)
+    if (ps_accept_weight(a, PS_CODING_IDENTITY) > best_q)
         return PS_CODING_IDENTITY;
     return best;
 }

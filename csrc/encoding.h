@@ -30,10 +30,15 @@ typedef struct {
 
 void ps_accept_init(ps_accept_t *a);
 
-/* Adds one Accept-Encoding field line. An element whose weight is not a
- * valid qvalue is ignored, as is a coding the server does not know. A
+/* Adds one Accept-Encoding field line. An element with a parameter other
+ * than a valid qvalue is ignored, as is a coding the server does not know. A
  * coding named twice keeps the lower weight. */
 void ps_accept_parse(ps_accept_t *a, ps_slice_t value);
+
+/* A coding's weight (0-1000): its own, else that of "*"; identity is
+ * acceptable unless excluded by name or by "*;q=0", at the lowest weight
+ * when not named (RFC 9110 12.5.3). No field at all: identity only. */
+int ps_accept_weight(const ps_accept_t *a, ps_coding_t c);
 
 /* The coding to use among `offered` (PS_CODING_BIT mask, identity always
  * implied): the highest weight, ties broken in enum order (br, zstd, gzip

@@ -720,7 +720,7 @@ static void plan_reset(ps_static_plan_t *plan)
     plan->fd = -1;
     plan->offset = plan->length = 0;
     plan->body = (ps_slice_t){"", 0};
-    plan->encoding = PS_STATIC_IDENTITY;
+    plan->encoding = PS_CODING_IDENTITY;
     plan->reason = NULL;
     plan->file_size = 0;
     plan->scratch_len = 0;
@@ -755,66 +755,13 @@ static int miss(const ps_static_t *s, ps_static_plan_t *plan, const char *reason
 
 /* ---- content negotiation ----------------------------------------------- */
 
-/* A qvalue ("1", "0.5", "1.000"; RFC 9110 12.4.2) in thousandths, or -1. */
-static int parse_q(ps_slice_t v)
+/* The Accept-Encoding fields, all of them as one list (RFC 9110 5.3). */
+static void accepted_encodings(const ps_request_t *r, ps_accept_t *a)
 {
-    if (v.len == 0 || v.len > 5 || (v.base[0] != '0' && v.base[0] != '1'))
-        return -1;
-    int q = (v.base[0] - '0') * 1000;
-    if (v.len == 1)
-        return q;
-    if (v.base[1] != '.')
-        return -1;
-    int scale = 100;
-    for (size_t i = 2; i < v.len; i++, scale /= 10) {
-        if (v.base[i] < '0' || v.base[i] > '9')
-            return -1;
-        q += (v.base[i] - '0') * scale;
-    }
-    return q > 1000 ? -1 : q;
-}
-
-/* Reads the Accept-Encoding fields (all of them, as one list): q[] gets
- * the weight (0..1000) of br, gzip and identity; with no field at all only
- * identity is wanted. */
-static void accepted_encodings(const ps_request_t *r, int q[3])
-{
-    int explicit_q[3] = {-1, -1, -1}, star = -1;
-    for (uint32_t i = 0; i < r->nheaders; i++) {
-        if (!HEADER_IS(&r->headers[i], "accept-encoding"))
-            continue;
-        ps_slice_t list = r->headers[i].value, item;
-        while (next_element(&list, &item)) {
-            const char *semi = memchr(item.base, ';', item.len);
-            ps_slice_t coding =
-                trim((ps_slice_t){item.base, semi ? (size_t)(semi - item.base) : item.len});
-            int weight = 1000;
-            if (semi) {
-                ps_slice_t param =
-                    trim((ps_slice_t){semi + 1, item.len - (size_t)(semi + 1 - item.base)});
-                if (param.len < 2 || (param.base[0] != 'q' && param.base[0] != 'Q') ||
-                    param.base[1] != '=')
-                    continue; /* a parameter this table does not know: skip the coding */
-                weight = parse_q((ps_slice_t){param.base + 2, param.len - 2});
-                if (weight < 0)
-                    continue;
-            }
-            if (PS_SLICE_IEQ(coding, "br"))
-                explicit_q[PS_STATIC_BR] = PS_MAX(explicit_q[PS_STATIC_BR], weight);
-            else if (PS_SLICE_IEQ(coding, "gzip") || PS_SLICE_IEQ(coding, "x-gzip"))
-                explicit_q[PS_STATIC_GZIP] = PS_MAX(explicit_q[PS_STATIC_GZIP], weight);
-            else if (PS_SLICE_IEQ(coding, "identity"))
-                explicit_q[PS_STATIC_IDENTITY] = PS_MAX(explicit_q[PS_STATIC_IDENTITY], weight);
-            else if (PS_SLICE_IEQ(coding, "*"))
-                star = PS_MAX(star, weight);
-        }
-    }
-    for (int e = 0; e < 3; e++)
-        q[e] = explicit_q[e] >= 0 ? explicit_q[e] : star >= 0 ? star : 0;
-    /* Identity is acceptable unless excluded (RFC 9110 12.5.3), but a
-     * coding the client names at any weight is preferred to it. */
-    if (explicit_q[PS_STATIC_IDENTITY] < 0 && star < 0)
-        q[PS_STATIC_IDENTITY] = 1;
+    ps_accept_init(a);
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (HEADER_IS(&r->headers[i], "accept-encoding"))
+            ps_accept_parse(a, r->headers[i].value);
 }
 
 /* Picks the representation: the acceptable sibling (or the file itself)
@@ -826,23 +773,27 @@ static void accepted_encodings(const ps_request_t *r, int q[3])
 static int choose_encoding(const ps_static_t *s, const ps_request_t *r, int dirfd, char *rel,
                            size_t rel_len, int *fd, struct stat *st)
 {
-    static const char *const suffix[3] = {"", ".gz", ".br"};
-    int q[3];
-    accepted_encodings(r, q);
-    int order[3] = {PS_STATIC_BR, PS_STATIC_GZIP, PS_STATIC_IDENTITY};
-    for (int i = 1; i < 3; i++) /* stable by weight, highest first */
+    static const char *const suffix[PS_CODING_COUNT] = {"", ".br", ".zst", ".gz"};
+    ps_accept_t a;
+    accepted_encodings(r, &a);
+    int q[PS_CODING_COUNT];
+    ps_coding_t order[PS_CODING_COUNT] = {PS_CODING_BR, PS_CODING_ZSTD, PS_CODING_GZIP,
+                                          PS_CODING_IDENTITY};
+    for (int c = 0; c < PS_CODING_COUNT; c++)
+        q[c] = ps_accept_weight(&a, (ps_coding_t)c);
+    for (int i = 1; i < PS_CODING_COUNT; i++) /* stable by weight, highest first */
         for (int j = i; j > 0 && q[order[j]] > q[order[j - 1]]; j--) {
-            int t = order[j];
+            ps_coding_t t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    for (int i = 0; i < 3; i++) {
-        int e = order[i];
-        if (e == PS_STATIC_IDENTITY || q[e] == 0)
-            return PS_STATIC_IDENTITY;
-        if (rel_len + 3 > MAX_PATH)
+    for (int i = 0; i < PS_CODING_COUNT; i++) {
+        ps_coding_t e = order[i];
+        if (e == PS_CODING_IDENTITY || q[e] == 0)
+            return PS_CODING_IDENTITY;
+        if (rel_len + 4 > MAX_PATH)
             continue;
-        memcpy(rel + rel_len, suffix[e], 4);
+        memcpy(rel + rel_len, suffix[e], strlen(suffix[e]) + 1);
         struct stat sst;
         int sfd = open_file(s, dirfd, rel, &sst);
         rel[rel_len] = '\0';
@@ -855,7 +806,7 @@ static int choose_encoding(const ps_static_t *s, const ps_request_t *r, int dirf
         *st = sst;
         return e;
     }
-    return PS_STATIC_IDENTITY;
+    return PS_CODING_IDENTITY;
 }
 
 /* ---- conditionals and ranges ------------------------------------------- */
@@ -1022,8 +973,7 @@ static void add_validators(const ps_static_t *s, ps_static_plan_t *plan, ps_slic
 static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan_t *plan, int fd,
                      const struct stat *st, const char *name, size_t name_len, int encoding)
 {
-    static const char *const tag_suffix[3] = {"", "-gz", "-br"};
-    static const char *const coding[3] = {"", "gzip", "br"};
+    static const char *const tag_suffix[PS_CODING_COUNT] = {"", "-br", "-zst", "-gz"};
     uint64_t size = (uint64_t)st->st_size;
     uint64_t mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
     time_t mtime = st->st_mtim.tv_sec;
@@ -1110,9 +1060,10 @@ static int plan_file(const ps_static_t *s, const ps_request_t *r, ps_static_plan
     }
     ADD_LIT(plan, "Accept-Ranges", "bytes");
     add_validators(s, plan, etag, date);
-    if (encoding != PS_STATIC_IDENTITY)
-        add_header(plan, PS_SLICE_LIT("Content-Encoding"),
-                   (ps_slice_t){coding[encoding], strlen(coding[encoding])});
+    if (encoding != PS_CODING_IDENTITY) {
+        const char *name = ps_coding_name((ps_coding_t)encoding);
+        add_header(plan, PS_SLICE_LIT("Content-Encoding"), (ps_slice_t){name, strlen(name)});
+    }
     if (r->is_head || length == 0) {
         close(fd);
         return PS_STATIC_RESPOND;
@@ -1176,7 +1127,7 @@ int ps_static_serve(const ps_static_t *s, const ps_request_t *r, ps_static_plan_
     if (fd < 0)
         return miss(s, plan,
                     fd == -EXDEV || fd == -ELOOP ? "link out of the directory" : "no such file");
-    int encoding = PS_STATIC_IDENTITY;
+    int encoding = PS_CODING_IDENTITY;
     if (s->precompressed) {
         encoding = choose_encoding(s, r, m->dirfd, rel, (size_t)rel_len, &fd, &st);
         if (encoding < 0) {

@@ -6,9 +6,9 @@
  * the file beneath the mount's directory (never following a link out of
  * it), evaluates the conditional (If-Match, If-Unmodified-Since -> 412;
  * If-None-Match, If-Modified-Since -> 304) and Range fields, picks a precompressed
- * sibling, and fills a ps_static_plan_t: the status, the header fields, and
- * the open file with the offset and length to sendfile(2). The caller sends
- * the head (adding Date, Server and its own Connection handling, e.g. with
+ * sibling (.br, .zst, .gz by Accept-Encoding, encoding.h), and fills a ps_static_plan_t: the
+ * status, the header fields, and the open file with the offset and length to sendfile(2). The
+ * caller sends the head (adding Date, Server and its own Connection handling, e.g. with
  * ps_http1_write_head), then the body, then releases the plan.
  *
  * Safety by construction: the path is percent-decoded once; a decoded '/'
@@ -36,6 +36,7 @@
 #include <sys/types.h>
 
 #include "buf.h"
+#include "encoding.h"
 #include "http1.h"
 
 typedef struct {
@@ -55,7 +56,7 @@ typedef struct {
     uint32_t nmounts;
     int64_t max_age;            /* Cache-Control: public, max-age=N; -1: no Cache-Control */
     unsigned strict : 1;        /* a miss under a mount answers 404 instead of reaching the app */
-    unsigned precompressed : 1; /* look for .br and .gz siblings (on by default) */
+    unsigned precompressed : 1; /* look for .br, .zst and .gz siblings (on by default) */
     unsigned no_openat2 : 1;    /* use the O_NOFOLLOW walk even where openat2 exists (tests) */
     ps_mime_entry_t *mime;      /* open addressing, mime_mask + 1 slots, ext_len 0: empty */
     uint32_t mime_mask;
@@ -67,8 +68,6 @@ enum {
     PS_STATIC_MISS = 1,    /* under a mount but nothing to serve: the application's */
     PS_STATIC_RESPOND = 2, /* the plan says what to send */
 };
-
-enum { PS_STATIC_IDENTITY, PS_STATIC_GZIP, PS_STATIC_BR };
 
 #define PS_STATIC_MAX_HEADERS 12
 #define PS_STATIC_SCRATCH 512
@@ -85,7 +84,7 @@ typedef struct {
     uint64_t offset;    /* where the body starts in fd */
     uint64_t length;    /* body bytes to send from fd (0 for HEAD, 304, 416, 404) */
     ps_slice_t body;    /* a short body from memory (404, 405), else empty */
-    uint8_t encoding;   /* PS_STATIC_*: the representation chosen */
+    uint8_t encoding;   /* ps_coding_t: the representation chosen */
     const char *reason; /* why a miss or a 404, in words (static); NULL when served */
     uint64_t file_size; /* the representation's size (for logs and metrics) */
     char scratch[PS_STATIC_SCRATCH];

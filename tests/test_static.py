@@ -51,6 +51,7 @@ def tree(tmp_path_factory):
     (root / "style.css").write_bytes(CSS)
     (root / "style.css.gz").write_bytes(gzip.compress(CSS))
     (root / "style.css.br").write_bytes(b"BROTLI:" + CSS[:100])  # only its choice is checked
+    (root / "style.css.zst").write_bytes(b"ZSTD:" + CSS[:100])  # the same
     (root / "data.bin").write_bytes(os.urandom(MIB + 12345))
     (root / "empty.txt").write_bytes(b"")
     os.symlink(base / "secret.txt", root / "link_out")
@@ -253,6 +254,14 @@ def test_precompressed_sibling_by_accept_encoding(srv, tree):
         assert "content-encoding" not in r.headers and body == CSS
         assert r.headers["vary"] == "Accept-Encoding"
         r, body = fetch("br;q=0, gzip;q=0.5")
+        assert r.headers["content-encoding"] == "gzip"
+        r, body = fetch("gzip, zstd")
+        assert (
+            r.headers["content-encoding"] == "zstd"
+            and body == (tree / "style.css.zst").read_bytes()
+        )
+        assert r.headers["etag"].endswith('-zst"')
+        r, body = fetch("br;level=5, gzip;q=0.1")  # a parameter other than q: br is ignored
         assert r.headers["content-encoding"] == "gzip"
     # curl decodes the gzip sibling it asked for
     out = curl("--compressed", "-H", "Accept-Encoding: gzip", f"{srv.url}/static/style.css")

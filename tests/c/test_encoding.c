@@ -83,7 +83,8 @@ static void test_malformed_elements_are_ignored(void)
     CHECK_EQ(choose("br q=0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;=1, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;level=, gzip;q=0.1", ALL), PS_CODING_GZIP);
-    CHECK_EQ(choose("br;level=11, gzip;q=0.1", ALL), PS_CODING_BR);
+    CHECK_EQ(choose("br;level=11, gzip;q=0.1", ALL), PS_CODING_GZIP);
+    CHECK_EQ(choose("br;q=0.5;q=0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;q =0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("br;q= 0.5, gzip;q=0.1", ALL), PS_CODING_GZIP);
     CHECK_EQ(choose("*;q =0", ALL), PS_CODING_IDENTITY);

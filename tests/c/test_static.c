@@ -62,6 +62,7 @@ static void make_tree(void)
     put_str("pub/app.js", "console.log('identity');\n");
     put_str("pub/app.js.gz", "GZ-BYTES");
     put_str("pub/app.js.br", "BR");
+    put_str("pub/app.js.zst", "ZSTD-BYTES");
     put_str("pub/style.css", "body { color: red }\n");
     put_str("pub/style.css.gz", "GZIPPED-CSS");
     put_str("pub/empty.txt", "");
@@ -789,28 +790,33 @@ static void test_precompressed(void)
         const char *ae;
         int js, css;
     } cases[] = {
-        {NULL, PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"gzip", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"x-gzip", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"GZIP", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"br", PS_STATIC_BR, PS_STATIC_IDENTITY},
-        {"gzip, deflate, br", PS_STATIC_BR, PS_STATIC_GZIP},
-        {"gzip;q=1.0, br;q=0.5", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"br;q=0.8, gzip;q=0.9, identity;q=1", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"br;q=0, gzip", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"br;q=0.000, gzip;q=0", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"*", PS_STATIC_BR, PS_STATIC_GZIP},
-        {"*;q=0.5, br;q=0", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"identity;q=0", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY}, /* nothing else: the file */
-        {"identity;q=0, gzip;q=0.1", PS_STATIC_GZIP, PS_STATIC_GZIP},
-        {"*;q=0", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"br;q=2", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},     /* a bad qvalue: ignored */
-        {"br;level=5", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY}, /* an unknown parameter */
-        {" br ; q=0.9 ,, gzip ; q=0.8", PS_STATIC_BR, PS_STATIC_GZIP},
-        {"gzip;q=0.001", PS_STATIC_GZIP, PS_STATIC_GZIP}, /* named: preferred to identity */
-        {"identity, gzip;q=0.5", PS_STATIC_IDENTITY, PS_STATIC_IDENTITY},
-        {"identity;q=0.5, gzip;q=0.5, br;q=0.4", PS_STATIC_GZIP, PS_STATIC_GZIP},
+        {NULL, PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"", PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"gzip", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"x-gzip", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"GZIP", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"br", PS_CODING_BR, PS_CODING_IDENTITY},
+        {"gzip, deflate, br", PS_CODING_BR, PS_CODING_GZIP},
+        {"gzip;q=1.0, br;q=0.5", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"br;q=0.8, gzip;q=0.9, identity;q=1", PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"br;q=0, gzip", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"br;q=0.000, gzip;q=0", PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"*", PS_CODING_BR, PS_CODING_GZIP},
+        {"*;q=0.5, br;q=0", PS_CODING_ZSTD, PS_CODING_GZIP},
+        {"identity;q=0", PS_CODING_IDENTITY, PS_CODING_IDENTITY}, /* nothing else: the file */
+        {"identity;q=0, gzip;q=0.1", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"*;q=0", PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"br;q=2", PS_CODING_IDENTITY, PS_CODING_IDENTITY},     /* a bad qvalue: ignored */
+        {"br;level=5", PS_CODING_IDENTITY, PS_CODING_IDENTITY}, /* an unknown parameter */
+        {" br ; q=0.9 ,, gzip ; q=0.8", PS_CODING_BR, PS_CODING_GZIP},
+        {"gzip;q=0.001", PS_CODING_GZIP, PS_CODING_GZIP}, /* named: preferred to identity */
+        {"identity, gzip;q=0.5", PS_CODING_IDENTITY, PS_CODING_IDENTITY},
+        {"identity;q=0.5, gzip;q=0.5, br;q=0.4", PS_CODING_GZIP, PS_CODING_GZIP},
+        {"zstd", PS_CODING_ZSTD, PS_CODING_IDENTITY},
+        {"gzip, zstd", PS_CODING_ZSTD, PS_CODING_GZIP},
+        {"gzip, deflate, br, zstd", PS_CODING_BR, PS_CODING_GZIP},
+        {"br;q=0.5, zstd;q=0.9, gzip;q=0.7", PS_CODING_ZSTD, PS_CODING_GZIP},
+        {"br;q=0.5;q=0.5, gzip;q=0.1", PS_CODING_GZIP, PS_CODING_GZIP}, /* one weight only */
     };
     for (size_t i = 0; i < PS_ARRAY_LEN(cases); i++) {
         int js = encoding_for("/static/app.js", cases[i].ae, &plan);
@@ -825,18 +831,22 @@ static void test_precompressed(void)
     char e_id[128], e_gz[128], e_br[128];
     const char *gz[] = {"Accept-Encoding", "gzip", NULL};
     const char *br[] = {"Accept-Encoding", "br", NULL};
-    CHECK_EQ(encoding_for("/static/app.js", "gzip", &plan), PS_STATIC_GZIP);
+    CHECK_EQ(encoding_for("/static/app.js", "gzip", &plan), PS_CODING_GZIP);
     CHECK_HEADER(&plan, "content-encoding", "gzip");
     CHECK_HEADER(&plan, "content-type", "text/javascript; charset=utf-8");
     CHECK_HEADER(&plan, "content-length", "8");
     CHECK_HEADER(&plan, "vary", "Accept-Encoding");
     CHECK_BODY(&plan, "GZ-BYTES");
     ps_static_plan_release(&plan);
-    CHECK_EQ(encoding_for("/static/app.js", "br", &plan), PS_STATIC_BR);
+    CHECK_EQ(encoding_for("/static/app.js", "br", &plan), PS_CODING_BR);
     CHECK_HEADER(&plan, "content-encoding", "br");
     CHECK_BODY(&plan, "BR");
     ps_static_plan_release(&plan);
-    CHECK_EQ(encoding_for("/static/app.js", NULL, &plan), PS_STATIC_IDENTITY);
+    CHECK_EQ(encoding_for("/static/app.js", "zstd", &plan), PS_CODING_ZSTD);
+    CHECK_HEADER(&plan, "content-encoding", "zstd");
+    CHECK_BODY(&plan, "ZSTD-BYTES");
+    ps_static_plan_release(&plan);
+    CHECK_EQ(encoding_for("/static/app.js", NULL, &plan), PS_CODING_IDENTITY);
     CHECK_NO_HEADER(&plan, "content-encoding");
     CHECK_HEADER(&plan, "vary", "Accept-Encoding");
     CHECK_BODY(&plan, "console.log('identity');\n");
@@ -867,12 +877,12 @@ static void test_precompressed(void)
     put_str("pub/lonely.txt.gz", "x");
     CHECK_EQ(encoding_for("/static/lonely.txt", "gzip", &plan), -1);
     /* The sibling itself may be asked for by its name. */
-    CHECK_EQ(encoding_for("/static/app.js.gz", NULL, &plan), PS_STATIC_IDENTITY);
+    CHECK_EQ(encoding_for("/static/app.js.gz", NULL, &plan), PS_CODING_IDENTITY);
     CHECK_HEADER(&plan, "content-type", "application/gzip");
     ps_static_plan_release(&plan);
     /* Precompression off: the siblings are never looked at. */
     st.precompressed = 0;
-    CHECK_EQ(encoding_for("/static/app.js", "gzip, br", &plan), PS_STATIC_IDENTITY);
+    CHECK_EQ(encoding_for("/static/app.js", "gzip, br", &plan), PS_CODING_IDENTITY);
     CHECK_NO_HEADER(&plan, "vary");
     ps_static_plan_release(&plan);
     st.precompressed = 1;
@@ -883,7 +893,7 @@ static void test_precompressed(void)
     unlink(p);
     if (symlink("../secret.txt", p) < 0)
         perror("symlink");
-    CHECK_EQ(encoding_for("/static/evil.js", "gzip", &plan), PS_STATIC_IDENTITY);
+    CHECK_EQ(encoding_for("/static/evil.js", "gzip", &plan), PS_CODING_IDENTITY);
     CHECK_BODY(&plan, "evil-identity");
     ps_static_plan_release(&plan);
 }
