@@ -981,8 +981,8 @@ OPTIONS: tuple[Option, ...] = (
         type=float,
         bounds=(0.1, None),
         default=3600.0,
-        hidden=True,
-        help="",
+        hidden=True,  # tests shorten it
+        help="seconds between new session ticket keys (the last 4 decrypt)",
     ),
     Option(
         "proxy_headers",

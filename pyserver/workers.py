@@ -252,10 +252,11 @@ class PyserverWorker(_GunicornWorker):
         if "asgi_app" in self.CONFIG_KWARGS:
             return {}
         env = {**os.environ, **(self.cfg.env or {})}
-        asgi_app = env.get("PYSERVER_ASGI_APP") or None
+        asgi_app = env.get(options.BY_NAME["asgi_app"].env[0]) or None
         if asgi_app is None:
             return {}
-        return {"asgi_app": asgi_app, "asgi_paths": env.get("PYSERVER_ASGI_PATHS", "").split()}
+        paths = env.get(options.BY_NAME["asgi_paths"].env[0], "").split()
+        return {"asgi_app": asgi_app, "asgi_paths": paths}
 
     def _root_path(self):
         root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")
