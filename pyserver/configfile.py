@@ -8,19 +8,20 @@ option's own converter, so a bad value is reported as the CLI would report it, n
 file and the setting.
 
 The Python file is run with runpy. Its module-level names are read: gunicorn's setting names
-that pyserver has an equivalent for (GUNICORN below), pyserver's own option names, and the
-server hooks (HOOKS). gunicorn's settings and hooks that do not apply (GUNICORN_ONLY,
-UNSUPPORTED_HOOKS) are ignored with one warning naming them, so a typical gunicorn.conf.py
-loads. Names starting with "_" and imported modules are skipped; any other name is an
-error naming it (a helper function can be called `_helper`); functions and classes
-imported from elsewhere are skipped too.
+that pyserver has an equivalent for (each option's `gunicorn` in options.py), pyserver's own
+option names, and the server hooks (HOOKS). gunicorn's settings and hooks that do not apply
+(options.GUNICORN_IGNORED, UNSUPPORTED_HOOKS) are ignored with one warning naming them, so a
+typical gunicorn.conf.py loads. Names starting with "_" and imported modules are skipped;
+any other name is an error naming it (a helper function can be called `_helper`);
+functions and classes imported from elsewhere are skipped too.
 """
 
-import argparse
 import os
 import runpy
 import sys
 import types
+
+from pyserver import checks, options
 
 # The server hooks a config file may define, with where they run (see docs/configuration.md).
 HOOKS = (
@@ -44,58 +45,8 @@ UNSUPPORTED_HOOKS = {
     "nworkers_changed": "pyserver has no TTIN/TTOU",
 }
 
-# gunicorn setting -> pyserver option (the CLI's dest name).
-GUNICORN = {
-    "wsgi_app": "app",
-    "bind": "bind",
-    "backlog": "backlog",
-    "workers": "workers",
-    "worker_connections": "limit_connections",
-    "timeout": "timeout",
-    "graceful_timeout": "graceful_timeout",
-    "keepalive": "timeout_keep_alive",
-    "max_requests": "max_requests",
-    "max_requests_jitter": "max_requests_jitter",
-    "limit_request_line": "limit_request_line",
-    "limit_request_fields": "limit_request_fields",
-    "limit_request_field_size": "limit_request_field_size",
-    "preload_app": "preload",
-    "reuse_port": "reuse_port",
-    "reload": "reload",
-    "chdir": "chdir",
-    "user": "user",
-    "group": "group",
-    "umask": "umask",
-    "raw_env": "env",
-    "pidfile": "pid",
-    "forwarded_allow_ips": "forwarded_allow_ips",
-    "errorlog": "error_logfile",
-    "loglevel": "log_level",
-    "logconfig": "log_config",
-    "certfile": "ssl_certfile",
-    "keyfile": "ssl_keyfile",
-    "ca_certs": "ssl_ca_certs",
-    "cert_reqs": "ssl_cert_reqs",
-    "ciphers": "ssl_ciphers",
-}
-# gunicorn settings with no equivalent in pyserver (or that its own design makes moot): a
-# gunicorn.conf.py that sets them still loads, with one warning naming them.
-GUNICORN_ONLY = frozenset(
-    (
-        "worker_class worker_tmp_dir spew check_config print_config daemon capture_output "
-        "logger_class syslog syslog_addr syslog_prefix syslog_facility "
-        "enable_stdio_inheritance statsd_host statsd_prefix dogstatsd_tags proc_name "
-        "default_proc_name pythonpath paste sendfile initgroups tmp_upload_dir "
-        "secure_scheme_headers forwarder_headers proxy_allow_ips strip_header_spaces "
-        "disable_redirect_access_to_syslog reload_engine reload_extra_files "
-        "do_handshake_on_connect suppress_ragged_eofs ssl_context header_map "
-        "logconfig_dict logconfig_json casefold_http_method permit_obsolete_folding "
-        "permit_unconventional_http_method permit_unconventional_http_version "
-        "tolerate_dangerous_framing uwsgi_allow_ips"
-    ).split()
-)
-# gunicorn's 0 means "no limit" for these: the largest value pyserver accepts stands in.
-GUNICORN_ZERO_IS_MAX = ("limit_request_line", "limit_request_fields", "limit_request_field_size")
+# The options a file may set, by name (pyproject.toml's keys may also use '-').
+FILE_OPTIONS = frozenset(opt.name for opt in options.OPTIONS if opt.in_files)
 
 
 class ConfigFileError(Exception):
@@ -103,7 +54,7 @@ class ConfigFileError(Exception):
 
 
 class FileSettings:
-    """What the files gave: options (dest -> converted value), hooks, warnings to log."""
+    """What the files gave: options (name -> converted value), hooks, warnings to log."""
 
     def __init__(self):
         self.options = {}
@@ -111,48 +62,40 @@ class FileSettings:
         self.warnings = []
 
 
-def convert(action, value):
-    """Convert a file value the way the option's own parser would; raise ValueError."""
-    if action.nargs == 0:  # store_true and --x/--no-x
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            word = value.strip().lower()
-            if word in ("1", "true", "yes", "on"):
-                return True
-            if word in ("0", "false", "no", "off"):
-                return False
+def convert(opt, value):
+    """A file's value for opt, converted as the option's own parser would; raises
+        ValueError. A number is read as the command line reads its text (an int for an octal
+        option is the mode itself: 0o022 in Python, 18 in TOML); a list for a repeatable option
+        gives its items, any other sequence goes to the option's check (the trusted proxies take
+    gunicorn's list); a bool is only for options that take one."""
+    if opt.kind in ("flag", "switch") or opt.type is checks.boolean:
+        if isinstance(value, (bool, str)):
+            return checks.boolean(value)
         raise ValueError(f"expected true or false, got {value!r}")
-    conv = action.type or str
-    if action.option_strings and action.dest in LIST_DESTS:
+    if opt.kind == "list":
         items = [value] if isinstance(value, str) else list(value)
-        return [_one(conv, item) for item in items]
-    return _one(conv, value)
+        return [_one(opt, item) for item in items]
+    return _one(opt, value)
 
 
-def _one(conv, value):
+def _one(opt, value):
     if isinstance(value, bool):
         raise ValueError(f"expected a value, got {value!r}")
+    if opt.octal and isinstance(value, int):
+        value = format(value, "o")
+    elif isinstance(value, (int, float)) or opt.type is None:
+        value = str(value)
+    return opt.convert(value)
+
+
+def _set(settings, name, value, where):
     try:
-        return conv(value if isinstance(value, str) else str(value))
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(str(exc)) from None
-
-
-LIST_DESTS = ("bind", "reload_dirs", "reload_includes", "env", "static", "asgi_paths")
-
-
-def _set(settings, actions, dest, value, where):
-    action = actions[dest]
-    if dest in ("umask", "uds_perms") and isinstance(value, int) and not isinstance(value, bool):
-        value = format(value, "o")  # 0o022 in Python, 18 in TOML: the CLI reads octal text
-    try:
-        settings.options[dest] = convert(action, value)
+        settings.options[name] = convert(options.BY_NAME[name], value)
     except (ValueError, TypeError) as exc:
         raise ConfigFileError(f"{where}: {exc}") from None
 
 
-def load_python(path, actions):
+def load_python(path):
     """Read a gunicorn-style Python config file. Returns FileSettings."""
     settings = FileSettings()
     if not os.path.isfile(path):
@@ -174,25 +117,12 @@ def load_python(path, actions):
             settings.hooks[name] = value
         elif name in UNSUPPORTED_HOOKS:
             ignored.append(f"{name} ({UNSUPPORTED_HOOKS[name]})")
-        elif name == "accesslog":
-            if value is None:
-                settings.options["access_log"] = False
-            else:
-                _set(settings, actions, "access_logfile", value, where)
-        elif name == "access_log_format":
-            _set(settings, actions, "access_log_format", value, where)
-        elif name == "proxy_protocol":
-            _set(settings, actions, "proxy_protocol", bool(value), where)
-        elif name in GUNICORN:
-            dest = GUNICORN[name]
-            if dest in GUNICORN_ZERO_IS_MAX and value == 0:
-                from pyserver.config import INT_BOUNDS
-
-                value = INT_BOUNDS[dest][1]
-            _set(settings, actions, dest, value, where)
-        elif name in actions:
-            _set(settings, actions, name, value, where)
-        elif name in GUNICORN_ONLY:
+        elif name in options.BY_GUNICORN:
+            for option, setting in options.from_gunicorn(name, value).items():
+                _set(settings, option, setting, where)
+        elif name in FILE_OPTIONS:
+            _set(settings, name, value, where)
+        elif name in options.GUNICORN_IGNORED:
             ignored.append(name)
         else:
             raise ConfigFileError(
@@ -207,7 +137,7 @@ def load_python(path, actions):
     return settings
 
 
-def load_pyproject(path, actions):
+def load_pyproject(path):
     """Read [tool.pyserver] of a pyproject.toml (pyserver's option names, '-' or '_').
     Returns FileSettings, empty when the file has no such table."""
     settings = FileSettings()
@@ -236,7 +166,7 @@ def load_pyproject(path, actions):
     for key, value in table.items():
         dest = key.replace("-", "_")
         where = f"{path} [tool.pyserver]: {key}"
-        if dest not in actions or dest == "config":
+        if dest not in FILE_OPTIONS:
             raise ConfigFileError(f"{where}: unknown option")
-        _set(settings, actions, dest, value, where)
+        _set(settings, dest, value, where)
     return settings

@@ -24,7 +24,7 @@ other hooks it is logged.
 import logging
 import os
 
-from pyserver.config import StartupError
+from pyserver.errors import StartupError
 
 STARTUP_HOOKS = ("on_starting", "when_ready", "post_fork", "post_worker_init")
 

@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from pyserver.sockets import describe_address, parse_bind
+
 ENV = "PYSERVER_REEXEC_SOCKETS"
 
 _launch = {"argv": None, "cwd": None}
@@ -25,8 +27,6 @@ def remember(argv):
 def exec_again(cfg):
     """Replace this process with a new server on cfg's sockets. Returns only on failure,
     raising OSError."""
-    from pyserver.config import describe_address
-
     handed = []
     for address, sock in zip(cfg.addresses, cfg.sockets, strict=True):
         fd = sock.fileno()
@@ -45,8 +45,6 @@ def inherited(environ=None):
     """The sockets a reloading server handed to this process, as a list of (address,
     fd, bound_here), or None. Reads and removes the variable; it counts only when it
     names this very process (a child started by the application inherits none)."""
-    from pyserver.config import parse_bind
-
     environ = os.environ if environ is None else environ
     text = environ.pop(ENV, None)
     if text is None:

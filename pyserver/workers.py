@@ -25,30 +25,32 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pyserver.workers needs gunicorn, which is not installed: pip install gunicorn"
     ) from exc
 
-from pyserver import importer, logconfig
-from pyserver.config import INT_BOUNDS, Config
+from pyserver import importer, logconfig, options
+from pyserver.config import Config, resolve_access_log_format
 from pyserver.hooks import Request, Response, _Body
 
 __all__ = ["PyserverWorker", "PyserverWSGIWorker", "PyserverASGIWorker"]
 
-# Gunicorn's 0 means "no limit" for these; the core's largest value stands in for it.
-_UNLIMITED = {
-    "limit_request_line": INT_BOUNDS["limit_request_line"][1],
-    "limit_request_fields": INT_BOUNDS["limit_request_fields"][1],
-    "limit_request_field_size": INT_BOUNDS["limit_request_field_size"][1],
-}
+# The options whose gunicorn setting means "no limit" with 0: the core's largest value
+# stands in for it.
+_ZERO_IS_MAX = tuple(opt for opt in options.OPTIONS if opt.gunicorn_rule == options.ZERO_IS_MAX)
 
 
-def _limit(name, value):
-    lo, hi = INT_BOUNDS[name]
+def _setting(gcfg, name):
+    """The gunicorn setting of option `name` (options.py says which it is)."""
+    return options.gunicorn_setting(gcfg, name)
+
+
+def _limit(opt, value):
+    lo, hi = opt.bounds
     value = int(value)
     if value <= 0:
-        return _UNLIMITED[name]
+        return hi
     return max(lo, min(hi, value))
 
 
 def _clamp(name, value):
-    lo, hi = INT_BOUNDS[name]
+    lo, hi = options.BY_NAME[name].bounds
     return max(lo, min(hi, int(value)))
 
 
@@ -146,13 +148,8 @@ class PyserverWorker(_GunicornWorker):
         gcfg = self.cfg
         if not gcfg.is_ssl:
             return {}
-        return {
-            "ssl_certfile": gcfg.certfile,
-            "ssl_keyfile": gcfg.keyfile,
-            "ssl_ca_certs": gcfg.ca_certs,
-            "ssl_cert_reqs": int(gcfg.cert_reqs),
-            "ssl_ciphers": gcfg.ciphers,
-        }
+        names = ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_cert_reqs", "ssl_ciphers")
+        return {name: _setting(gcfg, name) for name in names}
 
     def _http2_kwargs(self) -> dict[str, Any]:
         """gunicorn's HTTP/2 settings (gunicorn 25+) as Config's http and http2_*.
@@ -194,32 +191,29 @@ class PyserverWorker(_GunicornWorker):
             interface = importer.detect_interface(app)
         if interface == "asgi":
             app = importer.as_asgi3(app)
-        connections = max(1, int(gcfg.worker_connections))
+        connections = max(1, int(_setting(gcfg, "limit_connections")))
+        threads = int(_setting(gcfg, "threads") or 1)
         # gunicorn's --protocol uwsgi: every listener speaks it, to uwsgi_allow_ips' peers.
         uwsgi = getattr(gcfg, "protocol", "http") == "uwsgi"
-        trusted = gcfg.uwsgi_allow_ips if uwsgi else gcfg.forwarded_allow_ips
+        trusted = gcfg.uwsgi_allow_ips if uwsgi else _setting(gcfg, "forwarded_allow_ips")
         if uwsgi and gcfg.is_ssl:
             raise ValueError("--protocol uwsgi with certfile: nginx speaks uwsgi in clear")
         config = Config(
             getattr(self.app, "app_uri", None) or "gunicorn",
             interface=interface,
             root_path=self._root_path(),
-            timeout_keep_alive=max(0.0, float(gcfg.keepalive)),
-            graceful_timeout=max(0.0, float(gcfg.graceful_timeout)),
-            limit_request_line=_limit("limit_request_line", gcfg.limit_request_line),
-            limit_request_fields=_limit("limit_request_fields", gcfg.limit_request_fields),
-            limit_request_field_size=_limit(
-                "limit_request_field_size", gcfg.limit_request_field_size
-            ),
+            timeout_keep_alive=max(0.0, float(_setting(gcfg, "timeout_keep_alive"))),
+            graceful_timeout=max(0.0, float(_setting(gcfg, "graceful_timeout"))),
             limit_connections=connections,
             limit_concurrency=connections,
             access_log=False,  # set below when the core writes gunicorn's access lines
             workers=1,  # not WEB_CONCURRENCY: the arbiter owns the process count
             # gunicorn's threads: application threads (WSGI), the default executor (ASGI)
-            threads=int(gcfg.threads) if int(gcfg.threads or 1) > 1 else None,
+            threads=threads if threads > 1 else None,
             # Like uvicorn's worker: a trusted proxy's X-Forwarded-For names the client.
             proxy_headers=True,
             forwarded_allow_ips=list(trusted or ()),
+            **{opt.name: _limit(opt, _setting(gcfg, opt.name)) for opt in _ZERO_IS_MAX},
             **self._tls_kwargs(),
             **self._http2_kwargs(),
             **self._asgi_side(interface),
@@ -231,7 +225,7 @@ class PyserverWorker(_GunicornWorker):
         # gunicorn's scheme rule: each secure_scheme_headers header present says https
         # when it has the table's value, http otherwise; headers that disagree are a 400.
         config.secure_scheme_headers = dict(gcfg.secure_scheme_headers or {})
-        config.workers = gcfg.workers  # for wsgi.multiprocess
+        config.workers = _setting(gcfg, "workers")  # for wsgi.multiprocess
         config.error_logger = self.log.error_log
         # wsgi.errors text goes to gunicorn's error log as it comes, as gunicorn's own does.
         config.wsgi_errors_write = logconfig.stream_writer(
@@ -247,7 +241,7 @@ class PyserverWorker(_GunicornWorker):
         config.on_tick = self._tick
         config.on_stop_signal = self._on_stop_signal
         config.tick_interval = max(0.1, min(1.0, self.timeout / 4.0)) if self.timeout else 1.0
-        config.max_requests = self.max_requests if gcfg.max_requests > 0 else 0
+        config.max_requests = self.max_requests if _setting(gcfg, "max_requests") > 0 else 0
         app = self._wrap(app, interface)
         return app, config
 
@@ -258,10 +252,11 @@ class PyserverWorker(_GunicornWorker):
         if "asgi_app" in self.CONFIG_KWARGS:
             return {}
         env = {**os.environ, **(self.cfg.env or {})}
-        asgi_app = env.get("PYSERVER_ASGI_APP") or None
+        asgi_app = env.get(options.BY_NAME["asgi_app"].env[0]) or None
         if asgi_app is None:
             return {}
-        return {"asgi_app": asgi_app, "asgi_paths": env.get("PYSERVER_ASGI_PATHS", "").split()}
+        paths = env.get(options.BY_NAME["asgi_paths"].env[0], "").split()
+        return {"asgi_app": asgi_app, "asgi_paths": paths}
 
     def _root_path(self):
         root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")
@@ -290,8 +285,6 @@ class PyserverWorker(_GunicornWorker):
             return False
         fmt = self.cfg.access_log_format
         try:
-            from pyserver.config import resolve_access_log_format
-
             config.access_log_format = resolve_access_log_format(fmt)
         except ValueError as exc:
             self.log.warning("%s: gunicorn's Logger writes the access log instead", exc)

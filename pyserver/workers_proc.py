@@ -16,7 +16,9 @@ import signal
 import socket
 import sys
 
-from pyserver.config import StartupError
+from pyserver import hooks
+from pyserver.errors import StartupError
+from pyserver.reloader import make_reloader
 
 try:
     from setproctitle import setproctitle as _setproctitle
@@ -40,8 +42,6 @@ def run_master(cfg):
         gc.freeze()  # the workers share the preloaded objects' pages
     poll_reload = None
     if cfg.reload:
-        from pyserver.reloader import make_reloader
-
         dirs = cfg.reload_dirs or [cfg.app_dir or "."]
         reloader = make_reloader(dirs, cfg.reload_includes)
         cfg.error_logger.info(
@@ -50,8 +50,6 @@ def run_master(cfg):
         poll_reload = reloader.changed
     pre_fork = None
     if cfg.hooks.get("pre_fork") is not None:
-        from pyserver import hooks
-
         server = hooks.HookServer(cfg)
 
         def pre_fork(number):
@@ -81,7 +79,7 @@ def spawn_worker(cfg, number, own_fds=()):
 
 
 def _serve_worker(cfg, number, own_fds):
-    from pyserver import _core, hooks
+    from pyserver import _core
 
     set_title(f"pyserver: worker {number}")
     cfg.close_metrics_socket()  # the master serves --metrics-bind
