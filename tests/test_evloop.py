@@ -18,7 +18,6 @@ import threading
 import time
 import warnings
 import weakref
-
 from asyncio import base_events, events, selector_events
 
 import pytest
