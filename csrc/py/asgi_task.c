@@ -86,7 +86,7 @@ static void defer_exception(ps_asgi_t *ctx)
 }
 
 /* Before Python 3.12: the first step Task() scheduled, taken from the
- * loop's call_soon() (evselector.c), runs here. */
+ * loop's call_soon() (evloop.c), runs here. */
 static void run_taken_step(ps_asgi_t *ctx, ps_step_capture_t *cap)
 {
     PyObject *step = cap->callback, *context = cap->context;

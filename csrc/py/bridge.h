@@ -15,7 +15,7 @@
 #include "../transport.h"
 
 /* A task's first step, taken from the loop's call_soon() instead of queued
- * (evselector.c), for the ASGI layer to run at once (asgi.c): armed with
+ * (evloop.c), for the ASGI layer to run at once (asgi_task.c): armed with
  * loop set and callback NULL around an asyncio.Task() call. */
 typedef struct {
     PyObject *loop;     /* borrowed: only this loop's call_soon() is taken */
