@@ -10,6 +10,8 @@
  */
 #include "asgi.h"
 
+/* ---- Ready ---- */
+
 typedef struct {
     PyObject_HEAD PyObject *value;
 } ReadyObject;
@@ -74,6 +76,8 @@ PyType_Spec ps_asgi_ready_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Ready_slots,
 };
+
+/* ---- the Futures receive() and send() wait on ---- */
 
 /* Resolves *slot (a Future) with value unless it is done; clears the slot.
  * Returns 1 when value was delivered, 0 when there was no Future or it was

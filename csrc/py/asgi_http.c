@@ -11,6 +11,7 @@
 
 #include "asgi.h"
 
+/* A new message dict {"type": <type>}. New reference or NULL. */
 static PyObject *message(ps_asgi_t *ctx, int type)
 {
     PyObject *m = PyDict_New();
