@@ -18,9 +18,10 @@ import threading
 import time
 import warnings
 import weakref
+from asyncio import base_events, events, selector_events
 
 import pytest
-from helpers import current_loop, fetch, run_server
+from helpers import ROOT, current_loop, fetch, run_server
 
 from pyserver import _core
 from pyserver.evselector import EvEventLoop, EvSelector
@@ -442,3 +443,101 @@ def test_request_task_waiting_on_a_stream_survives_a_garbage_collection(srv):
 def test_server_subprocess(srv):
     resp = fetch(srv.port, "GET", "/subprocess")
     assert (resp.status, resp.body) == (200, b"0 from the child")
+
+
+# ---- asyncio's private names: checked once, asyncio's own methods when one is gone ----
+
+
+def test_helpers_check_asyncios_private_names_against_this_python():
+    helpers = _core.EvLoopHelpers(
+        events.Handle,
+        events.TimerHandle,
+        base_events.BaseEventLoop,
+        selector_events.BaseSelectorEventLoop,
+        lambda handle, exc: None,
+    )
+    assert helpers.missing == ()
+    assert EvEventLoop._run_once is not base_events.BaseEventLoop._run_once
+    assert EvEventLoop.call_soon is not base_events.BaseEventLoop.call_soon
+
+
+class _SelectorLoopOfAnotherPython:
+    """Stands for a BaseSelectorEventLoop whose private names a CPython release renamed."""
+
+
+def test_helpers_missing_a_name_hand_out_asyncios_own_methods(caplog):
+    with caplog.at_level("WARNING", logger="pyserver.error"):
+        helpers = _core.EvLoopHelpers(
+            events.Handle,
+            events.TimerHandle,
+            base_events.BaseEventLoop,
+            _SelectorLoopOfAnotherPython,
+            lambda handle, exc: None,
+        )
+    assert "BaseSelectorEventLoop._process_events" in helpers.missing
+    assert "BaseSelectorEventLoop._selector" in helpers.missing
+    assert not any(name.startswith(("Handle.", "TimerHandle.")) for name in helpers.missing)
+    warnings = [r for r in caplog.records if r.name == "pyserver.error"]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    assert "BaseSelectorEventLoop._process_events" in warnings[0].getMessage()
+    assert helpers.method("run_once") is base_events.BaseEventLoop._run_once
+    assert helpers.method("call_soon") is base_events.BaseEventLoop.call_soon
+    assert helpers.method("get_debug") is base_events.BaseEventLoop.get_debug
+
+    class StockLoop(asyncio.SelectorEventLoop):
+        _run_once = helpers.method("run_once")
+        call_soon = helpers.method("call_soon")
+
+    async def work():
+        await asyncio.sleep(0.01)
+        return await asyncio.get_running_loop().run_in_executor(None, sum, [1, 2, 3])
+
+    loop = StockLoop()
+    try:
+        assert loop.run_until_complete(work()) == 6
+    finally:
+        loop.close()
+    # Called directly, the C methods do what asyncio's own do too.
+    loop = asyncio.SelectorEventLoop()
+    try:
+        ran = []
+        helpers.call_soon(loop, ran.append, 1)
+        helpers.run_once(loop)
+        assert ran == [1]
+    finally:
+        loop.close()
+
+
+# A Python whose asyncio lacks a private name the C loop reads: sitecustomize drops
+# BaseSelectorEventLoop._write_to_self before pyserver starts (EvEventLoop sets its own on
+# each loop, so asyncio's methods still work there).
+_DROP_NAME = """\
+from asyncio import selector_events
+del selector_events.BaseSelectorEventLoop._write_to_self
+"""
+
+
+def test_server_runs_asyncios_own_loop_methods_when_a_private_name_is_gone(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(_DROP_NAME)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    with run_server("apps.asgi_loop:app", "--no-access-log", env=env) as srv:
+        assert srv.wait_for_log("BaseSelectorEventLoop._write_to_self"), srv.log_tail()
+        resp = fetch(srv.port, "GET", "/run_once")
+        assert (resp.status, resp.body) == (200, b"asyncio")
+        for _ in range(3):
+            resp = fetch(srv.port, "GET", "/threads")
+            assert (resp.status, resp.body) == (200, b"128 ok")
+        resp = fetch(srv.port, "GET", "/subprocess")
+        assert (resp.status, resp.body) == (200, b"0 from the child")
+        lines = [line for line in srv.log().splitlines() if "lacks" in line]
+    assert len(lines) == 1, lines
+    assert (
+        "[WARNING] asyncio of this Python lacks BaseSelectorEventLoop._write_to_self:" in lines[0]
+    )
+
+
+def test_server_runs_the_c_loop_methods_on_this_python():
+    with run_server("apps.asgi_loop:app", "--no-access-log") as srv:
+        resp = fetch(srv.port, "GET", "/run_once")
+        assert (resp.status, resp.body) == (200, b"pyserver")
+        assert "lacks" not in srv.log()

@@ -1,6 +1,6 @@
-/* The ASGI websocket scope (asgi_ws.c) and what it uses of asgi.c.
+/* The ASGI websocket scope (asgi_ws.c) and what it uses of the ASGI layer.
  *
- * An upgrade request runs as an ASGI request cycle of asgi.c whose cycle
+ * An upgrade request runs as an ASGI request cycle of asgi_http.c whose cycle
  * holds a ps_asgi_ws_t: receive() and send() go to asgi_ws.c, which talks
  * to the connection through wsconn.h once the application accepted, and
  * through the cycle's HTTP response path for a denial (the
@@ -14,9 +14,9 @@
 typedef struct ps_asgi_ws ps_asgi_ws_t;
 struct ps_asgi_ws_strings;
 
-/* ---- asgi.c, for asgi_ws.c ---- */
+/* ---- the ASGI layer, for asgi_ws.c ---- */
 
-/* An awaitable done with value (stolen; NULL passes an exception on). */
+/* asgi_awaitables.c: an awaitable done with value (stolen; NULL passes an exception on). */
 PyObject *ps_asgi_ready(ps_asgi_t *ctx, PyObject *value);
 /* The Future in *slot while it is pending, else a new one put there (a
  * wait_for that gave up cancelled the old one). New reference or NULL. */
@@ -27,11 +27,11 @@ int ps_asgi_resolve(ps_asgi_t *ctx, PyObject **slot, PyObject *value, int as_exc
 /* Fails *slot (a Future, or NULL) with ClientDisconnected and clears it;
  * never raises. */
 void ps_asgi_fail_waiter(ps_asgi_t *ctx, PyObject **slot);
-/* ClientDisconnected (borrowed). */
+/* asgi_http.c: ClientDisconnected (borrowed). */
 PyObject *ps_asgi_disconnected_error(ps_asgi_t *ctx);
 /* Where asgi_ws.c keeps its interned strings, for the layer's lifetime. */
 struct ps_asgi_ws_strings **ps_asgi_ws_strings_slot(ps_asgi_t *ctx);
-/* An ASGI header list as slices (see asgi.c's view_headers): drop *keep
+/* An ASGI header list as slices (see asgi_http.c's view_headers): drop *keep
  * once done with them. */
 Py_ssize_t ps_asgi_view_headers(PyObject *headers, ps_header_t **hs, size_t room, PyObject **keep);
 /* One access-log line for the cycle's request with status. */
@@ -43,7 +43,7 @@ void ps_asgi_cycle_refuse(PyObject *cycle, int status);
  * http.response.start/body. Returns an awaitable or NULL with an exception. */
 PyObject *ps_asgi_cycle_deny(PyObject *cycle, PyObject *msg, int start);
 
-/* ---- asgi_ws.c, for asgi.c ---- */
+/* ---- asgi_ws.c, for the ASGI layer ---- */
 
 /* The WebSocket part of cycle (borrowed: the cycle owns the result) for
  * the checked handshake hs of exchange x. NULL with an exception. */
@@ -51,7 +51,7 @@ ps_asgi_ws_t *ps_asgi_ws_new(ps_asgi_t *ctx, PyObject *cycle, ps_exchange_t *x,
                              const ps_ws_handshake_t *hs);
 void ps_asgi_ws_free(ps_asgi_ws_t *ws);
 void ps_asgi_ws_strings_free(struct ps_asgi_ws_strings *s);
-/* Turns the HTTP scope asgi.c built into the websocket one. 0 or -1. */
+/* Turns the HTTP scope asgi_scope.c built into the websocket one. 0 or -1. */
 int ps_asgi_ws_scope(ps_asgi_ws_t *ws, PyObject *scope);
 /* receive() and send(message): awaitables, or NULL with an exception. */
 PyObject *ps_asgi_ws_receive(ps_asgi_ws_t *ws);

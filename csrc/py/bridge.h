@@ -15,7 +15,7 @@
 #include "../transport.h"
 
 /* A task's first step, taken from the loop's call_soon() instead of queued
- * (evselector.c), for the ASGI layer to run at once (asgi.c): armed with
+ * (evloop.c), for the ASGI layer to run at once (asgi_task.c): armed with
  * loop set and callback NULL around an asyncio.Task() call. */
 typedef struct {
     PyObject *loop;     /* borrowed: only this loop's call_soon() is taken */
@@ -200,7 +200,7 @@ ps_hybrid_t *ps_hybrid_new(ps_wsgi_t *wsgi, ps_asgi_t *asgi, const ps_py_setting
 void ps_hybrid_free(ps_hybrid_t *h);
 extern const ps_handler_t ps_hybrid_handler;
 
-/* The selector core over a libev loop (evselector.x). New reference. */
+/* The selector core over a libev loop (evselector.c). New reference. */
 PyObject *ps_evselector_new(ps_module_state_t *st, struct ev_loop *loop);
 
 /* ---- tls.c: what a TLS connection's requests show ---- */
@@ -436,7 +436,7 @@ void ps_rejects_log(ps_rejects_t *r, ps_exchange_t *x, int status, const char *r
 void ps_rejects_stop(ps_rejects_t *r);
 void ps_rejects_clear(ps_rejects_t *r);
 
-/* The libev selector (evselector.x), continued. ps_evselector_new above
+/* The libev selector (evselector.c), continued. ps_evselector_new above
  * builds an EvSelectorCore that borrows `loop` (the loop must already have
  * the GIL release callbacks installed). */
 /* Adds pyserver._core.EvSelectorCore. Returns 0 or -1 with an exception. */
@@ -445,5 +445,12 @@ int ps_evselector_init_type(PyObject *module, ps_module_state_t *st);
  * never raises). Call before destroying a borrowed loop, in case Python
  * still holds the selector; a no-op while it polls. */
 void ps_evselector_close(PyObject *core);
+
+/* ---- evloop.c ---- */
+
+/* Adds pyserver._core.EvLoopHelpers (asyncio.BaseEventLoop's hot methods in
+ * C, for pyserver.evselector.EvEventLoop). Returns 0 or -1 with an
+ * exception. */
+int ps_evloop_init_type(PyObject *module);
 
 #endif

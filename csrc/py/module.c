@@ -661,6 +661,8 @@ static int module_exec(PyObject *module)
         return -1;
     if (ps_evselector_init_type(module, st) < 0)
         return -1;
+    if (ps_evloop_init_type(module) < 0)
+        return -1;
     if (PyModule_AddStringConstant(
             module, "LLHTTP_VERSION",
             Py_STRINGIFY(LLHTTP_VERSION_MAJOR) "." Py_STRINGIFY(

@@ -6,6 +6,7 @@
 /slow        the same to $ASGI_LOOP_SLOW_PORT (an echo server that waits before answering)
 /gc          gc.collect(), the number of objects it found unreachable
 /subprocess  asyncio.create_subprocess_exec of `python -c print(...)`, its output
+/run_once    whose _run_once and call_soon the loop runs: "pyserver" (C) or "asyncio"
 """
 
 import asyncio
@@ -64,6 +65,17 @@ async def subprocess():
     return f"{proc.returncode} {out.decode().strip()}"
 
 
+async def run_once():
+    from asyncio import base_events
+
+    cls = type(asyncio.get_running_loop())
+    stock = [
+        cls._run_once is base_events.BaseEventLoop._run_once,
+        cls.call_soon is base_events.BaseEventLoop.call_soon,
+    ]
+    return "asyncio" if all(stock) else "pyserver" if not any(stock) else "mixed"
+
+
 ROUTES = {
     "/loop": loop_name,
     "/threads": threads,
@@ -71,6 +83,7 @@ ROUTES = {
     "/slow": slow,
     "/gc": collect,
     "/subprocess": subprocess,
+    "/run_once": run_once,
 }
 
 
