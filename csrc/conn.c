@@ -18,7 +18,6 @@
 #include "proxyproto.h"
 #include "worker.h"
 #include "spool.h"
-#include "wsconn.h"
 #include "h2conn.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
@@ -32,16 +31,13 @@
  * keeps no more of it than an ordinary head needs, whatever a large head or
  * body made it grow to. */
 #define KEEP_RBUF (16 * 1024)
-#define LINGER_SECONDS 2.0
-#define SENDFILE_CHUNK (4 * 1024 * 1024)
 /* Input read ahead while an asynchronous application runs (pipelined
  * requests, or nothing but the client's close). */
 #define READ_AHEAD (64 * 1024)
 
-static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void on_read(ps_sock_t *s);
 static int take_proxy_header(ps_conn_t *c);
-static void on_write(struct ev_loop *loop, ev_io *io, int revents);
-static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+static void on_write(ps_sock_t *s);
 static void process(ps_conn_t *c);
 static void complete(ps_conn_t *c);
 static int flush(ps_conn_t *c);
@@ -54,7 +50,7 @@ static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp);
 /* --metrics-bind: the request in progress is over, answered with status. */
 static void count_request(ps_conn_t *c, int status)
 {
-    ps_metrics_t *m = c->w->metrics;
+    ps_metrics_t *m = c->s.w->metrics;
     if (m == NULL || c->metrics_start == 0)
         return;
     ps_metrics_request(m, ps_conn_request(c)->method, status,
@@ -73,8 +69,8 @@ static const uint8_t next_states[] __attribute__((unused)) = {
         S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_WS) | S(PS_CONN_CLOSED),
     [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
     [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
-    [PS_CONN_WS] = S(PS_CONN_CLOSED), /* wsconn.c lingers on its own */
-    [PS_CONN_H2] = S(PS_CONN_CLOSED), /* and so does h2conn.c */
+    [PS_CONN_WS] = S(PS_CONN_CLOSED), /* the socket is another protocol's now */
+    [PS_CONN_H2] = S(PS_CONN_CLOSED),
     [PS_CONN_CLOSED] = 0,
 };
 #undef S
@@ -102,25 +98,21 @@ static const ps_slice_t close_line = PS_SLICE_LIT("Connection: close\r\n");
 static const ps_exchange_ops_t ps_http1_exchange_ops;
 static const ps_slice_t keep_alive_line = PS_SLICE_LIT("Connection: keep-alive\r\n");
 
+static const ps_sock_proto_t h1_proto;
+
 ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
                        socklen_t peer_len, int is_unix)
 {
     ps_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    c->w = w;
-    c->fd = fd;
-    ps_transport_init_plain(&c->t, fd);
-    c->is_unix = is_unix != 0;
-    c->sf_fd = -1;
+    ps_sock_init(&c->s, w, fd, peer, peer_len, is_unix, &h1_proto, c);
     c->spool_fd = -1;
     c->resp_left = -1;
-    memcpy(&c->peer, peer, peer_len);
-    c->peer_len = peer_len;
     /* A unix-socket peer is trusted whatever address the kernel reports. */
     const ps_proxy_t *proxy = w->cfg.proxy;
     int trusted = proxy != NULL &&
-                  (c->is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
+                  (c->s.is_unix || ps_proxy_peer_trusted(proxy, (struct sockaddr *)peer, peer_len));
     c->x = (ps_exchange_t){
         .ops = &ps_http1_exchange_ops,
         .req = &c->parser.req,
@@ -128,9 +120,9 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
         .worker = w,
         .handler_data = w->handler_data,
         .proxy = trusted ? proxy : NULL,
-        .peer = &c->peer,
+        .peer = &c->s.peer,
         .peer_len = peer_len,
-        .is_unix = c->is_unix,
+        .is_unix = c->s.is_unix,
     };
     c->async = w->async;
     /* A synchronous request's parser pauses once the body passes the spool
@@ -139,25 +131,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
     if (!w->async)
         high = (size_t)PS_MIN(w->cfg.body_spool_threshold, (uint64_t)SIZE_MAX - 1) + 1;
     ps_http1_init(&c->parser, &w->cfg.limits, &c->body, high);
-    ev_io_init(&c->rio, on_read, fd, EV_READ);
-    ev_io_init(&c->wio, on_write, fd, EV_WRITE);
-    ev_init(&c->timer, on_timer);
-    c->timer.repeat = w->cfg.timeout_keep_alive;
-    ev_timer_again(w->loop, &c->timer);
-    if (w->metrics)
-        PS_METRICS_ADD(w->metrics->conns_opened, 1);
     return c;
-}
-
-int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *len)
-{
-    if (c->local_len) {
-        memcpy(ss, c->local, c->local_len);
-        *len = c->local_len;
-        return 0;
-    }
-    *len = sizeof(*ss);
-    return getsockname(c->fd, (struct sockaddr *)ss, len) < 0 ? -errno : 0;
 }
 
 /* Closes the spool file, if any: its bytes are gone with it. */
@@ -170,116 +144,70 @@ static void drop_spool(ps_conn_t *c)
     c->spool_len = c->spool_read = 0;
 }
 
-void ps_conn_free(ps_conn_t *c)
+/* The socket's free (h1_proto): the layer lets go of the connection's
+ * exchange, then the socket (and a protocol it was handed to) and the
+ * connection go. */
+static void h1_free(ps_sock_t *s, void *data)
 {
-    if (c->ws)
-        ps_wsconn_free(c->ws);
-    if (c->h2)
-        ps_h2conn_free(c->h2);
+    ps_conn_t *c = (ps_conn_t *)s;
+    PS_UNUSED(data);
+    s->w->handler->dispose(&c->x);
+    ps_sock_free(s);
     drop_spool(c);
     ps_http1_free(&c->parser);
     if (c->uw) {
         ps_uwsgi_free(c->uw);
         free(c->uw);
     }
-    ps_buf_free(&c->rbuf);
     ps_buf_free(&c->body);
-    ps_buf_free(&c->wbuf);
     free(c);
 }
 
 static void arm_timer(ps_conn_t *c, double seconds)
 {
-    if (seconds <= 0) {
-        ev_timer_stop(c->w->loop, &c->timer);
-        return;
-    }
-    c->timer.repeat = seconds;
-    ev_timer_again(c->w->loop, &c->timer);
+    ps_sock_timer_again(&c->s, seconds);
 }
 
-/* Closes the socket; the struct is freed before the loop sleeps. When the
- * application is mid-response and not on the stack, it hears of it through
- * on_disconnect. */
-void ps_conn_close(ps_conn_t *c)
+/* The socket is about to close (h1_proto): the application threads'
+ * requests (--threads) hear of it first, as a thread may read the body or
+ * the transport until the layer detaches it. */
+static void h1_before_close(ps_sock_t *s)
 {
-    if (c->state == PS_CONN_CLOSED)
-        return;
-    /* Output held for the flush (see hold()) would have been in the kernel's
-     * buffer by now: it leaves before the close, as that would have. */
-    if (c->held && !c->failed && ps_buf_size(&c->wbuf) > 0 && !ev_is_active(&c->wio))
-        flush(c);
-    struct ev_loop *loop = c->w->loop;
-    int tell_app = c->x.app_data != NULL && !c->in_handler;
-    /* First the application threads' requests (--threads): a thread may
-     * read the body or the transport until the layer detaches it. */
-    if (tell_app && c->x.deferred) {
-        c->w->handler->on_disconnect(&c->x);
-        tell_app = 0;
+    ps_conn_t *c = (ps_conn_t *)s;
+    c->tell_app = c->x.app_data != NULL && !c->in_handler;
+    if (c->tell_app && c->x.deferred) {
+        s->w->handler->on_disconnect(&c->x);
+        c->tell_app = 0;
     }
-    if (c->h2 && !c->w->async)
-        ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
-    ev_io_stop(loop, &c->rio);
-    ev_io_stop(loop, &c->wio);
-    ev_timer_stop(loop, &c->timer);
-    ps_transport_close(&c->t);
-    c->fd = -1;
+}
+
+/* The socket is closed (h1_proto): when the application is mid-response
+ * and not on the stack, it hears of it through on_disconnect. */
+static void h1_after_close(ps_sock_t *s)
+{
+    ps_conn_t *c = (ps_conn_t *)s;
     c->x.tls = NULL;
     drop_spool(c);
     set_state(c, PS_CONN_CLOSED);
-    c->failed = 1;
-    if (c->h2)
-        ps_h2conn_closed(c->h2); /* its streams hear on_disconnect */
-    if (c->w->metrics) {
-        count_request(c, c->x.status);
-        if (c->ws)
-            PS_METRICS_ADD(c->w->metrics->ws_closed, 1);
-        PS_METRICS_ADD(c->w->metrics->conns_closed, 1);
-    }
-    ps_worker_conn_closed(c->w, c);
-    if (tell_app)
-        c->w->handler->on_disconnect(&c->x);
+    count_request(c, c->x.status);
+    if (c->tell_app)
+        s->w->handler->on_disconnect(&c->x);
 }
 
-/* Half-closes after an answer and drains what the client still sends, so
- * that unread input does not turn our close into a reset that destroys the
- * answer before the client reads it. */
+/* Half-closes after an answer and drains what the client still sends
+ * (ps_sock_linger). */
 static void linger(ps_conn_t *c)
 {
-    ps_transport_shutdown(&c->t);
     set_state(c, PS_CONN_LINGER);
-    ev_io_stop(c->w->loop, &c->wio);
-    ev_io_start(c->w->loop, &c->rio);
-    arm_timer(c, LINGER_SECONDS);
+    ps_sock_linger(&c->s);
 }
 
-void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc)
+/* A graceful stop (h1_proto): closes the connection if it is between
+ * requests. */
+static void h1_stop_idle(ps_sock_t *s)
 {
-    set_state(c, PS_CONN_WS);
-    c->ws = wc;
-    if (c->w->metrics) {
-        count_request(c, 101);
-        PS_METRICS_ADD(c->w->metrics->ws_opened, 1);
-    }
-}
-
-void ps_conn_set_h2(ps_conn_t *c, struct ps_h2conn *hc)
-{
-    set_state(c, PS_CONN_H2);
-    c->h2 = hc;
-}
-
-void ps_conn_stop_idle(ps_conn_t *c)
-{
-    if (c->state == PS_CONN_H2) {
-        ps_h2conn_going_away(c->h2); /* GOAWAY; closes once its streams are done */
-        return;
-    }
-    if (c->state == PS_CONN_WS) {
-        ps_wsconn_going_away(c->ws); /* closes once the peer answers */
-        return;
-    }
-    if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->rbuf) == 0)
+    ps_conn_t *c = (ps_conn_t *)s;
+    if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->s.rbuf) == 0)
         ps_conn_close(c);
 }
 
@@ -287,242 +215,37 @@ void ps_conn_stop_idle(ps_conn_t *c)
 
 static void start_writing(ps_conn_t *c)
 {
-    if (!ev_is_active(&c->wio)) {
-        ev_io_start(c->w->loop, &c->wio);
-        arm_timer(c, c->w->cfg.timeout_request_header);
-    }
+    ps_sock_start_writing(&c->s);
 }
 
-/* Sends queued output then the new iovecs in one call when the socket is
- * not known to be full; whatever the kernel does not take is queued.
- * Returns PS_WRITE_DONE, PS_WRITE_PENDING or -errno. */
 static int write_now(ps_conn_t *c, const struct iovec *iov, int n)
 {
-    struct iovec v[8];
-    int k = 0;
-    size_t queued = ps_buf_size(&c->wbuf);
-    size_t total = queued;
-    if (c->failed)
-        return -EPIPE;
-    if (queued)
-        v[k++] = (struct iovec){ps_buf_head(&c->wbuf), queued};
-    for (int i = 0; i < n; i++) {
-        v[k++] = iov[i];
-        total += iov[i].iov_len;
-    }
-    size_t sent = 0;
-    if (!ev_is_active(&c->wio) && c->sf_fd < 0) {
-        ssize_t r = ps_transport_writev(&c->t, v, k);
-        if (r < 0 && r != PS_IO_WANT_WRITE && r != PS_IO_WANT_READ) {
-            c->failed = 1;
-            return (int)r;
-        }
-        sent = r < 0 ? 0 : (size_t)r;
-        if (c->w->metrics)
-            PS_METRICS_ADD(c->w->metrics->bytes_out, sent);
-    }
-    PS_ASSERT(sent <= total);
-    if (sent == total) {
-        ps_buf_reset(&c->wbuf);
-        return PS_WRITE_DONE;
-    }
-    size_t from_queue = PS_MIN(sent, queued);
-    ps_buf_consume(&c->wbuf, from_queue);
-    size_t skip = sent - from_queue;
-    for (int i = queued ? 1 : 0; i < k; i++) {
-        if (skip >= v[i].iov_len) {
-            skip -= v[i].iov_len;
-            continue;
-        }
-        if (ps_buf_append(&c->wbuf, (char *)v[i].iov_base + skip, v[i].iov_len - skip) < 0) {
-            c->failed = 1;
-            return -ENOMEM;
-        }
-        skip = 0;
-    }
-    start_writing(c);
-    return PS_WRITE_PENDING;
+    return ps_sock_write_now(&c->s, iov, n);
 }
 
-/* Writes queued bytes, then the pending sendfile. Returns 0 when all is
- * out, 1 when the socket is full, -errno when the client is gone. */
 static int flush(ps_conn_t *c)
 {
-    for (;;) {
-        while (ps_buf_size(&c->wbuf)) {
-            ssize_t r = ps_transport_send(&c->t, ps_buf_head(&c->wbuf), ps_buf_size(&c->wbuf),
-                                          c->sf_fd >= 0 && c->sf_left > 0);
-            if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ)
-                return 1;
-            if (r < 0) {
-                c->failed = 1;
-                return (int)r;
-            }
-            if (c->w->metrics)
-                PS_METRICS_ADD(c->w->metrics->bytes_out, r);
-            ps_buf_consume(&c->wbuf, (size_t)r);
-        }
-        if (c->sf_fd < 0)
-            return 0;
-        while (c->sf_left) {
-            /* Over TLS without kernel TLS, a bounded pread and encrypt loop. */
-            ssize_t r = ps_transport_sendfile(&c->t, c->sf_fd, c->sf_off,
-                                              PS_MIN(c->sf_left, SENDFILE_CHUNK));
-            if (r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ)
-                return 1;
-            if (r < 0) {
-                c->failed = 1;
-                return (int)r;
-            }
-            if (r == 0) { /* the file shrank under us: the response is short */
-                c->failed = 1;
-                return -EIO;
-            }
-            c->sf_off += r;
-            c->sf_left -= (uint64_t)r;
-            if (c->w->metrics)
-                PS_METRICS_ADD(c->w->metrics->bytes_out, r);
-        }
-        c->sf_fd = -1;
-        if (!c->sf_trailer)
-            return 0;
-        c->sf_trailer = 0;
-        if (ps_buf_append(&c->wbuf, "\r\n", 2) < 0)
-            return -ENOMEM;
-    }
+    return ps_sock_flush(&c->s);
 }
 
-/* ---- output held until the loop sleeps ----
- *
- * A small write is not sent at once: it is queued and its connection put on
- * the worker's held list, and ps_conn_flush_held() sends the list before
- * the loop polls again. The requests of one iteration then run their Python
- * back to back and their responses leave back to back, so the client is
- * woken once for a burst instead of once per response (each wake-up is a
- * scheduler round trip charged to the writer), and the interpreter and the
- * kernel's network path do not take turns in the caches. The delay is
- * bounded: a response waits for at most HOLD_CONNS others, and anything
- * larger than HOLD_BYTES goes out at once with what was held before it. */
-#define HOLD_BYTES (16 * 1024)
-#define HOLD_CONNS 32
-/* ... and an application call is not started while output has waited this
- * long (ns): a response waits for at most one slow request after it. */
-#define HOLD_NS 1000000u
-
-/* Sends the held output of the connections that held some since the last
- * pass, without moving any of them on (that is the flush's job): a failure
- * leaves the connection failed, a full socket starts its write watcher. */
-static void write_held(ps_worker_t *w)
+/* Held output (sock.c) went out: a response that was complete moves the
+ * connection on to its next request (h1_proto). May close c and run
+ * application code (a pipelined request). */
+static void h1_on_flushed(ps_sock_t *s)
 {
-    for (ps_conn_t *c = w->held; c; c = c->next_held) {
-        if (!c->held_new)
-            continue;
-        c->held_new = 0;
-        if (c->state == PS_CONN_CLOSED || ev_is_active(&c->wio))
-            continue;
-        if (flush(c) == 1)
-            start_writing(c);
+    ps_conn_t *c = (ps_conn_t *)s;
+    if (c->state == PS_CONN_FLUSH) {
+        complete(c);
+        if (c->state == PS_CONN_IDLE)
+            process(c); /* pipelined requests */
     }
-    w->held_new = 0;
 }
 
-/* Queues the iovecs behind what is held already and puts c on the held
- * list. Returns PS_WRITE_DONE or -ENOMEM. */
-static int hold(ps_conn_t *c, const struct iovec *iov, int n)
-{
-    ps_worker_t *w = c->w;
-    if (!c->held_new && w->held_new >= HOLD_CONNS)
-        write_held(w); /* this connection's output starts the next group */
-    for (int i = 0; i < n; i++) {
-        if (ps_buf_append(&c->wbuf, iov[i].iov_base, iov[i].iov_len) < 0) {
-            c->failed = 1;
-            return -ENOMEM;
-        }
-    }
-    if (!c->held) {
-        c->held = 1;
-        c->next_held = w->held;
-        w->held = c;
-    }
-    if (!c->held_new) {
-        c->held_new = 1;
-        if (w->held_new++ == 0)
-            w->held_since = ps_metrics_clock();
-    }
-    return PS_WRITE_DONE;
-}
-
-/* Before an application call, which may take long (a synchronous view on
- * the loop thread, a first step that computes): output held for longer
- * than HOLD_NS goes out first. */
-static void write_overdue(ps_worker_t *w)
-{
-    if (w->held_new && ps_metrics_clock() - w->held_since >= HOLD_NS)
-        write_held(w);
-}
-
-/* Holds a small write for the flush before the loop sleeps (see above);
- * anything else goes out now, after what was held. Returns PS_WRITE_DONE,
- * PS_WRITE_PENDING or -errno. */
+/* Holds a small write for the flush before the loop sleeps (sock.c);
+ * anything else goes out now, after what was held. */
 static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
 {
-    if (c->failed)
-        return -EPIPE;
-    if (ev_is_active(&c->wio) || c->sf_fd >= 0)
-        return write_now(c, iov, n);
-    size_t total = ps_buf_size(&c->wbuf);
-    for (int i = 0; i < n; i++)
-        total += iov[i].iov_len;
-    if (total > HOLD_BYTES)
-        return write_now(c, iov, n);
-    return hold(c, iov, n);
-}
-
-void ps_conn_flush_held(ps_worker_t *w)
-{
-    while (w->held) {
-        ps_conn_t *c = w->held;
-        w->held = c->next_held;
-        c->next_held = NULL;
-        c->held = 0;
-        c->held_new = 0;
-        /* Past FLUSH the connection is lingering, closed, or another
-         * protocol's (which took the queued bytes along). */
-        if (c->state > PS_CONN_FLUSH || ev_is_active(&c->wio))
-            continue;
-        int rc = flush(c);
-        if (rc < 0) {
-            ps_conn_close(c);
-            continue;
-        }
-        if (rc == 1) {
-            start_writing(c);
-            continue;
-        }
-        if (c->state == PS_CONN_FLUSH) {
-            complete(c);
-            if (c->state == PS_CONN_IDLE)
-                process(c); /* pipelined requests */
-        }
-    }
-    w->held_new = 0;
-}
-
-static int wait_fd(ps_conn_t *c, short events)
-{
-    if (ps_transport_blocked(&c->t) & PS_TRANSPORT_WRITE_WANTS_READ)
-        events = POLLIN; /* TLS: the write waits for the peer's bytes */
-    struct pollfd pfd = {.fd = c->fd, .events = events};
-    int ms = (int)(c->w->cfg.timeout_request_header * 1000);
-    for (;;) {
-        int rc = poll(&pfd, 1, ms > 0 ? ms : -1);
-        if (rc > 0)
-            return 0;
-        if (rc == 0)
-            return -ETIMEDOUT;
-        if (errno != EINTR)
-            return -errno;
-    }
+    return ps_sock_send(&c->s, iov, n);
 }
 
 int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n,
@@ -530,7 +253,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
 {
     ps_head_info_t info;
     ps_request_t *r = ps_conn_request(c);
-    if (c->failed)
+    if (c->s.failed)
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0)
         return -EINVAL;
@@ -549,16 +272,16 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
     } else {
         c->keep_alive = 0; /* the end of the body is the end of the connection */
     }
-    if (c->w->cfg.date_header && !info.has_date)
-        extra[ne++] = ps_date_header((time_t)ev_now(c->w->loop));
-    if (c->w->cfg.server_header && !info.has_server)
+    if (c->s.w->cfg.date_header && !info.has_date)
+        extra[ne++] = ps_date_header((time_t)ev_now(c->s.w->loop));
+    if (c->s.w->cfg.server_header && !info.has_server)
         extra[ne++] = server_line;
     if (!c->keep_alive)
         extra[ne++] = close_line;
     else if (r->http_minor == 0)
         extra[ne++] = keep_alive_line;
     PS_ASSERT(ne <= PS_ARRAY_LEN(extra));
-    if (ps_http1_write_head(&c->wbuf, status, h, n, extra, ne) < 0)
+    if (ps_http1_write_head(&c->s.wbuf, status, h, n, extra, ne) < 0)
         return -ENOMEM;
     c->resp_started = 1;
     if (c->x.file_follows && len == 0 && !c->resp_no_body)
@@ -568,7 +291,7 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
 
 int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
 {
-    if (c->failed)
+    if (c->s.failed)
         return -EPIPE;
     if (c->resp_no_body)
         len = 0;
@@ -577,7 +300,7 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
         c->resp_left -= (int64_t)len;
     }
     if (len == 0) {
-        if (ps_buf_size(&c->wbuf) == 0)
+        if (ps_buf_size(&c->s.wbuf) == 0)
             return PS_WRITE_DONE;
         return send_iov(c, NULL, 0);
     }
@@ -595,15 +318,15 @@ int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len)
 {
     int rc = ps_conn_write(c, data, len);
     while (rc == PS_WRITE_PENDING) {
-        rc = wait_fd(c, POLLOUT);
+        rc = ps_sock_wait(&c->s, POLLOUT);
         if (rc < 0) {
-            c->failed = 1;
+            c->s.failed = 1;
             return rc;
         }
         rc = flush(c);
         if (rc == 0) {
-            ev_io_stop(c->w->loop, &c->wio);
-            ev_timer_stop(c->w->loop, &c->timer);
+            ev_io_stop(c->s.w->loop, &c->s.wio);
+            ev_timer_stop(c->s.w->loop, &c->s.timer);
         }
     }
     return rc;
@@ -611,7 +334,7 @@ int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len)
 
 int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
 {
-    if (c->failed)
+    if (c->s.failed)
         return -EPIPE;
     if (c->resp_no_body)
         count = 0;
@@ -624,14 +347,14 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
     if (c->resp_chunked) {
         char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
         size_t sl = ps_http1_chunk_head(size_line, count);
-        if (ps_buf_append(&c->wbuf, size_line, sl) < 0)
+        if (ps_buf_append(&c->s.wbuf, size_line, sl) < 0)
             return -ENOMEM;
-        c->sf_trailer = 1;
+        c->s.sf_trailer = 1;
     }
-    c->sf_fd = fd;
-    c->sf_off = offset;
-    c->sf_left = count;
-    if (ev_is_active(&c->wio))
+    c->s.sf_fd = fd;
+    c->s.sf_off = offset;
+    c->s.sf_left = count;
+    if (ev_is_active(&c->s.wio))
         return PS_WRITE_PENDING;
     int rc = flush(c);
     if (rc < 0)
@@ -646,7 +369,7 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
 void ps_conn_end(ps_conn_t *c)
 {
     c->resp_ended = 1;
-    if (!c->failed) {
+    if (!c->s.failed) {
         if (c->resp_chunked) {
             struct iovec v = {PS_HTTP1_LAST_CHUNK, sizeof(PS_HTTP1_LAST_CHUNK) - 1};
             send_iov(c, &v, 1);
@@ -659,11 +382,11 @@ void ps_conn_end(ps_conn_t *c)
 
 int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
 {
-    if (!c->resp_chunked || c->failed) {
+    if (!c->resp_chunked || c->s.failed) {
         ps_conn_end(c);
         return 0;
     }
-    int rc = ps_http1_write_last_chunk(&c->wbuf, h, n);
+    int rc = ps_http1_write_last_chunk(&c->s.wbuf, h, n);
     if (rc == -EINVAL)
         return rc;
     if (rc < 0)
@@ -674,7 +397,7 @@ int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
     kick(c);
     return 0;
 oom:
-    c->failed = 1;
+    c->s.failed = 1;
     ps_conn_abort(c);
     return -ENOMEM;
 }
@@ -689,12 +412,12 @@ void ps_conn_abort(ps_conn_t *c)
 int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n)
 {
     ps_head_info_t info;
-    if (c->failed)
+    if (c->s.failed)
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
         info.status < 102 || ps_conn_request(c)->http_minor == 0 || c->uw)
         return -EINVAL; /* nginx's uwsgi module reads one head: no 1xx */
-    if (ps_http1_write_head(&c->wbuf, status, h, n, NULL, 0) < 0)
+    if (ps_http1_write_head(&c->s.wbuf, status, h, n, NULL, 0) < 0)
         return -ENOMEM;
     return write_now(c, NULL, 0); /* a hint or a go-ahead is worth nothing late */
 }
@@ -722,10 +445,10 @@ void ps_conn_send_error(ps_conn_t *c, int status)
 
 void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response)
 {
-    if (c->w->handler->on_rejected && !c->resp_started)
-        c->w->handler->on_rejected(&c->x, status, reason);
-    if (c->w->metrics && !c->resp_started)
-        ps_metrics_rejected(c->w->metrics, status);
+    if (c->s.w->handler->on_rejected && !c->resp_started)
+        c->s.w->handler->on_rejected(&c->x, status, reason);
+    if (c->s.w->metrics && !c->resp_started)
+        ps_metrics_rejected(c->s.w->metrics, status);
     send_canned(c, status, response);
 }
 
@@ -740,9 +463,7 @@ void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
  * by a poll of the socket: the watcher is then fed an event at once. */
 static void start_reading(ps_conn_t *c)
 {
-    ev_io_start(c->w->loop, &c->rio);
-    if (ps_unlikely(ps_transport_pending(&c->t)))
-        ev_feed_event(c->w->loop, &c->rio, EV_READ);
+    ps_sock_start_reading(&c->s);
 }
 
 /* Parses buffered input. Returns PS_HTTP1_* */
@@ -751,13 +472,13 @@ static int parse(ps_conn_t *c)
     size_t used = 0;
     int rc;
     if (ps_unlikely(c->uw != NULL))
-        rc = ps_uwsgi_feed(c->uw, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
+        rc = ps_uwsgi_feed(c->uw, ps_buf_head(&c->s.rbuf), ps_buf_size(&c->s.rbuf), &used);
     else
-        rc = ps_http1_feed(&c->parser, ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf), &used);
+        rc = ps_http1_feed(&c->parser, ps_buf_head(&c->s.rbuf), ps_buf_size(&c->s.rbuf), &used);
     if (used)
         c->head_started = 1;
-    PS_ASSERT(used <= ps_buf_size(&c->rbuf));
-    ps_buf_consume(&c->rbuf, used);
+    PS_ASSERT(used <= ps_buf_size(&c->s.rbuf));
+    ps_buf_consume(&c->s.rbuf, used);
     return rc;
 }
 
@@ -780,7 +501,7 @@ static int spool_body(ps_conn_t *c)
 {
     size_t n = ps_buf_size(&c->body);
     if (c->spool_fd < 0) {
-        if (ps_conn_request(c)->body_received <= c->w->cfg.body_spool_threshold)
+        if (ps_conn_request(c)->body_received <= c->s.w->cfg.body_spool_threshold)
             return 0;
         int fd = ps_spool_open();
         if (fd < 0)
@@ -827,14 +548,14 @@ int ps_conn_body_fill(ps_conn_t *c)
 static void update_reading(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->failed || !c->async)
+    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->s.failed || !c->async)
         return;
-    int want = r->message_complete ? ps_buf_size(&c->rbuf) < READ_AHEAD
+    int want = r->message_complete ? ps_buf_size(&c->s.rbuf) < READ_AHEAD
                                    : ps_buf_size(&c->body) < BODY_HIGH;
     if (want)
         start_reading(c);
     else
-        ev_io_stop(c->w->loop, &c->rio);
+        ev_io_stop(c->s.w->loop, &c->s.rio);
 }
 
 /* A malformed, oversized or stalled body while an asynchronous application
@@ -845,7 +566,7 @@ static void body_failed(ps_conn_t *c, int status, const char *reason)
     c->error_status = status;
     c->keep_alive = 0;
     if (c->x.app_data)
-        c->w->handler->on_disconnect(&c->x);
+        c->s.w->handler->on_disconnect(&c->x);
     c->in_handler = 1;
     ps_conn_reject(c, status, reason);
     c->in_handler = 0;
@@ -855,11 +576,11 @@ static void body_failed(ps_conn_t *c, int status, const char *reason)
 int ps_conn_body_want(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    if (c->failed)
+    if (c->s.failed)
         return -ECONNRESET;
     if (c->error_status)
         return -EPROTO;
-    if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->rbuf) > 0 &&
+    if (ps_buf_size(&c->body) == 0 && !r->message_complete && ps_buf_size(&c->s.rbuf) > 0 &&
         parse(c) == PS_HTTP1_ERROR) {
         body_failed(c, parse_status(c), parse_reason(c));
         return -EPROTO;
@@ -874,7 +595,7 @@ int ps_conn_body_want(ps_conn_t *c)
     }
     c->body_wanted = 1;
     update_reading(c);
-    arm_timer(c, c->w->cfg.timeout_request_body); /* until a read adds body bytes */
+    arm_timer(c, c->s.w->cfg.timeout_request_body); /* until a read adds body bytes */
     return 0;
 }
 
@@ -882,7 +603,7 @@ int ps_conn_body_want(ps_conn_t *c)
 static void read_during_app(ps_conn_t *c, const char *data, size_t n)
 {
     ps_request_t *r = ps_conn_request(c);
-    if (ps_buf_append(&c->rbuf, data, n) < 0) {
+    if (ps_buf_append(&c->s.rbuf, data, n) < 0) {
         ps_conn_close(c);
         return;
     }
@@ -892,10 +613,10 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
     }
     if (c->body_wanted && (ps_buf_size(&c->body) > 0 || r->message_complete)) {
         c->body_wanted = 0;
-        if (!ev_is_active(&c->wio))
-            ev_timer_stop(c->w->loop, &c->timer);
+        if (!ev_is_active(&c->s.wio))
+            ev_timer_stop(c->s.w->loop, &c->s.timer);
         c->in_handler = 1;
-        c->w->handler->on_body(&c->x);
+        c->s.w->handler->on_body(&c->x);
         c->in_handler = 0;
         after_handler(c);
         if (c->state == PS_CONN_IDLE) {
@@ -904,6 +625,28 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         }
     }
     update_reading(c);
+}
+
+/* ---- HTTP/2 takes the socket over (h2conn.h) ---- */
+
+/* After h2conn.c took the socket (it may have closed it already). */
+static void switched_to_h2(ps_conn_t *c)
+{
+    if (c->state != PS_CONN_CLOSED)
+        set_state(c, PS_CONN_H2);
+}
+
+/* Hands the socket to HTTP/2 with preread (the preface and what followed,
+ * or nothing). Returns 0, or -1 when out of memory (c is then closed).
+ * May close c. */
+static int start_h2(ps_conn_t *c, const char *preread, size_t n)
+{
+    if (ps_h2conn_start(&c->s, &c->x, preread, n) < 0) {
+        ps_conn_close(c);
+        return -1;
+    }
+    switched_to_h2(c);
+    return 0;
 }
 
 /* ---- TLS ---- */
@@ -919,17 +662,17 @@ _Static_assert(sizeof(PLAIN_BODY) - 1 == 46, "Content-Length of the plain-HTTP a
 
 int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx)
 {
-    int rc = ps_transport_init_tls(&c->t, c->fd, ctx);
+    int rc = ps_transport_init_tls(&c->s.t, c->s.fd, ctx);
     if (rc < 0)
         return rc;
     c->handshaking = 1;
-    arm_timer(c, c->w->cfg.timeout_tls_handshake);
+    arm_timer(c, c->s.w->cfg.timeout_tls_handshake);
     return 0;
 }
 
 ps_slice_t ps_conn_alpn(const ps_conn_t *c)
 {
-    return ps_tls_alpn(&c->t);
+    return ps_tls_alpn(&c->s.t);
 }
 
 /* Clear-text HTTP on a TLS port: answered in clear (the session is
@@ -937,10 +680,10 @@ ps_slice_t ps_conn_alpn(const ps_conn_t *c)
  * linger. May close c. */
 static void answer_plaintext(ps_conn_t *c)
 {
-    ps_transport_downgrade(&c->t);
+    ps_transport_downgrade(&c->s.t);
     c->handshaking = 0;
     set_state(c, PS_CONN_APP);
-    ev_io_stop(c->w->loop, &c->rio);
+    ev_io_stop(c->s.w->loop, &c->s.rio);
     c->in_handler = 1;
     ps_conn_reject_response(c, 400, "The plain HTTP request was sent to HTTPS port",
                             plain_response);
@@ -957,13 +700,13 @@ static void refuse(ps_conn_t *c, const char *reason);
  * and one line (the reason) in the error log. */
 static int handshake(ps_conn_t *c)
 {
-    struct ev_loop *loop = c->w->loop;
-    int rc = ps_transport_handshake(&c->t);
+    struct ev_loop *loop = c->s.w->loop;
+    int rc = ps_transport_handshake(&c->s.t);
     if (rc == PS_IO_WANT_WRITE) {
-        ev_io_start(loop, &c->wio);
+        ev_io_start(loop, &c->s.wio);
         return 1;
     }
-    ev_io_stop(loop, &c->wio);
+    ev_io_stop(loop, &c->s.wio);
     if (rc == PS_IO_WANT_READ)
         return 1;
     if (rc == PS_TLS_PLAINTEXT) {
@@ -972,7 +715,7 @@ static int handshake(ps_conn_t *c)
     }
     if (rc == -EPROTO) { /* garbage, no shared version or cipher, a refused certificate */
         char why[192];
-        snprintf(why, sizeof(why), "TLS handshake failed: %s", c->t.reason);
+        snprintf(why, sizeof(why), "TLS handshake failed: %s", c->s.t.reason);
         refuse(c, why);
         return 1;
     }
@@ -982,23 +725,21 @@ static int handshake(ps_conn_t *c)
     }
     c->handshaking = 0;
     c->x.secure = 1;
-    c->x.tls = &c->t;
+    c->x.tls = &c->s.t;
     ps_slice_t alpn = ps_conn_alpn(c);
     if (alpn.len == 2 && memcmp(alpn.base, "h2", 2) == 0) {
         /* HTTP/2 takes the connection over; input the session already
          * decrypted (the client preface can come with its Finished) is
          * read by its first read event. */
-        if (ps_h2conn_start(c, NULL, 0) < 0)
-            ps_conn_close(c);
-        else if (ps_transport_pending(&c->t))
-            ev_feed_event(c->w->loop, &c->rio, EV_READ);
+        if (start_h2(c, NULL, 0) == 0 && ps_transport_pending(&c->s.t))
+            ps_sock_feed_read(&c->s);
         return 1;
     }
-    if (c->w->cfg.h2_only) {
+    if (c->s.w->cfg.h2_only) {
         answer_error(c, 505, "HTTP/1 is off (--http 2)");
         return 1;
     }
-    arm_timer(c, c->w->cfg.timeout_keep_alive);
+    arm_timer(c, c->s.w->cfg.timeout_keep_alive);
     return 0;
 }
 
@@ -1008,8 +749,9 @@ static int tls_before_read(ps_conn_t *c)
 {
     if (c->handshaking)
         return handshake(c);
-    if ((ps_transport_blocked(&c->t) & PS_TRANSPORT_WRITE_WANTS_READ) && ev_is_active(&c->wio)) {
-        on_write(c->w->loop, &c->wio, EV_WRITE);
+    if ((ps_transport_blocked(&c->s.t) & PS_TRANSPORT_WRITE_WANTS_READ) &&
+        ev_is_active(&c->s.wio)) {
+        on_write(&c->s);
         return c->state == PS_CONN_CLOSED;
     }
     return 0;
@@ -1020,11 +762,11 @@ static int tls_before_read(ps_conn_t *c)
  * that was all (c may be closed). */
 static int tls_before_write(ps_conn_t *c)
 {
-    if (!c->handshaking && !(ps_transport_blocked(&c->t) & PS_TRANSPORT_READ_WANTS_WRITE))
+    if (!c->handshaking && !(ps_transport_blocked(&c->s.t) & PS_TRANSPORT_READ_WANTS_WRITE))
         return 0;
-    if (ps_buf_size(&c->wbuf) == 0 && c->sf_fd < 0)
-        ev_io_stop(c->w->loop, &c->wio); /* it watched for the read's sake only */
-    on_read(c->w->loop, &c->rio, EV_READ);
+    if (ps_buf_size(&c->s.wbuf) == 0 && c->s.sf_fd < 0)
+        ev_io_stop(c->s.w->loop, &c->s.wio); /* it watched for the read's sake only */
+    on_read(&c->s);
     return 1;
 }
 
@@ -1032,10 +774,11 @@ static int tls_before_write(ps_conn_t *c)
 
 int ps_conn_speak_uwsgi(ps_conn_t *c)
 {
-    ps_worker_t *w = c->w;
+    ps_worker_t *w = c->s.w;
     const ps_proxy_t *trust = w->cfg.uwsgi_trust;
-    if (!c->is_unix && (trust == NULL ||
-                        !ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->peer, c->peer_len))) {
+    if (!c->s.is_unix &&
+        (trust == NULL ||
+         !ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->s.peer, c->s.peer_len))) {
         refuse(c, "an untrusted peer spoke to a uwsgi listener (see --forwarded-allow-ips)");
         return -1;
     }
@@ -1111,21 +854,21 @@ static void take_uwsgi_vars(ps_conn_t *c)
 
 void ps_conn_expect_proxy_header(ps_conn_t *c)
 {
-    const ps_proxy_t *trust = c->w->cfg.proxyproto_trust;
-    int trusted =
-        c->is_unix ||
-        (trust != NULL && ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->peer, c->peer_len));
+    const ps_proxy_t *trust = c->s.w->cfg.proxyproto_trust;
+    int trusted = c->s.is_unix ||
+                  (trust != NULL &&
+                   ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->s.peer, c->s.peer_len));
     c->proxyproto = trusted ? PS_CONN_PP_EXPECT : PS_CONN_PP_REFUSE;
     if (trusted)
-        arm_timer(c, c->w->cfg.timeout_request_header);
+        arm_timer(c, c->s.w->cfg.timeout_request_header);
 }
 
 /* Closes a connection refused before its first request, after the layer
  * logged why (one line). */
 static void refuse(ps_conn_t *c, const char *reason)
 {
-    if (c->w->handler->on_refused)
-        c->w->handler->on_refused(&c->x, reason);
+    if (c->s.w->handler->on_refused)
+        c->s.w->handler->on_refused(&c->x, reason);
     ps_conn_close(c);
 }
 
@@ -1133,12 +876,12 @@ static void refuse(ps_conn_t *c, const char *reason)
  * headers are read is decided again for it. */
 static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
 {
-    const ps_proxy_t *proxy = c->w->cfg.proxy;
-    memcpy(&c->peer, &pp->src, pp->src_len);
-    c->peer_len = c->x.peer_len = pp->src_len;
+    const ps_proxy_t *proxy = c->s.w->cfg.proxy;
+    memcpy(&c->s.peer, &pp->src, pp->src_len);
+    c->s.peer_len = c->x.peer_len = pp->src_len;
     /* x.is_unix says the client has no address and the server is a path. */
-    c->x.is_unix = c->is_unix && pp->src.ss_family == AF_UNIX;
-    c->x.proxy = proxy && ps_proxy_peer_trusted(proxy, (struct sockaddr *)&c->peer, c->peer_len)
+    c->x.is_unix = c->s.is_unix && pp->src.ss_family == AF_UNIX;
+    c->x.proxy = proxy && ps_proxy_peer_trusted(proxy, (struct sockaddr *)&c->s.peer, c->s.peer_len)
                      ? proxy
                      : NULL;
 }
@@ -1149,8 +892,8 @@ static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
  * the connection was closed. */
 static int take_proxy_header(ps_conn_t *c)
 {
-    const char *b = ps_buf_head(&c->rbuf);
-    size_t n = ps_buf_size(&c->rbuf);
+    const char *b = ps_buf_head(&c->s.rbuf);
+    size_t n = ps_buf_size(&c->s.rbuf);
     if (c->proxyproto == PS_CONN_PP_REFUSE) {
         int sent = ps_proxyproto_detect(b, n);
         if (sent == 0)
@@ -1170,20 +913,20 @@ static int take_proxy_header(ps_conn_t *c)
         refuse(c, "a trusted peer sent no valid PROXY header");
         return -1;
     }
-    ps_buf_consume(&c->rbuf, (size_t)len);
+    ps_buf_consume(&c->s.rbuf, (size_t)len);
     c->proxyproto = PS_CONN_PP_NONE;
     if (!pp.local)
         set_proxied_client(c, &pp);
-    arm_timer(c, c->w->cfg.timeout_keep_alive);
+    arm_timer(c, c->s.w->cfg.timeout_keep_alive);
     return 1;
 }
 
 void ps_conn_accepted(ps_conn_t *c)
 {
-    on_read(c->w->loop, &c->rio, EV_READ);
+    on_read(&c->s);
     /* Whatever state the first bytes left it in, a connection that is not
      * closed and not handed to a synchronous application keeps reading. */
-    if (c->state == PS_CONN_CLOSED || ev_is_active(&c->rio))
+    if (c->state == PS_CONN_CLOSED || ev_is_active(&c->s.rio))
         return;
     if (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY || c->state == PS_CONN_LINGER)
         start_reading(c);
@@ -1191,53 +934,49 @@ void ps_conn_accepted(ps_conn_t *c)
         update_reading(c);
 }
 
-static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+/* The read watcher (h1_proto). May close c. */
+static void on_read(ps_sock_t *s)
 {
-    ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
-    ps_worker_t *w = c->w;
-    PS_UNUSED(revents);
-    if (ps_unlikely(c->x.deferred) && c->t.ssl == NULL) {
-        ev_io_stop(loop, io); /* see after_handler: it waits for the response */
+    ps_conn_t *c = (ps_conn_t *)s;
+    ps_worker_t *w = s->w;
+    struct ev_loop *loop = w->loop;
+    if (ps_unlikely(c->x.deferred) && s->t.ssl == NULL) {
+        ev_io_stop(loop, &s->rio); /* see after_handler: it waits for the response */
         return;
     }
-    if (ps_unlikely(c->t.ssl != NULL) && tls_before_read(c) != 0)
+    if (ps_unlikely(c->s.t.ssl != NULL) && tls_before_read(c) != 0)
         return;
-    ssize_t n = ps_transport_read(&c->t, w->scratch, sizeof(w->scratch));
+    ssize_t n = ps_sock_read(s, w->scratch, sizeof(w->scratch));
     if (n == PS_IO_WANT_READ)
         return;
     if (n == PS_IO_WANT_WRITE) { /* TLS: on_write retries the read */
-        ev_io_start(loop, &c->wio);
+        ev_io_start(loop, &c->s.wio);
         return;
     }
     if (n <= 0) {
         ps_conn_close(c);
         return;
     }
-    if (w->metrics)
-        PS_METRICS_ADD(w->metrics->bytes_in, n);
-    if (c->state == PS_CONN_LINGER)
-        return;
     if (c->state == PS_CONN_APP || c->state == PS_CONN_FLUSH) {
         read_during_app(c, w->scratch, (size_t)n);
         return;
     }
-    if (ps_buf_append(&c->rbuf, w->scratch, (size_t)n) < 0) {
+    if (ps_buf_append(&c->s.rbuf, w->scratch, (size_t)n) < 0) {
         ps_conn_close(c);
         return;
     }
     if (ps_unlikely(c->proxyproto) && take_proxy_header(c) <= 0)
         return;
     /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
-    if (w->cfg.h2c && c->requests == 0 && !c->head_started && c->state == PS_CONN_IDLE &&
+    if (w->cfg.h2c && c->s.requests == 0 && !c->head_started && c->state == PS_CONN_IDLE &&
         ps_likely(c->uw == NULL)) {
-        int p = ps_h2_is_preface(ps_buf_head(&c->rbuf), ps_buf_size(&c->rbuf));
+        int p = ps_h2_is_preface(ps_buf_head(&c->s.rbuf), ps_buf_size(&c->s.rbuf));
         if (p == -EAGAIN)
             return; /* a prefix of it: wait for the rest */
         if (p == 1) {
-            ps_buf_t in = c->rbuf;
-            c->rbuf = (ps_buf_t){0};
-            if (ps_h2conn_start(c, ps_buf_head(&in), ps_buf_size(&in)) < 0)
-                ps_conn_close(c);
+            ps_buf_t in = c->s.rbuf;
+            c->s.rbuf = (ps_buf_t){0};
+            start_h2(c, ps_buf_head(&in), ps_buf_size(&in));
             ps_buf_free(&in);
             return;
         }
@@ -1249,9 +988,9 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
     process(c);
     /* What the parser took is in its arena now: an incomplete head is held
      * once, not also in a read buffer left at its largest read. */
-    ps_buf_shrink(&c->rbuf, KEEP_RBUF);
-    if (ps_unlikely(ps_transport_pending(&c->t)) && ev_is_active(&c->rio))
-        ev_feed_event(loop, &c->rio, EV_READ); /* more than one read's worth decrypted */
+    ps_buf_shrink(&c->s.rbuf, KEEP_RBUF);
+    if (ps_unlikely(ps_transport_pending(&c->s.t)) && ev_is_active(&c->s.rio))
+        ev_feed_event(loop, &c->s.rio, EV_READ); /* more than one read's worth decrypted */
 }
 
 /* ---- the request cycle ---- */
@@ -1269,8 +1008,8 @@ static void reset_for_next(ps_conn_t *c)
     c->x.deferred = c->x.file_follows = 0;
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
-    ps_buf_shrink(&c->wbuf, KEEP_BUF);
-    ps_buf_shrink(&c->rbuf, KEEP_RBUF);
+    ps_buf_shrink(&c->s.wbuf, KEEP_BUF);
+    ps_buf_shrink(&c->s.rbuf, KEEP_RBUF);
     ps_http1_shrink(&c->parser);
 }
 
@@ -1279,8 +1018,8 @@ static void complete(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
     count_request(c, c->x.status);
-    if (!c->keep_alive || !r->message_complete || c->w->stopping) {
-        int unread = ps_buf_size(&c->rbuf) > 0 || !r->message_complete || c->x.status >= 400;
+    if (!c->keep_alive || !r->message_complete || c->s.w->stopping) {
+        int unread = ps_buf_size(&c->s.rbuf) > 0 || !r->message_complete || c->x.status >= 400;
         if (unread)
             linger(c);
         else
@@ -1296,7 +1035,7 @@ static void after_handler(ps_conn_t *c)
 {
     if (c->state == PS_CONN_CLOSED)
         return;
-    if (c->aborted || c->failed) {
+    if (c->aborted || c->s.failed) {
         ps_conn_close(c);
         return;
     }
@@ -1307,17 +1046,17 @@ static void after_handler(ps_conn_t *c)
             ps_buf_reset(&c->body);
             ps_buf_shrink(&c->body, KEEP_BUF);
         }
-        if (ps_buf_size(&c->wbuf) > 0 || c->sf_fd >= 0) {
+        if (ps_buf_size(&c->s.wbuf) > 0 || c->s.sf_fd >= 0) {
             set_state(c, PS_CONN_FLUSH);
-            if (c->held && c->sf_fd < 0 && !ev_is_active(&c->wio)) {
+            if (c->s.held && c->s.sf_fd < 0 && !ev_is_active(&c->s.wio)) {
                 /* ps_conn_flush_held() sends it before the loop sleeps and
                  * completes the exchange; a timer that fired in this same
                  * iteration was for what came before this response. */
-                ev_clear_pending(c->w->loop, &c->timer);
+                ev_clear_pending(c->s.w->loop, &c->s.timer);
                 return;
             }
             if (!c->async)
-                ev_io_stop(c->w->loop, &c->rio); /* the next request waits for the flush */
+                ev_io_stop(c->s.w->loop, &c->s.rio); /* the next request waits for the flush */
             start_writing(c);
         } else {
             complete(c);
@@ -1331,11 +1070,11 @@ static void after_handler(ps_conn_t *c)
          * nothing to read, and the layer writes when it has output. Over
          * plain TCP the read watcher stays on (no epoll_ctl per request):
          * on_read stops it if input comes before the response is out. */
-        if (c->t.ssl != NULL)
-            ev_io_stop(c->w->loop, &c->rio);
-        ev_timer_stop(c->w->loop, &c->timer);
+        if (c->s.t.ssl != NULL)
+            ev_io_stop(c->s.w->loop, &c->s.rio);
+        ev_timer_stop(c->s.w->loop, &c->s.timer);
     } else {
-        ev_io_stop(c->w->loop, &c->rio);
+        ev_io_stop(c->s.w->loop, &c->s.rio);
         start_writing(c); /* on_writable asks the application for more */
     }
 }
@@ -1343,32 +1082,34 @@ static void after_handler(ps_conn_t *c)
 static void dispatch(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    if (r->upgrade && c->w->cfg.h2c_upgrade) { /* Upgrade: h2c */
-        int rc = ps_h2conn_upgrade(c, r);
-        if (rc == 0)
+    if (r->upgrade && c->s.w->cfg.h2c_upgrade) { /* Upgrade: h2c */
+        int rc = ps_h2conn_upgrade(&c->s, &c->x, r);
+        if (rc == 0) {
+            switched_to_h2(c);
             return;
+        }
         if (rc < 0) {
             answer_error(c, 400, "invalid HTTP2-Settings");
             return;
         }
     }
     set_state(c, PS_CONN_APP);
-    c->keep_alive = r->keep_alive && !c->w->stopping;
-    if (c->w->metrics) {
+    c->keep_alive = r->keep_alive && !c->s.w->stopping;
+    if (c->s.w->metrics) {
         c->metrics_start = ps_metrics_clock();
-        if (c->requests > 0)
-            PS_METRICS_ADD(c->w->metrics->keepalive_reused, 1);
+        if (c->s.requests > 0)
+            PS_METRICS_ADD(c->s.w->metrics->keepalive_reused, 1);
     }
-    c->requests++;
+    c->s.requests++;
     c->body_wanted = 0;
     /* A synchronous application runs on this stack, so no watcher fires
      * before it returns; after_handler then stops reading or re-arms the
      * timer as what follows needs, usually neither: the next request. */
     if (c->async)
-        ev_timer_stop(c->w->loop, &c->timer);
-    write_overdue(c->w);
+        ev_timer_stop(c->s.w->loop, &c->s.timer);
+    ps_sock_write_overdue(c->s.w);
     c->in_handler = 1;
-    c->w->handler->on_request(&c->x);
+    c->s.w->handler->on_request(&c->x);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -1378,7 +1119,7 @@ static void dispatch(ps_conn_t *c)
 static void answer_error(ps_conn_t *c, int status, const char *reason)
 {
     set_state(c, PS_CONN_APP);
-    ev_io_stop(c->w->loop, &c->rio);
+    ev_io_stop(c->s.w->loop, &c->s.rio);
     c->in_handler = 1;
     ps_conn_reject(c, status, reason);
     c->in_handler = 0;
@@ -1407,11 +1148,11 @@ static int expect_body(ps_conn_t *c)
 static void process(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    ps_worker_t *w = c->w;
+    ps_worker_t *w = c->s.w;
     int progress = 0; /* body bytes arrived: the body's no-progress clock restarts */
     while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
         uint64_t before = r->body_received;
-        if (ps_buf_size(&c->rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
+        if (ps_buf_size(&c->s.rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
             answer_error(c, parse_status(c), parse_reason(c));
             return;
         }
@@ -1456,7 +1197,7 @@ static void process(ps_conn_t *c)
             dispatch(c);
             continue;
         }
-        if (ps_buf_size(&c->rbuf) > 0)
+        if (ps_buf_size(&c->s.rbuf) > 0)
             continue; /* the parser paused at the spool threshold */
         if (progress)
             arm_timer(c, w->cfg.timeout_request_body);
@@ -1464,11 +1205,12 @@ static void process(ps_conn_t *c)
     }
 }
 
-static void on_write(struct ev_loop *loop, ev_io *io, int revents)
+/* The write watcher (h1_proto). May close c. */
+static void on_write(ps_sock_t *s)
 {
-    ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
-    PS_UNUSED(revents);
-    if (ps_unlikely(c->t.ssl != NULL) && tls_before_write(c) != 0)
+    ps_conn_t *c = (ps_conn_t *)s;
+    struct ev_loop *loop = s->w->loop;
+    if (ps_unlikely(c->s.t.ssl != NULL) && tls_before_write(c) != 0)
         return;
     int rc = flush(c);
     if (rc < 0) {
@@ -1476,17 +1218,17 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
         return;
     }
     if (rc == 1) {
-        arm_timer(c, c->w->cfg.timeout_request_header); /* progress resets the clock */
+        arm_timer(c, c->s.w->cfg.timeout_request_header); /* progress resets the clock */
         return;
     }
-    ev_io_stop(loop, &c->wio);
-    ev_timer_stop(loop, &c->timer);
+    ev_io_stop(loop, &c->s.wio);
+    ev_timer_stop(loop, &c->s.timer);
     /* Output is out: a body still awaited is back on its own clock. */
     if (c->state == PS_CONN_BODY || c->body_wanted)
-        arm_timer(c, c->w->cfg.timeout_request_body);
+        arm_timer(c, c->s.w->cfg.timeout_request_body);
     if (c->state == PS_CONN_APP) {
         c->in_handler = 1;
-        c->w->handler->on_writable(&c->x);
+        c->s.w->handler->on_writable(&c->x);
         c->in_handler = 0;
         after_handler(c);
     } else if (c->state == PS_CONN_FLUSH) {
@@ -1504,18 +1246,17 @@ static void on_write(struct ev_loop *loop, ev_io *io, int revents)
 static int nothing_arrived(ps_conn_t *c)
 {
     ps_request_t *r = ps_conn_request(c);
-    uint64_t requests = c->requests, received = r->body_received;
+    uint64_t requests = c->s.requests, received = r->body_received;
     int state = c->state, started = c->head_started;
-    on_read(c->w->loop, &c->rio, EV_READ);
-    return c->state == state && c->requests == requests && r->body_received == received &&
+    on_read(&c->s);
+    return c->state == state && c->s.requests == requests && r->body_received == received &&
            c->head_started == started;
 }
 
-static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+/* The timer (h1_proto). May close c. */
+static void on_timer(ps_sock_t *s)
 {
-    ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
+    ps_conn_t *c = (ps_conn_t *)s;
     switch (c->state) {
     case PS_CONN_IDLE:
         if (c->handshaking) /* --timeout-tls-handshake */
@@ -1533,7 +1274,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
         break;
     case PS_CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
-        if (c->body_wanted && !ev_is_active(&c->wio)) {
+        if (c->body_wanted && !ev_is_active(&c->s.wio)) {
             if (nothing_arrived(c) && c->body_wanted)
                 body_failed(c, 408, "request body deadline");
             break;
@@ -1611,7 +1352,7 @@ static void x_reject(ps_exchange_t *x, int status, const char *reason)
 
 static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len)
 {
-    return ps_conn_local_address(ps_conn_of(x), ss, len);
+    return ps_sock_local_address(&ps_conn_of(x)->s, ss, len);
 }
 
 static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
@@ -1630,12 +1371,32 @@ static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *targ
 
 static int x_client_gone(ps_exchange_t *x)
 {
-    return ps_conn_of(x)->failed;
+    return ps_conn_of(x)->s.failed;
 }
 
-int ps_conn_owns(const ps_exchange_t *x)
+static ps_sock_t *x_sock(ps_exchange_t *x)
 {
-    return x->ops == &ps_http1_exchange_ops;
+    return &ps_conn_of(x)->s;
+}
+
+/* The response is a protocol switch (101): from now on the socket is
+ * another protocol's, which sends the queued output first. */
+static int x_upgrade(ps_exchange_t *x)
+{
+    ps_conn_t *c = ps_conn_of(x);
+    if (c->s.failed || c->state != PS_CONN_APP || c->resp_started)
+        return -EPIPE;
+    set_state(c, PS_CONN_WS);
+    c->resp_started = 1;
+    c->x.status = 101;
+    c->body_wanted = 0;
+    count_request(c, 101);
+    return 0;
+}
+
+static void x_reject_response(ps_exchange_t *x, int status, const char *reason, ps_slice_t response)
+{
+    ps_conn_reject_response(ps_conn_of(x), status, reason, response);
 }
 
 static const ps_exchange_ops_t ps_http1_exchange_ops = {
@@ -1654,4 +1415,18 @@ static const ps_exchange_ops_t ps_http1_exchange_ops = {
     .local_address = x_local_address,
     .request_line = x_request_line,
     .client_gone = x_client_gone,
+    .sock = x_sock,
+    .upgrade = x_upgrade,
+    .reject_response = x_reject_response,
+};
+
+static const ps_sock_proto_t h1_proto = {
+    .on_read = on_read,
+    .on_write = on_write,
+    .on_timer = on_timer,
+    .on_flushed = h1_on_flushed,
+    .before_close = h1_before_close,
+    .after_close = h1_after_close,
+    .stop_idle = h1_stop_idle,
+    .free = h1_free,
 };

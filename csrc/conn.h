@@ -19,6 +19,7 @@
 #include "exchange.h"
 #include "http1.h"
 #include "proxy.h"
+#include "sock.h"
 #include "transport.h"
 #include "uwsgi.h"
 
@@ -30,64 +31,40 @@ enum ps_conn_state {
     PS_CONN_APP,    /* handed to the application */
     PS_CONN_FLUSH,  /* response complete, output still queued */
     PS_CONN_LINGER, /* answered and shut down, draining input before close */
-    PS_CONN_WS,     /* upgraded to WebSocket: wsconn.c drives it */
-    PS_CONN_H2,     /* HTTP/2: h2conn.c drives it */
+    PS_CONN_WS,     /* upgraded (101): the socket is another protocol's */
+    PS_CONN_H2,     /* switched to HTTP/2: the socket is h2conn.c's */
     PS_CONN_CLOSED,
 };
 
 struct ps_conn {
+    ps_sock_t s;     /* the socket it speaks over (first: the socket's owner) */
     ps_exchange_t x; /* the request in progress, as the interface layer sees it */
-    ps_worker_t *w;
-    int fd;           /* t.fd, for the code that only needs the socket */
-    ps_transport_t t; /* every read and write goes through it (plain or TLS) */
     uint8_t state;
     unsigned keep_alive : 1;
-    unsigned is_unix : 1;
     unsigned in_handler : 1;
     unsigned resp_started : 1;
     unsigned resp_ended : 1;
     unsigned resp_chunked : 1;
     unsigned resp_no_body : 1;
     unsigned continue_sent : 1;
-    unsigned failed : 1;       /* the socket is broken: no more output */
     unsigned aborted : 1;      /* close as soon as the handler returns */
     unsigned head_started : 1; /* bytes of the next request have arrived */
-    unsigned sf_trailer : 1;   /* a chunk's CRLF follows the sendfile */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
     unsigned async : 1;        /* the current request's layer is asynchronous (ps_worker_route) */
     unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
     unsigned proxyproto : 2;   /* PS_CONN_PP_*: a PROXY header still to settle */
-    unsigned held : 1;         /* on the worker's held list (output sent before it sleeps) */
-    unsigned held_new : 1;     /* ... with output held since the last pass over the list */
+    unsigned tell_app : 1;     /* closing: the layer hears on_disconnect once it is closed */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     int spool_fd;              /* the body's spool file (see spool.h), or -1 */
     uint64_t spool_len;        /* bytes written to it */
     uint64_t spool_read;       /* bytes ps_conn_body_fill() took back from it */
-    ev_io rio;
-    ev_io wio;
-    ev_timer timer;
     ps_http1_parser_t parser;
     /* A uwsgi listener's connection parses with this instead (NULL: HTTP). */
     ps_uwsgi_parser_t *uw;
-    ps_buf_t rbuf;     /* received bytes not parsed yet */
-    ps_buf_t body;     /* decoded body bytes not read by the application yet */
-    ps_buf_t wbuf;     /* output not accepted by the kernel yet */
-    int64_t resp_left; /* body bytes still due under Content-Length, or -1 */
-    int sf_fd;         /* sendfile in progress: file, offset, bytes left */
-    int64_t sf_off;
-    uint64_t sf_left;
+    ps_buf_t body;           /* decoded body bytes not read by the application yet */
+    int64_t resp_left;       /* body bytes still due under Content-Length, or -1 */
     ev_tstamp head_deadline; /* the head must be complete by then (0: not started) */
-    uint64_t requests;
-    struct ps_wsconn *ws; /* WebSocket mode (wsconn.h), freed with the connection */
-    struct ps_h2conn *h2; /* HTTP/2 mode (h2conn.h), freed with the connection */
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    const struct sockaddr_storage *local; /* the listener's, when specific */
-    socklen_t local_len;
-    ps_conn_t *prev, *next; /* the worker's live connections */
-    ps_conn_t *next_dead;
-    ps_conn_t *next_held;
-    uint64_t metrics_start; /* --metrics-bind: the request's dispatch (0: none counting) */
+    uint64_t metrics_start;  /* --metrics-bind: the request's dispatch (0: none counting) */
 };
 
 /* Called by the worker for a freshly accepted socket; decides whether the
@@ -102,11 +79,6 @@ int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx);
  * an empty slice (plain, or no ALPN). The one place where an HTTP/2 carrier
  * hooks in: a connection that negotiated "h2" is handed over here. */
 ps_slice_t ps_conn_alpn(const ps_conn_t *c);
-/* The connection's transport (the interface layers read its TLS facts). */
-static inline const ps_transport_t *ps_conn_transport(const ps_conn_t *c)
-{
-    return &c->t;
-}
 /* A connection on a --proxy-protocol listener (call before
  * ps_conn_accepted): a peer that --forwarded-allow-ips trusts must start
  * with a PROXY header (v1 or v2) within timeout_request_header, whose
@@ -126,32 +98,13 @@ int ps_conn_speak_uwsgi(ps_conn_t *c);
 /* A connection just accepted: reads what already arrived (the listener
  * defers accept until data is there) before waiting on the loop. May close c. */
 void ps_conn_accepted(ps_conn_t *c);
-/* The connection's local address, without a syscall when the listener's
- * address is specific. Returns 0 or -errno. */
-int ps_conn_local_address(ps_conn_t *c, struct sockaddr_storage *ss, socklen_t *len);
 
-/* The worker, before its loop sleeps (and before it frees the closed
- * connections): sends the output held back during this iteration and moves
- * the connections whose response is now out on to their next request. May
- * close connections and run application code (a pipelined request). */
-void ps_conn_flush_held(ps_worker_t *w);
-/* Closes the socket now and frees the struct at the next safe point. */
-void ps_conn_close(ps_conn_t *c);
-/* Frees a closed connection (the worker calls this before sleeping). */
-void ps_conn_free(ps_conn_t *c);
-/* During a graceful stop: closes the connection if it is between requests. */
-void ps_conn_stop_idle(ps_conn_t *c);
-
-/* Returns 1 when x is an HTTP/1 connection's exchange (ps_conn_of applies). */
-int ps_conn_owns(const ps_exchange_t *x);
-
-/* wsconn.c, accepting an upgrade: the connection is in WebSocket mode from
- * now on (PS_CONN_WS) and frees wc with itself. */
-void ps_conn_set_ws(ps_conn_t *c, struct ps_wsconn *wc);
-
-/* h2conn.c, switching to HTTP/2: the connection is in HTTP/2 mode from now
- * on (PS_CONN_H2) and frees hc with itself. */
-void ps_conn_set_h2(ps_conn_t *c, struct ps_h2conn *hc);
+/* Closes the connection's socket (sock.h): the struct is freed at the next
+ * safe point. */
+static inline void ps_conn_close(ps_conn_t *c)
+{
+    ps_sock_close(&c->s);
+}
 
 static inline ps_conn_t *ps_conn_of(ps_exchange_t *x)
 {

@@ -161,16 +161,13 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
             return;
         }
         if (l->local_len) {
-            c->local = &l->local;
-            c->local_len = l->local_len;
+            c->s.local = &l->local;
+            c->s.local_len = l->local_len;
         }
         if (l->proxy_protocol)
             ps_conn_expect_proxy_header(c);
-        c->next = w->conns;
-        if (w->conns)
-            w->conns->prev = c;
-        w->conns = c;
-        int full = ++w->nconns >= w->cfg.limit_connections;
+        ps_sock_link(&c->s);
+        int full = w->nconns >= w->cfg.limit_connections;
         /* ps_conn_speak_uwsgi closes what it refuses. */
         if (l->tls && ps_conn_start_tls(c, l->tls) < 0)
             ps_conn_close(c); /* out of memory: only this connection pays */

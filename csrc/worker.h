@@ -1,5 +1,6 @@
 /* A worker: one libev loop, its listening sockets and its connections.
- * Accepting is listener.[ch]; one connection is conn.[ch]. */
+ * Accepting is listener.[ch]; a connection's socket is sock.[ch], the
+ * protocols over it h1conn, h2conn and wsconn. */
 #ifndef PS_WORKER_H
 #define PS_WORKER_H
 
@@ -16,7 +17,7 @@
 #include "static.h"
 #include "uwsgi.h"
 
-typedef struct ps_conn ps_conn_t;
+typedef struct ps_sock ps_sock_t;
 typedef struct ps_tls_ctx ps_tls_ctx_t;
 
 typedef struct {
@@ -94,9 +95,9 @@ struct ps_worker {
     void *handler_data;
     ps_listener_t *listeners;
     uint32_t nlisteners;
-    ps_conn_t *conns;    /* live connections */
-    ps_conn_t *dead;     /* closed, freed before the loop sleeps */
-    ps_conn_t *held;     /* output held back until the loop sleeps (conn.c) */
+    ps_sock_t *conns;    /* live connections (their sockets, sock.h) */
+    ps_sock_t *dead;     /* closed, freed before the loop sleeps */
+    ps_sock_t *held;     /* output held back until the loop sleeps (sock.c) */
     uint32_t held_new;   /* ... of which so many held some since the last pass */
     uint64_t held_since; /* ... the first of those since (ps_metrics_clock) */
     uint32_t nconns;
@@ -217,6 +218,6 @@ static inline const ps_config_t *ps_worker_config(const ps_worker_t *w)
 }
 
 /* Internal to the core: connection bookkeeping. */
-void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c);
+void ps_worker_conn_closed(ps_worker_t *w, ps_sock_t *s);
 
 #endif

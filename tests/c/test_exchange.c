@@ -133,11 +133,7 @@ static int open_conn(int sv[2])
     ps_conn_t *c = ps_conn_new(&worker, sv[0], &peer, sizeof(sa_family_t), 1);
     if (c == NULL)
         return -1;
-    c->next = worker.conns;
-    if (worker.conns)
-        worker.conns->prev = c;
-    worker.conns = c;
-    worker.nconns++;
+    ps_sock_link(&c->s);
     return 0;
 }
 
@@ -152,7 +148,7 @@ static const char *exchange(const char *req)
         exit(2);
     }
     CHECK_EQ(write(sv[1], req, strlen(req)), (long long)strlen(req));
-    ps_conn_accepted(worker.conns);
+    ps_conn_accepted((ps_conn_t *)worker.conns);
     size_t len = 0;
     for (int i = 0; i < 20 && len < sizeof(out) - 1; i++) {
         ev_run(worker.loop, EVRUN_NOWAIT);
