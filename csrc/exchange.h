@@ -3,7 +3,7 @@
  * The interface layers (csrc/py/) see a request only as a ps_exchange_t:
  * the parsed head, the peer's and local addresses, the body as it is
  * decoded, and the response calls below. A protocol fills one: HTTP/1
- * embeds one in each connection (conn.c), HTTP/2 will fill one per stream.
+ * embeds one in each connection (h1conn.c), HTTP/2 will fill one per stream.
  * The calls go through the protocol's const ops table; the static inline
  * wrappers cost one indirect call each.
  *

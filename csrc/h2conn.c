@@ -22,7 +22,7 @@
 #include "date.h"
 #include "http2.h"
 #include "spool.h"
-#include "worker.h"
+#include "wstate.h"
 
 /* A spooled body is read back in pieces of this size. */
 #define SPOOL_READ (64 * 1024)

@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "exchange.h"
-#include "worker.h"
+#include "wstate.h"
 
 /* After an answer, input is drained this long before the close. */
 #define LINGER_SECONDS 2.0
@@ -471,7 +471,7 @@ void ps_sock_close(ps_sock_t *s)
         proto->after_close(s);
     if (s->w->metrics)
         PS_METRICS_ADD(s->w->metrics->conns_closed, 1);
-    ps_worker_conn_closed(s->w, s);
+    s->w->conn_closed(s->w, s);
     if (owner->after_close)
         owner->after_close(s);
 }

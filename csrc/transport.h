@@ -2,7 +2,7 @@
  * shutdown over a plain socket or an OpenSSL session, so that the protocol
  * code does not know which.
  *
- * The plain path is inline and makes exactly the system calls conn.c made
+ * The plain path is inline and makes exactly the system calls h1conn.c made
  * before it existed: read(2), sendmsg(2) or send(2) with MSG_NOSIGNAL,
  * sendfile(2), shutdown(2) and close(2), one each per call.
  *
@@ -21,7 +21,7 @@
  * was given) must be retried, before any other write, sendfile or
  * shutdown, with data that starts at the first byte not taken, has the same
  * content and is at least as long (it may live elsewhere in memory). This is
- * OpenSSL's rule; conn.c's write queue already keeps it. A sendfile is
+ * OpenSSL's rule; h1conn.c's write queue already keeps it. A sendfile is
  * retried with the same file and offset.
  *
  * Buffered input. A TLS session can hold decrypted or undecrypted bytes that

@@ -26,7 +26,8 @@ static void drained(ps_worker_t *w)
         w->hooks->drained(w->hooks_data);
 }
 
-void ps_worker_conn_closed(ps_worker_t *w, ps_sock_t *s)
+/* A socket closed (wstate.h's conn_closed, called by sock.c). */
+static void conn_closed(ps_worker_t *w, ps_sock_t *s)
 {
     if (s->prev)
         s->prev->next = s->next;
@@ -436,6 +437,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     if (w->cfg.limit_connections == 0)
         w->cfg.limit_connections = 10000;
     w->handler = handler;
+    w->conn_closed = conn_closed;
     w->handler_data = handler_data;
     w->async = handler->async;
     w->route = handler->route;

@@ -13,7 +13,7 @@
 #include "common.h"
 #include "sock.h"
 #include "date.h"
-#include "worker.h"
+#include "wstate.h"
 
 /* on_writable is owed once the output is back under this. */
 #define LOW_WATER (16 * 1024)

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "conn.h"
+#include "h1conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include "common.h"
 #include "date.h"
 #include "proxyproto.h"
-#include "worker.h"
+#include "wstate.h"
 #include "spool.h"
 #include "h2conn.h"
 
@@ -36,46 +36,47 @@
 #define READ_AHEAD (64 * 1024)
 
 static void on_read(ps_sock_t *s);
-static int take_proxy_header(ps_conn_t *c);
+static int take_proxy_header(ps_h1conn_t *c);
 static void on_write(ps_sock_t *s);
-static void process(ps_conn_t *c);
-static void complete(ps_conn_t *c);
-static int flush(ps_conn_t *c);
-static void after_handler(ps_conn_t *c);
-static int parse(ps_conn_t *c);
-static void answer_error(ps_conn_t *c, int status, const char *reason);
-static void refuse(ps_conn_t *c, const char *reason);
-static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp);
+static void process(ps_h1conn_t *c);
+static void complete(ps_h1conn_t *c);
+static int flush(ps_h1conn_t *c);
+static void after_handler(ps_h1conn_t *c);
+static int parse(ps_h1conn_t *c);
+static void answer_error(ps_h1conn_t *c, int status, const char *reason);
+static void refuse(ps_h1conn_t *c, const char *reason);
+static void set_proxied_client(ps_h1conn_t *c, const ps_proxyproto_t *pp);
 
 /* --metrics-bind: the request in progress is over, answered with status. */
-static void count_request(ps_conn_t *c, int status)
+static void count_request(ps_h1conn_t *c, int status)
 {
     ps_metrics_t *m = c->s.w->metrics;
     if (m == NULL || c->metrics_start == 0)
         return;
-    ps_metrics_request(m, ps_conn_request(c)->method, status,
+    ps_metrics_request(m, ps_h1conn_request(c)->method, status,
                        ps_metrics_clock() - c->metrics_start);
     c->metrics_start = 0;
 }
 
-/* The states each state may move to (bit per enum ps_conn_state), checked
+/* The states each state may move to (bit per enum ps_h1conn_state), checked
  * under PS_DEBUG_ASSERTS (unused, and not emitted, otherwise). */
 #define S(x) (1u << (x))
 static const uint8_t next_states[] __attribute__((unused)) = {
-    [PS_CONN_IDLE] = S(PS_CONN_IDLE) | S(PS_CONN_BODY) | S(PS_CONN_APP) | S(PS_CONN_LINGER) |
-                     S(PS_CONN_H2) | S(PS_CONN_CLOSED),
-    [PS_CONN_BODY] = S(PS_CONN_APP) | S(PS_CONN_LINGER) | S(PS_CONN_H2) | S(PS_CONN_CLOSED),
-    [PS_CONN_APP] =
-        S(PS_CONN_IDLE) | S(PS_CONN_FLUSH) | S(PS_CONN_LINGER) | S(PS_CONN_WS) | S(PS_CONN_CLOSED),
-    [PS_CONN_FLUSH] = S(PS_CONN_IDLE) | S(PS_CONN_LINGER) | S(PS_CONN_CLOSED),
-    [PS_CONN_LINGER] = S(PS_CONN_CLOSED),
-    [PS_CONN_WS] = S(PS_CONN_CLOSED), /* the socket is another protocol's now */
-    [PS_CONN_H2] = S(PS_CONN_CLOSED),
-    [PS_CONN_CLOSED] = 0,
+    [PS_H1CONN_IDLE] = S(PS_H1CONN_IDLE) | S(PS_H1CONN_BODY) | S(PS_H1CONN_APP) |
+                       S(PS_H1CONN_LINGER) | S(PS_H1CONN_H2) | S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_BODY] =
+        S(PS_H1CONN_APP) | S(PS_H1CONN_LINGER) | S(PS_H1CONN_H2) | S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_APP] = S(PS_H1CONN_IDLE) | S(PS_H1CONN_FLUSH) | S(PS_H1CONN_LINGER) |
+                      S(PS_H1CONN_WS) | S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_FLUSH] = S(PS_H1CONN_IDLE) | S(PS_H1CONN_LINGER) | S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_LINGER] = S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_WS] = S(PS_H1CONN_CLOSED), /* the socket is another protocol's now */
+    [PS_H1CONN_H2] = S(PS_H1CONN_CLOSED),
+    [PS_H1CONN_CLOSED] = 0,
 };
 #undef S
 
-static inline void set_state(ps_conn_t *c, enum ps_conn_state s)
+static inline void set_state(ps_h1conn_t *c, enum ps_h1conn_state s)
 {
     PS_ASSERT(c->state < PS_ARRAY_LEN(next_states) && (next_states[c->state] & (1u << s)));
     c->state = (uint8_t)s;
@@ -83,12 +84,12 @@ static inline void set_state(ps_conn_t *c, enum ps_conn_state s)
 
 /* A write, end or abort called from outside a handler callback (an asyncio
  * task of an asynchronous layer) moves the connection on by itself. */
-static void kick(ps_conn_t *c)
+static void kick(ps_h1conn_t *c)
 {
-    if (c->in_handler || c->state != PS_CONN_APP)
+    if (c->in_handler || c->state != PS_H1CONN_APP)
         return;
     after_handler(c);
-    if (c->state == PS_CONN_IDLE)
+    if (c->state == PS_H1CONN_IDLE)
         process(c);
 }
 
@@ -100,10 +101,10 @@ static const ps_slice_t keep_alive_line = PS_SLICE_LIT("Connection: keep-alive\r
 
 static const ps_sock_proto_t h1_proto;
 
-ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
-                       socklen_t peer_len, int is_unix)
+ps_h1conn_t *ps_h1conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *peer,
+                           socklen_t peer_len, int is_unix)
 {
-    ps_conn_t *c = calloc(1, sizeof(*c));
+    ps_h1conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
     ps_sock_init(&c->s, w, fd, peer, peer_len, is_unix, &h1_proto, c);
@@ -135,7 +136,7 @@ ps_conn_t *ps_conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage *pe
 }
 
 /* Closes the spool file, if any: its bytes are gone with it. */
-static void drop_spool(ps_conn_t *c)
+static void drop_spool(ps_h1conn_t *c)
 {
     if (c->spool_fd >= 0) {
         close(c->spool_fd);
@@ -149,7 +150,7 @@ static void drop_spool(ps_conn_t *c)
  * connection go. */
 static void h1_free(ps_sock_t *s, void *data)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     PS_UNUSED(data);
     s->w->handler->dispose(&c->x);
     ps_sock_free(s);
@@ -163,7 +164,7 @@ static void h1_free(ps_sock_t *s, void *data)
     free(c);
 }
 
-static void arm_timer(ps_conn_t *c, double seconds)
+static void arm_timer(ps_h1conn_t *c, double seconds)
 {
     ps_sock_timer_again(&c->s, seconds);
 }
@@ -173,7 +174,7 @@ static void arm_timer(ps_conn_t *c, double seconds)
  * the transport until the layer detaches it. */
 static void h1_before_close(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     c->tell_app = c->x.app_data != NULL && !c->in_handler;
     if (c->tell_app && c->x.deferred) {
         s->w->handler->on_disconnect(&c->x);
@@ -185,10 +186,10 @@ static void h1_before_close(ps_sock_t *s)
  * and not on the stack, it hears of it through on_disconnect. */
 static void h1_after_close(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     c->x.tls = NULL;
     drop_spool(c);
-    set_state(c, PS_CONN_CLOSED);
+    set_state(c, PS_H1CONN_CLOSED);
     count_request(c, c->x.status);
     if (c->tell_app)
         s->w->handler->on_disconnect(&c->x);
@@ -196,9 +197,9 @@ static void h1_after_close(ps_sock_t *s)
 
 /* Half-closes after an answer and drains what the client still sends
  * (ps_sock_linger). */
-static void linger(ps_conn_t *c)
+static void linger(ps_h1conn_t *c)
 {
-    set_state(c, PS_CONN_LINGER);
+    set_state(c, PS_H1CONN_LINGER);
     ps_sock_linger(&c->s);
 }
 
@@ -206,24 +207,24 @@ static void linger(ps_conn_t *c)
  * requests. */
 static void h1_stop_idle(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
-    if (c->state == PS_CONN_IDLE && !c->head_started && ps_buf_size(&c->s.rbuf) == 0)
-        ps_conn_close(c);
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
+    if (c->state == PS_H1CONN_IDLE && !c->head_started && ps_buf_size(&c->s.rbuf) == 0)
+        ps_h1conn_close(c);
 }
 
 /* ---- output ---- */
 
-static void start_writing(ps_conn_t *c)
+static void start_writing(ps_h1conn_t *c)
 {
     ps_sock_start_writing(&c->s);
 }
 
-static int write_now(ps_conn_t *c, const struct iovec *iov, int n)
+static int write_now(ps_h1conn_t *c, const struct iovec *iov, int n)
 {
     return ps_sock_write_now(&c->s, iov, n);
 }
 
-static int flush(ps_conn_t *c)
+static int flush(ps_h1conn_t *c)
 {
     return ps_sock_flush(&c->s);
 }
@@ -233,26 +234,26 @@ static int flush(ps_conn_t *c)
  * application code (a pipelined request). */
 static void h1_on_flushed(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
-    if (c->state == PS_CONN_FLUSH) {
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
+    if (c->state == PS_H1CONN_FLUSH) {
         complete(c);
-        if (c->state == PS_CONN_IDLE)
+        if (c->state == PS_H1CONN_IDLE)
             process(c); /* pipelined requests */
     }
 }
 
 /* Holds a small write for the flush before the loop sleeps (sock.c);
  * anything else goes out now, after what was held. */
-static int send_iov(ps_conn_t *c, const struct iovec *iov, int n)
+static int send_iov(ps_h1conn_t *c, const struct iovec *iov, int n)
 {
     return ps_sock_send(&c->s, iov, n);
 }
 
-int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n,
-                           const char *body, size_t len)
+int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n,
+                             const char *body, size_t len)
 {
     ps_head_info_t info;
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     if (c->s.failed)
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0)
@@ -286,10 +287,10 @@ int ps_conn_start_response(ps_conn_t *c, ps_slice_t status, const ps_header_t *h
     c->resp_started = 1;
     if (c->x.file_follows && len == 0 && !c->resp_no_body)
         return PS_WRITE_DONE; /* queued: flush() sends it with MSG_MORE before the file */
-    return ps_conn_write(c, body, len);
+    return ps_h1conn_write(c, body, len);
 }
 
-int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
+int ps_h1conn_write(ps_h1conn_t *c, const char *data, size_t len)
 {
     if (c->s.failed)
         return -EPIPE;
@@ -314,9 +315,9 @@ int ps_conn_write(ps_conn_t *c, const char *data, size_t len)
     return send_iov(c, &v, 1);
 }
 
-int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len)
+int ps_h1conn_write_blocking(ps_h1conn_t *c, const char *data, size_t len)
 {
-    int rc = ps_conn_write(c, data, len);
+    int rc = ps_h1conn_write(c, data, len);
     while (rc == PS_WRITE_PENDING) {
         rc = ps_sock_wait(&c->s, POLLOUT);
         if (rc < 0) {
@@ -332,7 +333,7 @@ int ps_conn_write_blocking(ps_conn_t *c, const char *data, size_t len)
     return rc;
 }
 
-int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
+int ps_h1conn_sendfile(ps_h1conn_t *c, int fd, int64_t offset, uint64_t count)
 {
     if (c->s.failed)
         return -EPIPE;
@@ -343,7 +344,7 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
         c->resp_left -= (int64_t)count;
     }
     if (count == 0)
-        return ps_conn_write(c, NULL, 0);
+        return ps_h1conn_write(c, NULL, 0);
     if (c->resp_chunked) {
         char size_line[PS_HTTP1_CHUNK_HEAD_MAX];
         size_t sl = ps_http1_chunk_head(size_line, count);
@@ -366,7 +367,7 @@ int ps_conn_sendfile(ps_conn_t *c, int fd, int64_t offset, uint64_t count)
     return PS_WRITE_DONE;
 }
 
-void ps_conn_end(ps_conn_t *c)
+void ps_h1conn_end(ps_h1conn_t *c)
 {
     c->resp_ended = 1;
     if (!c->s.failed) {
@@ -380,10 +381,10 @@ void ps_conn_end(ps_conn_t *c)
     kick(c);
 }
 
-int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
+int ps_h1conn_end_with_trailers(ps_h1conn_t *c, const ps_header_t *h, size_t n)
 {
     if (!c->resp_chunked || c->s.failed) {
-        ps_conn_end(c);
+        ps_h1conn_end(c);
         return 0;
     }
     int rc = ps_http1_write_last_chunk(&c->s.wbuf, h, n);
@@ -398,24 +399,24 @@ int ps_conn_end_with_trailers(ps_conn_t *c, const ps_header_t *h, size_t n)
     return 0;
 oom:
     c->s.failed = 1;
-    ps_conn_abort(c);
+    ps_h1conn_abort(c);
     return -ENOMEM;
 }
 
-void ps_conn_abort(ps_conn_t *c)
+void ps_h1conn_abort(ps_h1conn_t *c)
 {
     c->aborted = 1;
     c->keep_alive = 0;
     kick(c);
 }
 
-int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n)
+int ps_h1conn_send_informational(ps_h1conn_t *c, ps_slice_t status, const ps_header_t *h, size_t n)
 {
     ps_head_info_t info;
     if (c->s.failed)
         return -EPIPE;
     if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
-        info.status < 102 || ps_conn_request(c)->http_minor == 0 || c->uw)
+        info.status < 102 || ps_h1conn_request(c)->http_minor == 0 || c->uw)
         return -EINVAL; /* nginx's uwsgi module reads one head: no 1xx */
     if (ps_http1_write_head(&c->s.wbuf, status, h, n, NULL, 0) < 0)
         return -ENOMEM;
@@ -423,10 +424,10 @@ int ps_conn_send_informational(ps_conn_t *c, ps_slice_t status, const ps_header_
 }
 
 /* Sends a complete canned response s (with Connection: close). */
-static void send_canned(ps_conn_t *c, int status, ps_slice_t s)
+static void send_canned(ps_h1conn_t *c, int status, ps_slice_t s)
 {
     if (c->resp_started) {
-        ps_conn_abort(c);
+        ps_h1conn_abort(c);
         return;
     }
     struct iovec v = {(void *)s.base, s.len};
@@ -438,12 +439,12 @@ static void send_canned(ps_conn_t *c, int status, ps_slice_t s)
     kick(c);
 }
 
-void ps_conn_send_error(ps_conn_t *c, int status)
+void ps_h1conn_send_error(ps_h1conn_t *c, int status)
 {
     send_canned(c, status, ps_http1_error_response(status));
 }
 
-void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_slice_t response)
+void ps_h1conn_reject_response(ps_h1conn_t *c, int status, const char *reason, ps_slice_t response)
 {
     if (c->s.w->handler->on_rejected && !c->resp_started)
         c->s.w->handler->on_rejected(&c->x, status, reason);
@@ -452,22 +453,22 @@ void ps_conn_reject_response(ps_conn_t *c, int status, const char *reason, ps_sl
     send_canned(c, status, response);
 }
 
-void ps_conn_reject(ps_conn_t *c, int status, const char *reason)
+void ps_h1conn_reject(ps_h1conn_t *c, int status, const char *reason)
 {
-    ps_conn_reject_response(c, status, reason, ps_http1_error_response(status));
+    ps_h1conn_reject_response(c, status, reason, ps_http1_error_response(status));
 }
 
 /* ---- input ---- */
 
 /* Starts the read watcher. Input a TLS session already holds is not seen
  * by a poll of the socket: the watcher is then fed an event at once. */
-static void start_reading(ps_conn_t *c)
+static void start_reading(ps_h1conn_t *c)
 {
     ps_sock_start_reading(&c->s);
 }
 
 /* Parses buffered input. Returns PS_HTTP1_* */
-static int parse(ps_conn_t *c)
+static int parse(ps_h1conn_t *c)
 {
     size_t used = 0;
     int rc;
@@ -483,12 +484,12 @@ static int parse(ps_conn_t *c)
 }
 
 /* After parse() returned PS_HTTP1_ERROR: the answer and why. */
-static int parse_status(const ps_conn_t *c)
+static int parse_status(const ps_h1conn_t *c)
 {
     return c->uw ? c->uw->error_status : c->parser.error_status;
 }
 
-static const char *parse_reason(const ps_conn_t *c)
+static const char *parse_reason(const ps_h1conn_t *c)
 {
     return c->uw ? c->uw->error_reason : c->parser.error_reason;
 }
@@ -497,11 +498,11 @@ static const char *parse_reason(const ps_conn_t *c)
  * spool threshold; once the body is larger, what is buffered and everything
  * after goes to the spool file. Returns 0 or -errno (no spool file, or a
  * failed write). */
-static int spool_body(ps_conn_t *c)
+static int spool_body(ps_h1conn_t *c)
 {
     size_t n = ps_buf_size(&c->body);
     if (c->spool_fd < 0) {
-        if (ps_conn_request(c)->body_received <= c->s.w->cfg.body_spool_threshold)
+        if (ps_h1conn_request(c)->body_received <= c->s.w->cfg.body_spool_threshold)
             return 0;
         int fd = ps_spool_open();
         if (fd < 0)
@@ -522,7 +523,7 @@ static int spool_body(ps_conn_t *c)
     return 0;
 }
 
-int ps_conn_body_fill(ps_conn_t *c)
+int ps_h1conn_body_fill(ps_h1conn_t *c)
 {
     if (ps_buf_size(&c->body) > 0 || c->spool_fd < 0 || c->spool_read >= c->spool_len)
         return 0;
@@ -545,10 +546,10 @@ int ps_conn_body_fill(ps_conn_t *c)
 /* While an asynchronous application runs, the connection keeps reading:
  * body bytes up to the high-water mark, then (once the body is complete)
  * only enough to notice the client's close. */
-static void update_reading(ps_conn_t *c)
+static void update_reading(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
-    if ((c->state != PS_CONN_APP && c->state != PS_CONN_FLUSH) || c->s.failed || !c->async)
+    ps_request_t *r = ps_h1conn_request(c);
+    if ((c->state != PS_H1CONN_APP && c->state != PS_H1CONN_FLUSH) || c->s.failed || !c->async)
         return;
     int want = r->message_complete ? ps_buf_size(&c->s.rbuf) < READ_AHEAD
                                    : ps_buf_size(&c->body) < BODY_HIGH;
@@ -561,21 +562,21 @@ static void update_reading(ps_conn_t *c)
 /* A malformed, oversized or stalled body while an asynchronous application
  * runs: the application hears a disconnect, the client gets the error (if
  * no response started; else the connection closes). May close c. */
-static void body_failed(ps_conn_t *c, int status, const char *reason)
+static void body_failed(ps_h1conn_t *c, int status, const char *reason)
 {
     c->error_status = status;
     c->keep_alive = 0;
     if (c->x.app_data)
         c->s.w->handler->on_disconnect(&c->x);
     c->in_handler = 1;
-    ps_conn_reject(c, status, reason);
+    ps_h1conn_reject(c, status, reason);
     c->in_handler = 0;
     after_handler(c);
 }
 
-int ps_conn_body_want(ps_conn_t *c)
+int ps_h1conn_body_want(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     if (c->s.failed)
         return -ECONNRESET;
     if (c->error_status)
@@ -600,11 +601,11 @@ int ps_conn_body_want(ps_conn_t *c)
 }
 
 /* Input while an asynchronous application runs. May close c. */
-static void read_during_app(ps_conn_t *c, const char *data, size_t n)
+static void read_during_app(ps_h1conn_t *c, const char *data, size_t n)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     if (ps_buf_append(&c->s.rbuf, data, n) < 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return;
     }
     if (!r->message_complete && parse(c) == PS_HTTP1_ERROR) {
@@ -619,7 +620,7 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
         c->s.w->handler->on_body(&c->x);
         c->in_handler = 0;
         after_handler(c);
-        if (c->state == PS_CONN_IDLE) {
+        if (c->state == PS_H1CONN_IDLE) {
             process(c);
             return;
         }
@@ -630,19 +631,19 @@ static void read_during_app(ps_conn_t *c, const char *data, size_t n)
 /* ---- HTTP/2 takes the socket over (h2conn.h) ---- */
 
 /* After h2conn.c took the socket (it may have closed it already). */
-static void switched_to_h2(ps_conn_t *c)
+static void switched_to_h2(ps_h1conn_t *c)
 {
-    if (c->state != PS_CONN_CLOSED)
-        set_state(c, PS_CONN_H2);
+    if (c->state != PS_H1CONN_CLOSED)
+        set_state(c, PS_H1CONN_H2);
 }
 
 /* Hands the socket to HTTP/2 with preread (the preface and what followed,
  * or nothing). Returns 0, or -1 when out of memory (c is then closed).
  * May close c. */
-static int start_h2(ps_conn_t *c, const char *preread, size_t n)
+static int start_h2(ps_h1conn_t *c, const char *preread, size_t n)
 {
     if (ps_h2conn_start(&c->s, &c->x, preread, n) < 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return -1;
     }
     switched_to_h2(c);
@@ -660,7 +661,7 @@ static const ps_slice_t plain_response = PS_SLICE_LIT("HTTP/1.1 400 Bad Request\
                                                       "\r\n" PLAIN_BODY);
 _Static_assert(sizeof(PLAIN_BODY) - 1 == 46, "Content-Length of the plain-HTTP answer");
 
-int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx)
+int ps_h1conn_start_tls(ps_h1conn_t *c, ps_tls_ctx_t *ctx)
 {
     int rc = ps_transport_init_tls(&c->s.t, c->s.fd, ctx);
     if (rc < 0)
@@ -670,7 +671,7 @@ int ps_conn_start_tls(ps_conn_t *c, ps_tls_ctx_t *ctx)
     return 0;
 }
 
-ps_slice_t ps_conn_alpn(const ps_conn_t *c)
+ps_slice_t ps_h1conn_alpn(const ps_h1conn_t *c)
 {
     return ps_tls_alpn(&c->s.t);
 }
@@ -678,27 +679,27 @@ ps_slice_t ps_conn_alpn(const ps_conn_t *c)
 /* Clear-text HTTP on a TLS port: answered in clear (the session is
  * dropped) and logged once as a rejection; the request is drained by the
  * linger. May close c. */
-static void answer_plaintext(ps_conn_t *c)
+static void answer_plaintext(ps_h1conn_t *c)
 {
     ps_transport_downgrade(&c->s.t);
     c->handshaking = 0;
-    set_state(c, PS_CONN_APP);
+    set_state(c, PS_H1CONN_APP);
     ev_io_stop(c->s.w->loop, &c->s.rio);
     c->in_handler = 1;
-    ps_conn_reject_response(c, 400, "The plain HTTP request was sent to HTTPS port",
-                            plain_response);
+    ps_h1conn_reject_response(c, 400, "The plain HTTP request was sent to HTTPS port",
+                              plain_response);
     c->in_handler = 0;
     after_handler(c);
 }
 
-static void refuse(ps_conn_t *c, const char *reason);
+static void refuse(ps_h1conn_t *c, const char *reason);
 
 /* One step of the TLS handshake, on either watcher. Returns 0 when it is
  * done and the caller goes on reading (a TLS 1.3 client's request can come
  * with its Finished), 1 when it waits or c was answered or closed. A
  * failed handshake (garbage, a refused client certificate) costs only c,
  * and one line (the reason) in the error log. */
-static int handshake(ps_conn_t *c)
+static int handshake(ps_h1conn_t *c)
 {
     struct ev_loop *loop = c->s.w->loop;
     int rc = ps_transport_handshake(&c->s.t);
@@ -720,13 +721,13 @@ static int handshake(ps_conn_t *c)
         return 1;
     }
     if (rc != PS_TLS_DONE) { /* the peer left */
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return 1;
     }
     c->handshaking = 0;
     c->x.secure = 1;
     c->x.tls = &c->s.t;
-    ps_slice_t alpn = ps_conn_alpn(c);
+    ps_slice_t alpn = ps_h1conn_alpn(c);
     if (alpn.len == 2 && memcmp(alpn.base, "h2", 2) == 0) {
         /* HTTP/2 takes the connection over; input the session already
          * decrypted (the client preface can come with its Finished) is
@@ -745,14 +746,14 @@ static int handshake(ps_conn_t *c)
 
 /* TLS, before on_read reads: the handshake, or a write that waits for the
  * peer's bytes. Returns 0 to read, 1 when c was handled (maybe closed). */
-static int tls_before_read(ps_conn_t *c)
+static int tls_before_read(ps_h1conn_t *c)
 {
     if (c->handshaking)
         return handshake(c);
     if ((ps_transport_blocked(&c->s.t) & PS_TRANSPORT_WRITE_WANTS_READ) &&
         ev_is_active(&c->s.wio)) {
         on_write(&c->s);
-        return c->state == PS_CONN_CLOSED;
+        return c->state == PS_H1CONN_CLOSED;
     }
     return 0;
 }
@@ -760,7 +761,7 @@ static int tls_before_read(ps_conn_t *c)
 /* TLS, before on_write flushes: a handshake step or a read that waited
  * for the socket to be writable goes first. Returns 0 to flush, 1 when
  * that was all (c may be closed). */
-static int tls_before_write(ps_conn_t *c)
+static int tls_before_write(ps_h1conn_t *c)
 {
     if (!c->handshaking && !(ps_transport_blocked(&c->s.t) & PS_TRANSPORT_READ_WANTS_WRITE))
         return 0;
@@ -772,7 +773,7 @@ static int tls_before_write(ps_conn_t *c)
 
 /* ---- the uwsgi protocol (uwsgi listeners) ---- */
 
-int ps_conn_speak_uwsgi(ps_conn_t *c)
+int ps_h1conn_speak_uwsgi(ps_h1conn_t *c)
 {
     ps_worker_t *w = c->s.w;
     const ps_proxy_t *trust = w->cfg.uwsgi_trust;
@@ -784,7 +785,7 @@ int ps_conn_speak_uwsgi(ps_conn_t *c)
     }
     c->uw = malloc(sizeof(*c->uw));
     if (c->uw == NULL) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return -1;
     }
     size_t high = BODY_HIGH;
@@ -834,7 +835,7 @@ static int uwsgi_client(ps_slice_t addr, ps_slice_t port, ps_proxyproto_t *pp)
  * PROXY header's client does; HTTPS=on or REQUEST_SCHEME=https make the
  * scheme https; SERVER_NAME and SERVER_PORT name the server;
  * SERVER_PROTOCOL HTTP/2 the version the application is told. */
-static void take_uwsgi_vars(ps_conn_t *c)
+static void take_uwsgi_vars(ps_h1conn_t *c)
 {
     const ps_uwsgi_cgi_t *cgi = &c->uw->cgi;
     ps_proxyproto_t pp;
@@ -852,29 +853,29 @@ static void take_uwsgi_vars(ps_conn_t *c)
 
 /* ---- the PROXY protocol (--proxy-protocol listeners) ---- */
 
-void ps_conn_expect_proxy_header(ps_conn_t *c)
+void ps_h1conn_expect_proxy_header(ps_h1conn_t *c)
 {
     const ps_proxy_t *trust = c->s.w->cfg.proxyproto_trust;
     int trusted = c->s.is_unix ||
                   (trust != NULL &&
                    ps_proxy_peer_trusted(trust, (struct sockaddr *)&c->s.peer, c->s.peer_len));
-    c->proxyproto = trusted ? PS_CONN_PP_EXPECT : PS_CONN_PP_REFUSE;
+    c->proxyproto = trusted ? PS_H1CONN_PP_EXPECT : PS_H1CONN_PP_REFUSE;
     if (trusted)
         arm_timer(c, c->s.w->cfg.timeout_request_header);
 }
 
 /* Closes a connection refused before its first request, after the layer
  * logged why (one line). */
-static void refuse(ps_conn_t *c, const char *reason)
+static void refuse(ps_h1conn_t *c, const char *reason)
 {
     if (c->s.w->handler->on_refused)
         c->s.w->handler->on_refused(&c->x, reason);
-    ps_conn_close(c);
+    ps_h1conn_close(c);
 }
 
 /* The PROXY header's client becomes the peer; whether its own proxy
  * headers are read is decided again for it. */
-static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
+static void set_proxied_client(ps_h1conn_t *c, const ps_proxyproto_t *pp)
 {
     const ps_proxy_t *proxy = c->s.w->cfg.proxy;
     memcpy(&c->s.peer, &pp->src, pp->src_len);
@@ -890,11 +891,11 @@ static void set_proxied_client(ps_conn_t *c, const ps_proxyproto_t *pp)
  * owes, or the one an untrusted peer may not send. Returns 1 when settled
  * (the HTTP bytes follow in rbuf), 0 when more bytes are needed, -1 when
  * the connection was closed. */
-static int take_proxy_header(ps_conn_t *c)
+static int take_proxy_header(ps_h1conn_t *c)
 {
     const char *b = ps_buf_head(&c->s.rbuf);
     size_t n = ps_buf_size(&c->s.rbuf);
-    if (c->proxyproto == PS_CONN_PP_REFUSE) {
+    if (c->proxyproto == PS_H1CONN_PP_REFUSE) {
         int sent = ps_proxyproto_detect(b, n);
         if (sent == 0)
             return 0;
@@ -902,7 +903,7 @@ static int take_proxy_header(ps_conn_t *c)
             refuse(c, "an untrusted peer sent a PROXY header");
             return -1;
         }
-        c->proxyproto = PS_CONN_PP_NONE; /* a direct client: plain HTTP */
+        c->proxyproto = PS_H1CONN_PP_NONE; /* a direct client: plain HTTP */
         return 1;
     }
     ps_proxyproto_t pp;
@@ -914,21 +915,21 @@ static int take_proxy_header(ps_conn_t *c)
         return -1;
     }
     ps_buf_consume(&c->s.rbuf, (size_t)len);
-    c->proxyproto = PS_CONN_PP_NONE;
+    c->proxyproto = PS_H1CONN_PP_NONE;
     if (!pp.local)
         set_proxied_client(c, &pp);
     arm_timer(c, c->s.w->cfg.timeout_keep_alive);
     return 1;
 }
 
-void ps_conn_accepted(ps_conn_t *c)
+void ps_h1conn_accepted(ps_h1conn_t *c)
 {
     on_read(&c->s);
     /* Whatever state the first bytes left it in, a connection that is not
      * closed and not handed to a synchronous application keeps reading. */
-    if (c->state == PS_CONN_CLOSED || ev_is_active(&c->s.rio))
+    if (c->state == PS_H1CONN_CLOSED || ev_is_active(&c->s.rio))
         return;
-    if (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY || c->state == PS_CONN_LINGER)
+    if (c->state == PS_H1CONN_IDLE || c->state == PS_H1CONN_BODY || c->state == PS_H1CONN_LINGER)
         start_reading(c);
     else
         update_reading(c);
@@ -937,7 +938,7 @@ void ps_conn_accepted(ps_conn_t *c)
 /* The read watcher (h1_proto). May close c. */
 static void on_read(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     ps_worker_t *w = s->w;
     struct ev_loop *loop = w->loop;
     if (ps_unlikely(c->x.deferred) && s->t.ssl == NULL) {
@@ -954,21 +955,21 @@ static void on_read(ps_sock_t *s)
         return;
     }
     if (n <= 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return;
     }
-    if (c->state == PS_CONN_APP || c->state == PS_CONN_FLUSH) {
+    if (c->state == PS_H1CONN_APP || c->state == PS_H1CONN_FLUSH) {
         read_during_app(c, w->scratch, (size_t)n);
         return;
     }
     if (ps_buf_append(&c->s.rbuf, w->scratch, (size_t)n) < 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return;
     }
     if (ps_unlikely(c->proxyproto) && take_proxy_header(c) <= 0)
         return;
     /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
-    if (w->cfg.h2c && c->s.requests == 0 && !c->head_started && c->state == PS_CONN_IDLE &&
+    if (w->cfg.h2c && c->s.requests == 0 && !c->head_started && c->state == PS_H1CONN_IDLE &&
         ps_likely(c->uw == NULL)) {
         int p = ps_h2_is_preface(ps_buf_head(&c->s.rbuf), ps_buf_size(&c->s.rbuf));
         if (p == -EAGAIN)
@@ -995,11 +996,11 @@ static void on_read(ps_sock_t *s)
 
 /* ---- the request cycle ---- */
 
-static void reset_for_next(ps_conn_t *c)
+static void reset_for_next(ps_h1conn_t *c)
 {
     ps_http1_next(&c->parser);
     ps_buf_reset(&c->body);
-    set_state(c, PS_CONN_IDLE);
+    set_state(c, PS_H1CONN_IDLE);
     c->resp_started = c->resp_ended = c->resp_chunked = c->resp_no_body = 0;
     c->continue_sent = c->head_started = c->body_wanted = 0;
     c->head_deadline = 0;
@@ -1014,16 +1015,16 @@ static void reset_for_next(ps_conn_t *c)
 }
 
 /* The response is out. Either go on to the next request or close. */
-static void complete(ps_conn_t *c)
+static void complete(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     count_request(c, c->x.status);
     if (!c->keep_alive || !r->message_complete || c->s.w->stopping) {
         int unread = ps_buf_size(&c->s.rbuf) > 0 || !r->message_complete || c->x.status >= 400;
         if (unread)
             linger(c);
         else
-            ps_conn_close(c);
+            ps_h1conn_close(c);
         return;
     }
     reset_for_next(c);
@@ -1031,12 +1032,12 @@ static void complete(ps_conn_t *c)
 }
 
 /* Decides what follows a handler callback. May close the connection. */
-static void after_handler(ps_conn_t *c)
+static void after_handler(ps_h1conn_t *c)
 {
-    if (c->state == PS_CONN_CLOSED)
+    if (c->state == PS_H1CONN_CLOSED)
         return;
     if (c->aborted || c->s.failed) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return;
     }
     if (c->resp_ended) {
@@ -1047,9 +1048,9 @@ static void after_handler(ps_conn_t *c)
             ps_buf_shrink(&c->body, KEEP_BUF);
         }
         if (ps_buf_size(&c->s.wbuf) > 0 || c->s.sf_fd >= 0) {
-            set_state(c, PS_CONN_FLUSH);
+            set_state(c, PS_H1CONN_FLUSH);
             if (c->s.held && c->s.sf_fd < 0 && !ev_is_active(&c->s.wio)) {
-                /* ps_conn_flush_held() sends it before the loop sleeps and
+                /* ps_h1conn_flush_held() sends it before the loop sleeps and
                  * completes the exchange; a timer that fired in this same
                  * iteration was for what came before this response. */
                 ev_clear_pending(c->s.w->loop, &c->s.timer);
@@ -1079,9 +1080,9 @@ static void after_handler(ps_conn_t *c)
     }
 }
 
-static void dispatch(ps_conn_t *c)
+static void dispatch(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     if (r->upgrade && c->s.w->cfg.h2c_upgrade) { /* Upgrade: h2c */
         int rc = ps_h2conn_upgrade(&c->s, &c->x, r);
         if (rc == 0) {
@@ -1093,7 +1094,7 @@ static void dispatch(ps_conn_t *c)
             return;
         }
     }
-    set_state(c, PS_CONN_APP);
+    set_state(c, PS_H1CONN_APP);
     c->keep_alive = r->keep_alive && !c->s.w->stopping;
     if (c->s.w->metrics) {
         c->metrics_start = ps_metrics_clock();
@@ -1116,12 +1117,12 @@ static void dispatch(ps_conn_t *c)
 
 /* Refuses the request being read (reason: static words for the log) and
  * closes after the answer. May close c. */
-static void answer_error(ps_conn_t *c, int status, const char *reason)
+static void answer_error(ps_h1conn_t *c, int status, const char *reason)
 {
-    set_state(c, PS_CONN_APP);
+    set_state(c, PS_H1CONN_APP);
     ev_io_stop(c->s.w->loop, &c->s.rio);
     c->in_handler = 1;
-    ps_conn_reject(c, status, reason);
+    ps_h1conn_reject(c, status, reason);
     c->in_handler = 0;
     after_handler(c);
 }
@@ -1129,15 +1130,15 @@ static void answer_error(ps_conn_t *c, int status, const char *reason)
 /* A synchronous request whose body is still to come: the loop reads it, so
  * a client that waits for "100 Continue" gets it now that the head is
  * accepted. Returns 0, or -1 when the client is gone (c is then closed). */
-static int expect_body(ps_conn_t *c)
+static int expect_body(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     if (!r->expect_continue || r->http_minor == 0 || c->continue_sent)
         return 0;
     c->continue_sent = 1;
     struct iovec v = {(void *)ps_http1_continue.base, ps_http1_continue.len};
     if (write_now(c, &v, 1) < 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return -1;
     }
     return 0;
@@ -1145,12 +1146,12 @@ static int expect_body(ps_conn_t *c)
 
 /* Parses what arrived and dispatches complete requests, one at a time, until
  * it must wait for the client or for the application. May close c. */
-static void process(ps_conn_t *c)
+static void process(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     ps_worker_t *w = c->s.w;
     int progress = 0; /* body bytes arrived: the body's no-progress clock restarts */
-    while (c->state == PS_CONN_IDLE || c->state == PS_CONN_BODY) {
+    while (c->state == PS_H1CONN_IDLE || c->state == PS_H1CONN_BODY) {
         uint64_t before = r->body_received;
         if (ps_buf_size(&c->s.rbuf) > 0 && parse(c) == PS_HTTP1_ERROR) {
             answer_error(c, parse_status(c), parse_reason(c));
@@ -1172,8 +1173,8 @@ static void process(ps_conn_t *c)
             arm_timer(c, PS_MAX(c->head_deadline - now, 1e-3));
             return;
         }
-        if (c->state == PS_CONN_IDLE) {
-            set_state(c, PS_CONN_BODY);
+        if (c->state == PS_H1CONN_IDLE) {
+            set_state(c, PS_H1CONN_BODY);
             progress = 1;
             if (ps_unlikely(c->uw != NULL))
                 take_uwsgi_vars(c);
@@ -1208,13 +1209,13 @@ static void process(ps_conn_t *c)
 /* The write watcher (h1_proto). May close c. */
 static void on_write(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     struct ev_loop *loop = s->w->loop;
     if (ps_unlikely(c->s.t.ssl != NULL) && tls_before_write(c) != 0)
         return;
     int rc = flush(c);
     if (rc < 0) {
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         return;
     }
     if (rc == 1) {
@@ -1224,17 +1225,17 @@ static void on_write(ps_sock_t *s)
     ev_io_stop(loop, &c->s.wio);
     ev_timer_stop(loop, &c->s.timer);
     /* Output is out: a body still awaited is back on its own clock. */
-    if (c->state == PS_CONN_BODY || c->body_wanted)
+    if (c->state == PS_H1CONN_BODY || c->body_wanted)
         arm_timer(c, c->s.w->cfg.timeout_request_body);
-    if (c->state == PS_CONN_APP) {
+    if (c->state == PS_H1CONN_APP) {
         c->in_handler = 1;
         c->s.w->handler->on_writable(&c->x);
         c->in_handler = 0;
         after_handler(c);
-    } else if (c->state == PS_CONN_FLUSH) {
+    } else if (c->state == PS_H1CONN_FLUSH) {
         complete(c);
     }
-    if (c->state == PS_CONN_IDLE)
+    if (c->state == PS_H1CONN_IDLE)
         process(c);
 }
 
@@ -1243,9 +1244,9 @@ static void on_write(ps_sock_t *s)
  * read watcher in the same iteration, while input waited on the socket.
  * Reads what is waiting first. Returns 1 when nothing arrived (the timeout
  * is real), 0 when input moved the connection on (or closed it). */
-static int nothing_arrived(ps_conn_t *c)
+static int nothing_arrived(ps_h1conn_t *c)
 {
-    ps_request_t *r = ps_conn_request(c);
+    ps_request_t *r = ps_h1conn_request(c);
     uint64_t requests = c->s.requests, received = r->body_received;
     int state = c->state, started = c->head_started;
     on_read(&c->s);
@@ -1256,33 +1257,33 @@ static int nothing_arrived(ps_conn_t *c)
 /* The timer (h1_proto). May close c. */
 static void on_timer(ps_sock_t *s)
 {
-    ps_conn_t *c = (ps_conn_t *)s;
+    ps_h1conn_t *c = (ps_h1conn_t *)s;
     switch (c->state) {
-    case PS_CONN_IDLE:
+    case PS_H1CONN_IDLE:
         if (c->handshaking) /* --timeout-tls-handshake */
-            ps_conn_close(c);
-        else if (c->proxyproto == PS_CONN_PP_EXPECT)
+            ps_h1conn_close(c);
+        else if (c->proxyproto == PS_H1CONN_PP_EXPECT)
             refuse(c, "no PROXY header from a trusted peer in time");
         else if (c->head_started)
             answer_error(c, 408, "request head deadline");
         else if (nothing_arrived(c)) /* else sent by the deadline: answered, not reset */
-            ps_conn_close(c);
+            ps_h1conn_close(c);
         break;
-    case PS_CONN_BODY:
+    case PS_H1CONN_BODY:
         if (nothing_arrived(c))
             answer_error(c, 408, "request body deadline");
         break;
-    case PS_CONN_APP:
+    case PS_H1CONN_APP:
         /* An asynchronous application waits for a body that stopped coming. */
         if (c->body_wanted && !ev_is_active(&c->s.wio)) {
             if (nothing_arrived(c) && c->body_wanted)
                 body_failed(c, 408, "request body deadline");
             break;
         }
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         break;
     default:
-        ps_conn_close(c);
+        ps_h1conn_close(c);
         break;
     }
 }
@@ -1291,74 +1292,74 @@ static void on_timer(ps_sock_t *s)
 
 static int x_body_fill(ps_exchange_t *x)
 {
-    return ps_conn_body_fill(ps_conn_of(x));
+    return ps_h1conn_body_fill(ps_h1conn_of(x));
 }
 
 static int x_body_want(ps_exchange_t *x)
 {
-    return ps_conn_body_want(ps_conn_of(x));
+    return ps_h1conn_body_want(ps_h1conn_of(x));
 }
 
 static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
                    const char *body, size_t len)
 {
-    return ps_conn_start_response(ps_conn_of(x), status, h, n, body, len);
+    return ps_h1conn_start_response(ps_h1conn_of(x), status, h, n, body, len);
 }
 
 static int x_write(ps_exchange_t *x, const char *data, size_t len)
 {
-    return ps_conn_write(ps_conn_of(x), data, len);
+    return ps_h1conn_write(ps_h1conn_of(x), data, len);
 }
 
 static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
 {
-    return ps_conn_write_blocking(ps_conn_of(x), data, len);
+    return ps_h1conn_write_blocking(ps_h1conn_of(x), data, len);
 }
 
 static int x_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
 {
-    return ps_conn_sendfile(ps_conn_of(x), fd, offset, count);
+    return ps_h1conn_sendfile(ps_h1conn_of(x), fd, offset, count);
 }
 
 static int x_informational(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n)
 {
-    return ps_conn_send_informational(ps_conn_of(x), status, h, n);
+    return ps_h1conn_send_informational(ps_h1conn_of(x), status, h, n);
 }
 
 static int x_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n)
 {
-    return ps_conn_end_with_trailers(ps_conn_of(x), h, n);
+    return ps_h1conn_end_with_trailers(ps_h1conn_of(x), h, n);
 }
 
 static void x_end(ps_exchange_t *x)
 {
-    ps_conn_end(ps_conn_of(x));
+    ps_h1conn_end(ps_h1conn_of(x));
 }
 
 static void x_abort(ps_exchange_t *x)
 {
-    ps_conn_abort(ps_conn_of(x));
+    ps_h1conn_abort(ps_h1conn_of(x));
 }
 
 static void x_send_error(ps_exchange_t *x, int status)
 {
-    ps_conn_send_error(ps_conn_of(x), status);
+    ps_h1conn_send_error(ps_h1conn_of(x), status);
 }
 
 static void x_reject(ps_exchange_t *x, int status, const char *reason)
 {
-    ps_conn_reject(ps_conn_of(x), status, reason);
+    ps_h1conn_reject(ps_h1conn_of(x), status, reason);
 }
 
 static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len)
 {
-    return ps_sock_local_address(&ps_conn_of(x)->s, ss, len);
+    return ps_sock_local_address(&ps_h1conn_of(x)->s, ss, len);
 }
 
 static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
                           ps_slice_t *version)
 {
-    ps_conn_t *c = ps_conn_of(x);
+    ps_h1conn_t *c = ps_h1conn_of(x);
     if (ps_likely(c->uw == NULL))
         return ps_http1_request_line(&c->parser, method, target, version);
     if (!c->uw->req.head_complete)
@@ -1371,22 +1372,22 @@ static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *targ
 
 static int x_client_gone(ps_exchange_t *x)
 {
-    return ps_conn_of(x)->s.failed;
+    return ps_h1conn_of(x)->s.failed;
 }
 
 static ps_sock_t *x_sock(ps_exchange_t *x)
 {
-    return &ps_conn_of(x)->s;
+    return &ps_h1conn_of(x)->s;
 }
 
 /* The response is a protocol switch (101): from now on the socket is
  * another protocol's, which sends the queued output first. */
 static int x_upgrade(ps_exchange_t *x)
 {
-    ps_conn_t *c = ps_conn_of(x);
-    if (c->s.failed || c->state != PS_CONN_APP || c->resp_started)
+    ps_h1conn_t *c = ps_h1conn_of(x);
+    if (c->s.failed || c->state != PS_H1CONN_APP || c->resp_started)
         return -EPIPE;
-    set_state(c, PS_CONN_WS);
+    set_state(c, PS_H1CONN_WS);
     c->resp_started = 1;
     c->x.status = 101;
     c->body_wanted = 0;
@@ -1396,7 +1397,7 @@ static int x_upgrade(ps_exchange_t *x)
 
 static void x_reject_response(ps_exchange_t *x, int status, const char *reason, ps_slice_t response)
 {
-    ps_conn_reject_response(ps_conn_of(x), status, reason, response);
+    ps_h1conn_reject_response(ps_h1conn_of(x), status, reason, response);
 }
 
 static const ps_exchange_ops_t ps_http1_exchange_ops = {
