@@ -17,14 +17,12 @@
 #include "date.h"
 #include "proxyproto.h"
 #include "wstate.h"
-#include "spool.h"
+#include "body.h"
 #include "h2conn.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
  * application. */
 #define BODY_HIGH (256 * 1024)
-/* A spooled body is read back in pieces of this size. */
-#define SPOOL_READ (64 * 1024)
 /* Buffers larger than this are released when a connection goes idle. */
 #define KEEP_BUF (64 * 1024)
 /* The read buffer only passes input on to the parser: an idle connection
@@ -108,7 +106,7 @@ ps_h1conn_t *ps_h1conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage
     if (c == NULL)
         return NULL;
     ps_sock_init(&c->s, w, fd, peer, peer_len, is_unix, &h1_proto, c);
-    c->spool_fd = -1;
+    ps_body_spool_init(&c->spool);
     c->resp_left = -1;
     /* A unix-socket peer is trusted whatever address the kernel reports. */
     const ps_proxy_t *proxy = w->cfg.proxy;
@@ -138,11 +136,7 @@ ps_h1conn_t *ps_h1conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage
 /* Closes the spool file, if any: its bytes are gone with it. */
 static void drop_spool(ps_h1conn_t *c)
 {
-    if (c->spool_fd >= 0) {
-        close(c->spool_fd);
-        c->spool_fd = -1;
-    }
-    c->spool_len = c->spool_read = 0;
+    ps_body_spool_drop(&c->spool);
 }
 
 /* The socket's free (h1_proto): the layer lets go of the connection's
@@ -500,47 +494,13 @@ static const char *parse_reason(const ps_h1conn_t *c)
  * failed write). */
 static int spool_body(ps_h1conn_t *c)
 {
-    size_t n = ps_buf_size(&c->body);
-    if (c->spool_fd < 0) {
-        if (ps_h1conn_request(c)->body_received <= c->s.w->cfg.body_spool_threshold)
-            return 0;
-        int fd = ps_spool_open();
-        if (fd < 0)
-            return fd;
-        c->spool_fd = fd;
-    }
-    if (n == 0)
-        return 0;
-    int rc = ps_spool_write(c->spool_fd, ps_buf_head(&c->body), n);
-    if (rc < 0)
-        return rc;
-    /* The first write moves up to the threshold: do not keep that much. */
-    int first = c->spool_len == 0;
-    c->spool_len += n;
-    ps_buf_reset(&c->body);
-    if (first)
-        ps_buf_shrink(&c->body, KEEP_BUF);
-    return 0;
+    return ps_body_spool(&c->spool, &c->body, ps_h1conn_request(c)->body_received,
+                         c->s.w->cfg.body_spool_threshold, KEEP_BUF);
 }
 
 int ps_h1conn_body_fill(ps_h1conn_t *c)
 {
-    if (ps_buf_size(&c->body) > 0 || c->spool_fd < 0 || c->spool_read >= c->spool_len)
-        return 0;
-    size_t want = (size_t)PS_MIN(c->spool_len - c->spool_read, SPOOL_READ);
-    if (ps_buf_reserve(&c->body, want) < 0)
-        return -ENOMEM;
-    ssize_t n;
-    do
-        n = pread(c->spool_fd, c->body.data + c->body.len, want, (off_t)c->spool_read);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -errno;
-    if (n == 0)
-        return -EIO; /* the file is shorter than what was written to it */
-    c->body.len += (size_t)n;
-    c->spool_read += (uint64_t)n;
-    return 0;
+    return ps_body_fill(&c->spool, &c->body);
 }
 
 /* While an asynchronous application runs, the connection keeps reading:

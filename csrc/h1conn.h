@@ -18,6 +18,7 @@
 
 #include <ev.h>
 
+#include "body.h"
 #include "buf.h"
 #include "exchange.h"
 #include "http1.h"
@@ -58,9 +59,7 @@ struct ps_h1conn {
     unsigned proxyproto : 2;   /* PS_H1CONN_PP_*: a PROXY header still to settle */
     unsigned tell_app : 1;     /* closing: the layer hears on_disconnect once it is closed */
     int error_status;          /* a bad body seen while an asynchronous application runs */
-    int spool_fd;              /* the body's spool file (see spool.h), or -1 */
-    uint64_t spool_len;        /* bytes written to it */
-    uint64_t spool_read;       /* bytes ps_h1conn_body_fill() took back from it */
+    ps_body_spool_t spool;     /* a synchronous request's body past the threshold */
     ps_http1_parser_t parser;
     /* A uwsgi listener's connection parses with this instead (NULL: HTTP). */
     ps_uwsgi_parser_t *uw;

@@ -21,11 +21,9 @@
 #include "sock.h"
 #include "date.h"
 #include "http2.h"
-#include "spool.h"
+#include "body.h"
 #include "wstate.h"
 
-/* A spooled body is read back in pieces of this size. */
-#define SPOOL_READ (64 * 1024)
 /* The frame buffer shrinks back to this once written. */
 #define OUT_KEEP (16 * 1024)
 /* A synchronous stream's body buffer is kept up to this between streams. */
@@ -41,11 +39,9 @@ typedef struct h2x h2x_t;
 struct h2x {
     ps_exchange_t x;
     ps_h2conn_t *hc;
-    ps_h2_stream_t *st; /* NULL once the stream is over */
-    ps_buf_t body;      /* synchronous layers: the buffered body; else empty */
-    int spool_fd;       /* the body's spool file (spool.h), or -1 */
-    uint64_t spool_len; /* bytes written to it */
-    uint64_t spool_read;
+    ps_h2_stream_t *st;           /* NULL once the stream is over */
+    ps_buf_t body;                /* synchronous layers: the buffered body; else empty */
+    ps_body_spool_t spool;        /* synchronous layers: the body past the spool threshold */
     uint64_t metrics_start;       /* --metrics-bind: when on_request was called */
     ev_tstamp body_at;            /* body bytes last came, or the layer began waiting */
     h2x_t *next;                  /* in the dead or the spare list */
@@ -216,11 +212,7 @@ static void free_dead(ps_h2conn_t *hc)
 
 static void drop_spool(h2x_t *e)
 {
-    if (e->spool_fd >= 0) {
-        close(e->spool_fd);
-        e->spool_fd = -1;
-    }
-    e->spool_len = e->spool_read = 0;
+    ps_body_spool_drop(&e->spool);
 }
 
 static void start_linger(ps_h2conn_t *hc)
@@ -575,7 +567,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
     e->body = body;
     e->hc = hc;
     e->st = st;
-    e->spool_fd = -1;
+    ps_body_spool_init(&e->spool);
     e->async = w->async;
     e->x = (ps_exchange_t){
         .ops = &h2_exchange_ops,
@@ -672,24 +664,8 @@ static int take_body(h2x_t *e)
     if (n && ps_buf_append(&e->body, ps_buf_head(&st->body), n) < 0)
         return -ENOMEM;
     ps_h2_body_consume(st, n);
-    if (e->spool_fd < 0) {
-        if (st->req.body_received <= cfg->body_spool_threshold)
-            return 0;
-        int fd = ps_spool_open();
-        if (fd < 0)
-            return fd;
-        e->spool_fd = fd;
-    }
-    n = ps_buf_size(&e->body);
-    if (n == 0)
-        return 0;
-    int rc = ps_spool_write(e->spool_fd, ps_buf_head(&e->body), n);
-    if (rc < 0)
-        return rc;
-    e->spool_len += n;
-    ps_buf_reset(&e->body);
-    ps_buf_shrink(&e->body, BODY_KEEP);
-    return 0;
+    return ps_body_spool(&e->spool, &e->body, st->req.body_received, cfg->body_spool_threshold,
+                         BODY_KEEP);
 }
 
 static void cb_head(ps_h2_stream_t *st, void *ud)
@@ -851,22 +827,7 @@ static ps_h2_stream_t *usable(h2x_t *e)
 static int x_body_fill(ps_exchange_t *x)
 {
     h2x_t *e = h2x_of(x);
-    if (ps_buf_size(&e->body) > 0 || e->spool_fd < 0 || e->spool_read >= e->spool_len)
-        return 0;
-    size_t want = (size_t)PS_MIN(e->spool_len - e->spool_read, SPOOL_READ);
-    if (ps_buf_reserve(&e->body, want) < 0)
-        return -ENOMEM;
-    ssize_t n;
-    do
-        n = pread(e->spool_fd, e->body.data + e->body.len, want, (off_t)e->spool_read);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -errno;
-    if (n == 0)
-        return -EIO;
-    e->body.len += (size_t)n;
-    e->spool_read += (uint64_t)n;
-    return 0;
+    return ps_body_fill(&e->spool, &e->body);
 }
 
 static int x_body_want(ps_exchange_t *x)

@@ -65,7 +65,7 @@ static void answer_body_size(ps_exchange_t *x, int detail)
 {
     ps_request_t *r = x->req;
     uint64_t total = 0, sum = 0;
-    int spooled = ps_h1conn_of(x)->spool_fd >= 0;
+    int spooled = ps_h1conn_of(x)->spool.fd >= 0;
     CHECK(r->message_complete);
     for (;;) {
         if (ps_exchange_body_fill(x) < 0) {
