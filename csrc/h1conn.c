@@ -250,7 +250,7 @@ int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_
     ps_request_t *r = ps_h1conn_request(c);
     if (c->s.failed)
         return -EPIPE;
-    if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0)
+    if (c->resp_started || ps_http_scan_head(status, h, n, &info) < 0)
         return -EINVAL;
     c->x.status = info.status;
     if (info.conn_close || !r->message_complete)
@@ -409,7 +409,7 @@ int ps_h1conn_send_informational(ps_h1conn_t *c, ps_slice_t status, const ps_hea
     ps_head_info_t info;
     if (c->s.failed)
         return -EPIPE;
-    if (c->resp_started || ps_http1_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
+    if (c->resp_started || ps_http_scan_head(status, h, n, &info) < 0 || info.status >= 200 ||
         info.status < 102 || ps_h1conn_request(c)->http_minor == 0 || c->uw)
         return -EINVAL; /* nginx's uwsgi module reads one head: no 1xx */
     if (ps_http1_write_head(&c->s.wbuf, status, h, n, NULL, 0) < 0)
@@ -1010,7 +1010,7 @@ static void after_handler(ps_h1conn_t *c)
         if (ps_buf_size(&c->s.wbuf) > 0 || c->s.sf_fd >= 0) {
             set_state(c, PS_H1CONN_FLUSH);
             if (c->s.held && c->s.sf_fd < 0 && !ev_is_active(&c->s.wio)) {
-                /* ps_h1conn_flush_held() sends it before the loop sleeps and
+                /* ps_sock_flush_held() sends it before the loop sleeps and
                  * completes the exchange; a timer that fired in this same
                  * iteration was for what came before this response. */
                 ev_clear_pending(c->s.w->loop, &c->s.timer);

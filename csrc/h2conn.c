@@ -20,6 +20,7 @@
 #include "common.h"
 #include "sock.h"
 #include "date.h"
+#include "http.h"
 #include "http2.h"
 #include "body.h"
 #include "wstate.h"
@@ -869,7 +870,7 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
     ps_h2_stream_t *st = usable(e);
     if (st == NULL)
         return -EPIPE;
-    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0 || info.status < 200)
+    if (x->status || ps_http_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
     ps_header_t extra[2];
     size_t k = 0;
@@ -967,7 +968,7 @@ static int x_informational(ps_exchange_t *x, ps_slice_t status, const ps_header_
     ps_head_info_t info;
     if (st == NULL)
         return -EPIPE;
-    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0)
+    if (x->status || ps_http_scan_head(status, h, n, &info) < 0)
         return -EINVAL;
     int rc = ps_h2_info(st, info.status, h, n);
     if (rc < 0)
@@ -1019,7 +1020,7 @@ static void x_send_error(ps_exchange_t *x, int status)
         return;
     }
     char line[64], body[64], clen[24];
-    const char *reason = ps_http1_reason_phrase(status);
+    const char *reason = ps_http_reason_phrase(status);
     int ll = snprintf(line, sizeof(line), "%d %s", status, reason);
     int bl = snprintf(body, sizeof(body), "%s\n", reason[0] ? reason : "Error");
     int cl = snprintf(clen, sizeof(clen), "%d", bl);

@@ -1,5 +1,5 @@
-/* A connection in HTTP/2 mode: an nghttp2 session (http2.h) driven by the
- * connection's watchers, one ps_exchange_t per stream.
+/* A socket in HTTP/2 mode: an nghttp2 session (http2.h) driven by the
+ * socket's events (a sock.h protocol), one ps_exchange_t per stream.
  *
  * A connection enters HTTP/2 mode in three ways: the client preface as its
  * first bytes (cleartext prior knowledge, h1conn.c), an HTTP/1.1 request with

@@ -1,6 +1,7 @@
-/* A connection in WebSocket mode (see wsconn.h). The connection's watchers
- * are taken over: rio feeds the session, wio flushes its output, the timer
- * runs pings, the close timeout and the final linger. */
+/* A socket in WebSocket mode (see wsconn.h), plugged in as a sock.h
+ * protocol: its reads feed the session, its write events flush the
+ * session's output, its timer runs pings and the close timeout; the
+ * final linger is the socket's. */
 #define _GNU_SOURCE
 #include "wsconn.h"
 

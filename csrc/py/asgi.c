@@ -366,7 +366,7 @@ static int add_paths(ps_asgi_t *ctx, PyObject *scope, ps_slice_t path)
         PyErr_NoMemory();
         return -1;
     }
-    size_t dlen = ps_http1_percent_decode(path.base, path.len, decoded);
+    size_t dlen = ps_http_percent_decode(path.base, path.len, decoded);
     const char *rp = PyBytes_AS_STRING(ctx->root_path_bytes);
     size_t rl = (size_t)PyBytes_GET_SIZE(ctx->root_path_bytes);
     int prefixed = rl == 0 || (dlen >= rl && memcmp(decoded, rp, rl) == 0 &&
@@ -504,7 +504,7 @@ static PyObject *build_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycl
     if (scope == NULL)
         goto error;
     ps_slice_t path, query;
-    ps_http1_split_target(r->target, &path, &query);
+    ps_http_split_target(r->target, &path, &query);
     if (path.len == 0)
         path = PS_SLICE_LIT("/");
     int te = 0;
@@ -757,7 +757,7 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
         }
     }
     /* "%d %s" without snprintf (st is 100..999, checked by send_start) */
-    const char *reason = ps_http1_reason_phrase(st);
+    const char *reason = ps_http_reason_phrase(st);
     size_t rl = PS_MIN(strlen(reason), sizeof(status_line) - 4);
     status_line[0] = (char)('0' + st / 100), status_line[1] = (char)('0' + st / 10 % 10);
     status_line[2] = (char)('0' + st % 10), status_line[3] = ' ';

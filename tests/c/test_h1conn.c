@@ -792,5 +792,5 @@ int main(void)
     CHECK(!server.watchdog_fired);
     CHECK_EQ(server.w.nconns, 0);
     server_finish();
-    return check_finish("test_conn");
+    return check_finish("test_h1conn");
 }
