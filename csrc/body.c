@@ -18,8 +18,9 @@ void ps_body_spool_drop(ps_body_spool_t *sp)
     ps_body_spool_init(sp);
 }
 
-int ps_body_spool(ps_body_spool_t *sp, ps_buf_t *body, uint64_t received, uint64_t threshold,
-                  size_t keep)
+/* ps_body_spool past its inline test. */
+int ps_body_spool_write(ps_body_spool_t *sp, ps_buf_t *body, uint64_t received, uint64_t threshold,
+                        size_t keep)
 {
     if (sp->fd < 0) {
         if (received <= threshold)
