@@ -154,7 +154,8 @@ int ps_http_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head
     info->status = (s[0] - '0') * 100 + (s[1] - '0') * 10 + (s[2] - '0');
     for (size_t i = 0; i < n; i++) {
         ps_slice_t name = h[i].name, value = h[i].value;
-        if (!ps_http_token_ok(name.base, name.len) || !ps_http_field_value_ok(value.base, value.len))
+        if (!ps_http_token_ok(name.base, name.len) ||
+            !ps_http_field_value_ok(value.base, value.len))
             return -EINVAL;
         switch (name.len) {
         case 4:
