@@ -623,12 +623,7 @@ _Static_assert(sizeof(PLAIN_BODY) - 1 == 46, "Content-Length of the plain-HTTP a
 
 int ps_h1conn_start_tls(ps_h1conn_t *c, ps_tls_ctx_t *ctx)
 {
-    int rc = ps_transport_init_tls(&c->s.t, c->s.fd, ctx);
-    if (rc < 0)
-        return rc;
-    c->handshaking = 1;
-    arm_timer(c, c->s.w->cfg.timeout_tls_handshake);
-    return 0;
+    return ps_sock_start_tls(&c->s, ctx);
 }
 
 ps_slice_t ps_h1conn_alpn(const ps_h1conn_t *c)
@@ -641,8 +636,6 @@ ps_slice_t ps_h1conn_alpn(const ps_h1conn_t *c)
  * linger. May close c. */
 static void answer_plaintext(ps_h1conn_t *c)
 {
-    ps_transport_downgrade(&c->s.t);
-    c->handshaking = 0;
     set_state(c, PS_H1CONN_APP);
     ev_io_stop(c->s.w->loop, &c->s.rio);
     c->in_handler = 1;
@@ -661,30 +654,24 @@ static void refuse(ps_h1conn_t *c, const char *reason);
  * and one line (the reason) in the error log. */
 static int handshake(ps_h1conn_t *c)
 {
-    struct ev_loop *loop = c->s.w->loop;
-    int rc = ps_transport_handshake(&c->s.t);
-    if (rc == PS_IO_WANT_WRITE) {
-        ev_io_start(loop, &c->s.wio);
+    switch (ps_sock_handshake(&c->s)) {
+    case PS_SOCK_HS_WAIT:
         return 1;
-    }
-    ev_io_stop(loop, &c->s.wio);
-    if (rc == PS_IO_WANT_READ)
-        return 1;
-    if (rc == PS_TLS_PLAINTEXT) {
+    case PS_SOCK_HS_PLAINTEXT:
         answer_plaintext(c);
         return 1;
-    }
-    if (rc == -EPROTO) { /* garbage, no shared version or cipher, a refused certificate */
+    case PS_SOCK_HS_FAILED: {
         char why[192];
         snprintf(why, sizeof(why), "TLS handshake failed: %s", c->s.t.reason);
         refuse(c, why);
         return 1;
     }
-    if (rc != PS_TLS_DONE) { /* the peer left */
+    case PS_SOCK_HS_GONE:
         ps_h1conn_close(c);
         return 1;
+    default: /* PS_SOCK_HS_DONE */
+        break;
     }
-    c->handshaking = 0;
     c->x.secure = 1;
     c->x.tls = &c->s.t;
     ps_slice_t alpn = ps_h1conn_alpn(c);
@@ -708,7 +695,7 @@ static int handshake(ps_h1conn_t *c)
  * peer's bytes. Returns 0 to read, 1 when c was handled (maybe closed). */
 static int tls_before_read(ps_h1conn_t *c)
 {
-    if (c->handshaking)
+    if (c->s.handshaking)
         return handshake(c);
     if ((ps_transport_blocked(&c->s.t) & PS_TRANSPORT_WRITE_WANTS_READ) &&
         ev_is_active(&c->s.wio)) {
@@ -723,7 +710,7 @@ static int tls_before_read(ps_h1conn_t *c)
  * that was all (c may be closed). */
 static int tls_before_write(ps_h1conn_t *c)
 {
-    if (!c->handshaking && !(ps_transport_blocked(&c->s.t) & PS_TRANSPORT_READ_WANTS_WRITE))
+    if (!c->s.handshaking && !(ps_transport_blocked(&c->s.t) & PS_TRANSPORT_READ_WANTS_WRITE))
         return 0;
     if (ps_buf_size(&c->s.wbuf) == 0 && c->s.sf_fd < 0)
         ev_io_stop(c->s.w->loop, &c->s.wio); /* it watched for the read's sake only */
@@ -1220,7 +1207,7 @@ static void on_timer(ps_sock_t *s)
     ps_h1conn_t *c = (ps_h1conn_t *)s;
     switch (c->state) {
     case PS_H1CONN_IDLE:
-        if (c->handshaking) /* --timeout-tls-handshake */
+        if (c->s.handshaking) /* --timeout-tls-handshake */
             ps_h1conn_close(c);
         else if (c->proxyproto == PS_H1CONN_PP_EXPECT)
             refuse(c, "no PROXY header from a trusted peer in time");

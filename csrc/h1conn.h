@@ -55,7 +55,6 @@ struct ps_h1conn {
     unsigned head_started : 1; /* bytes of the next request have arrived */
     unsigned body_wanted : 1;  /* on_body is owed once body bytes arrive */
     unsigned async : 1;        /* the current request's layer is asynchronous (ps_worker_route) */
-    unsigned handshaking : 1;  /* TLS: no request is read before the handshake is done */
     unsigned proxyproto : 2;   /* PS_H1CONN_PP_*: a PROXY header still to settle */
     unsigned tell_app : 1;     /* closing: the layer hears on_disconnect once it is closed */
     int error_status;          /* a bad body seen while an asynchronous application runs */

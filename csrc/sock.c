@@ -86,6 +86,42 @@ int ps_sock_local_address(ps_sock_t *s, struct sockaddr_storage *ss, socklen_t *
     return getsockname(s->fd, (struct sockaddr *)ss, len) < 0 ? -errno : 0;
 }
 
+/* ---- the TLS prelude ---- */
+
+int ps_sock_start_tls(ps_sock_t *s, ps_tls_ctx_t *ctx)
+{
+    int rc = ps_transport_init_tls(&s->t, s->fd, ctx);
+    if (rc < 0)
+        return rc;
+    s->handshaking = 1;
+    ps_sock_timer_again(s, s->w->cfg.timeout_tls_handshake);
+    return 0;
+}
+
+int ps_sock_handshake(ps_sock_t *s)
+{
+    struct ev_loop *loop = s->w->loop;
+    int rc = ps_transport_handshake(&s->t);
+    if (rc == PS_IO_WANT_WRITE) {
+        ev_io_start(loop, &s->wio);
+        return PS_SOCK_HS_WAIT;
+    }
+    ev_io_stop(loop, &s->wio);
+    if (rc == PS_IO_WANT_READ)
+        return PS_SOCK_HS_WAIT;
+    if (rc == PS_TLS_PLAINTEXT) {
+        ps_transport_downgrade(&s->t);
+        s->handshaking = 0;
+        return PS_SOCK_HS_PLAINTEXT;
+    }
+    if (rc == -EPROTO)
+        return PS_SOCK_HS_FAILED;
+    if (rc != PS_TLS_DONE)
+        return PS_SOCK_HS_GONE;
+    s->handshaking = 0;
+    return PS_SOCK_HS_DONE;
+}
+
 /* ---- input ---- */
 
 ssize_t ps_sock_read(ps_sock_t *s, char *dst, size_t cap)

@@ -69,12 +69,13 @@ struct ps_sock {
     uint64_t sf_left;
     unsigned sf_trailer : 1; /* a chunk's CRLF follows the sendfile (HTTP/1) */
     unsigned is_unix : 1;
-    unsigned failed : 1;    /* the socket is broken: no more output */
-    unsigned closed : 1;    /* ps_sock_close() ran */
-    unsigned lingering : 1; /* shut down, draining input before the close */
-    unsigned held : 1;      /* on the worker's held list (output sent before it sleeps) */
-    unsigned held_new : 1;  /* ... with output held since the last pass over the list */
-    uint64_t requests;      /* requests served over it, whatever the protocol */
+    unsigned failed : 1;      /* the socket is broken: no more output */
+    unsigned closed : 1;      /* ps_sock_close() ran */
+    unsigned lingering : 1;   /* shut down, draining input before the close */
+    unsigned handshaking : 1; /* TLS: the handshake is not done (ps_sock_handshake) */
+    unsigned held : 1;        /* on the worker's held list (output sent before it sleeps) */
+    unsigned held_new : 1;    /* ... with output held since the last pass over the list */
+    uint64_t requests;        /* requests served over it, whatever the protocol */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     const struct sockaddr_storage *local; /* the listener's, when specific */
@@ -104,6 +105,26 @@ void ps_sock_release(ps_sock_t *s);
 /* The socket's local address, without a syscall when the listener's
  * address is specific. Returns 0 or -errno. */
 int ps_sock_local_address(ps_sock_t *s, struct sockaddr_storage *ss, socklen_t *len);
+
+/* ---- the TLS prelude ---- */
+
+/* Makes s a TLS socket of ctx: its handshake runs on the loop under
+ * timeout_tls_handshake, before the protocol reads anything. Returns 0 or
+ * -ENOMEM. */
+int ps_sock_start_tls(ps_sock_t *s, ps_tls_ctx_t *ctx);
+
+/* ps_sock_handshake() outcomes. */
+enum {
+    PS_SOCK_HS_WAIT,      /* waits for the peer (the watchers are set) */
+    PS_SOCK_HS_DONE,      /* done: the protocol reads (ALPN is known) */
+    PS_SOCK_HS_PLAINTEXT, /* clear text on a TLS port: the session is dropped */
+    PS_SOCK_HS_FAILED,    /* garbage, no shared version or cipher, a refused
+                           * certificate: s->t.reason says which */
+    PS_SOCK_HS_GONE,      /* the peer left */
+};
+/* One step of the handshake, from either watcher. Never closes s: the
+ * protocol answers or closes as the outcome says. */
+int ps_sock_handshake(ps_sock_t *s);
 
 /* ---- input ---- */
 
