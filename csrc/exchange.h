@@ -3,7 +3,7 @@
  * The interface layers (csrc/py/) see a request only as a ps_exchange_t:
  * the parsed head, the peer's and local addresses, the body as it is
  * decoded, and the response calls below. A protocol fills one: HTTP/1
- * embeds one in each connection (conn.c), HTTP/2 will fill one per stream.
+ * embeds one in each connection (h1conn.c), HTTP/2 will fill one per stream.
  * The calls go through the protocol's const ops table; the static inline
  * wrappers cost one indirect call each.
  *
@@ -89,6 +89,10 @@ typedef struct {
     int (*request_line)(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
                         ps_slice_t *version);
     int (*client_gone)(ps_exchange_t *x);
+    /* Optional (a protocol that carries one exchange per socket: HTTP/1). */
+    struct ps_sock *(*sock)(ps_exchange_t *x);
+    int (*upgrade)(ps_exchange_t *x);
+    void (*reject_response)(ps_exchange_t *x, int status, const char *reason, ps_slice_t response);
 } ps_exchange_ops_t;
 
 /* Filled by the protocol; the interface layer reads the fields and writes
@@ -262,6 +266,33 @@ static inline int ps_exchange_request_line(ps_exchange_t *x, ps_slice_t *method,
 static inline int ps_exchange_client_gone(ps_exchange_t *x)
 {
     return x->ops->client_gone(x);
+}
+
+/* The socket that carries x alone (sock.h), which an upgrade hands over to
+ * another protocol; NULL when x shares its socket (an HTTP/2 stream). */
+static inline struct ps_sock *ps_exchange_sock(ps_exchange_t *x)
+{
+    return x->ops->sock ? x->ops->sock(x) : NULL;
+}
+
+/* Answers x with a protocol switch (101): the response is over as far as
+ * the carrier is concerned, and its socket (ps_exchange_sock) belongs to
+ * the protocol that switches it to (ps_sock_set_proto), which sends the
+ * carrier's queued output first. Returns 0, -EINVAL when x cannot switch
+ * protocols (an HTTP/2 stream), -EPIPE when the client is gone or a
+ * response started. */
+static inline int ps_exchange_upgrade(ps_exchange_t *x)
+{
+    return x->ops->upgrade ? x->ops->upgrade(x) : -EINVAL;
+}
+
+/* Like ps_exchange_reject with a complete response of its own
+ * (Connection: close), e.g. a WebSocket handshake's 426. Only for an
+ * exchange with a socket of its own (ps_exchange_sock). */
+static inline void ps_exchange_reject_response(ps_exchange_t *x, int status, const char *reason,
+                                               ps_slice_t response)
+{
+    x->ops->reject_response(x, status, reason, response);
 }
 
 #endif

@@ -1,5 +1,5 @@
-/* A connection in HTTP/2 mode (see h2conn.h). The connection's watchers
- * are taken over: rio feeds the session, wio writes its frames (and runs
+/* A socket in HTTP/2 mode (see h2conn.h), plugged in as a sock.h protocol:
+ * its reads feed the session, its write events write frames (and run
  * stream events an exchange call queued from outside the loop's
  * callbacks), the timer runs the idle, write, zero-window and request-body
  * deadlines, the final GOAWAY of a graceful stop and the last linger. */
@@ -18,21 +18,19 @@
 #include <nghttp2/nghttp2.h>
 
 #include "common.h"
-#include "conn.h"
+#include "sock.h"
 #include "date.h"
+#include "http.h"
 #include "http2.h"
-#include "spool.h"
-#include "worker.h"
+#include "body.h"
+#include "wstate.h"
 
-/* A spooled body is read back in pieces of this size. */
-#define SPOOL_READ (64 * 1024)
 /* The frame buffer shrinks back to this once written. */
 #define OUT_KEEP (16 * 1024)
 /* A synchronous stream's body buffer is kept up to this between streams. */
 #define BODY_KEEP (16 * 1024)
 /* Exchanges kept for the next streams. */
 #define KEEP_SPARE 32
-#define LINGER_SECONDS 2.0
 /* A graceful stop's final GOAWAY follows the PING's ACK, or this long. */
 #define FINAL_GOAWAY_AFTER 1.0
 
@@ -42,11 +40,9 @@ typedef struct h2x h2x_t;
 struct h2x {
     ps_exchange_t x;
     ps_h2conn_t *hc;
-    ps_h2_stream_t *st; /* NULL once the stream is over */
-    ps_buf_t body;      /* synchronous layers: the buffered body; else empty */
-    int spool_fd;       /* the body's spool file (spool.h), or -1 */
-    uint64_t spool_len; /* bytes written to it */
-    uint64_t spool_read;
+    ps_h2_stream_t *st;           /* NULL once the stream is over */
+    ps_buf_t body;                /* synchronous layers: the buffered body; else empty */
+    ps_body_spool_t spool;        /* synchronous layers: the body past the spool threshold */
     uint64_t metrics_start;       /* --metrics-bind: when on_request was called */
     ev_tstamp body_at;            /* body bytes last came, or the layer began waiting */
     h2x_t *next;                  /* in the dead or the spare list */
@@ -57,12 +53,14 @@ struct h2x {
     unsigned extra : 1;           /* counted in the worker's h2_extra_streams */
     unsigned body_wanted : 1;     /* on_body is owed */
     unsigned reset : 1;           /* we reset the stream: the client is gone for the layer */
-    unsigned borrowed : 1;        /* x.conn_data is the connection's (c->x.conn_data) */
+    unsigned borrowed : 1;        /* x.conn_data is the connection's (cx->conn_data) */
     unsigned async : 1;           /* its layer is asynchronous (ps_worker_route) */
 };
 
 struct ps_h2conn {
-    ps_conn_t *c;
+    ps_sock_t *sock;              /* handed over by HTTP/1; frees hc with itself */
+    ps_exchange_t *cx;            /* the connection's exchange (HTTP/1's): its TLS facts, trusted
+                                   * proxy and the layer's per-connection state */
     ps_h2_session_t *s;           /* NULL once the connection closed */
     ps_buf_t out;                 /* frames the kernel did not take yet */
     h2x_t *live;                  /* streams whose head was dispatched, until they close */
@@ -71,23 +69,18 @@ struct ps_h2conn {
     h2x_t *held_head, *held_tail; /* requests waiting for the output to drain, in order */
     uint32_t running;             /* streams dispatched to the layer and not closed */
     size_t nspare;
-    ev_tstamp last_read;     /* the idle deadline counts from here */
-    ev_tstamp write_since;   /* the socket has been full since (0: it is not) */
-    ev_tstamp going_away_at; /* the graceful stop's GOAWAY notice went out */
-    ev_tstamp linger_until;
+    ev_tstamp last_read;      /* the idle deadline counts from here */
+    ev_tstamp write_since;    /* the socket has been full since (0: it is not) */
+    ev_tstamp going_away_at;  /* the graceful stop's GOAWAY notice went out */
     ev_tstamp body_due;       /* the earliest stream body deadline, or 0 */
     unsigned in_progress : 1; /* progress() is on the stack */
     unsigned broken : 1;      /* a write failed: the connection closes from the loop */
     unsigned fatal : 1;       /* the session gave up: write its GOAWAY and close */
-    unsigned lingering : 1;
     unsigned final_sent : 1;
 };
 
 static const ps_exchange_ops_t h2_exchange_ops;
 static ps_h2_stream_t *usable(h2x_t *e);
-static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents);
-static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents);
-static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 /* The request an exchange points to once its stream is gone. */
 static ps_request_t no_request = {.content_length = -1};
 
@@ -104,18 +97,18 @@ static inline h2x_t *h2x_of(ps_exchange_t *x)
  * leaves to post-handshake messages only). */
 static ssize_t h2_read(ps_h2conn_t *hc, char *dst, size_t cap)
 {
-    ssize_t n = ps_transport_read(&hc->c->t, dst, cap);
-    if (n > 0 && hc->c->w->metrics)
-        PS_METRICS_ADD(hc->c->w->metrics->bytes_in, n);
+    ssize_t n = ps_transport_read(&hc->sock->t, dst, cap);
+    if (n > 0 && hc->sock->w->metrics)
+        PS_METRICS_ADD(hc->sock->w->metrics->bytes_in, n);
     return n == PS_IO_WANT_WRITE ? -EAGAIN : n;
 }
 
 /* Writes once. Returns bytes written or -errno (-EAGAIN: the socket is full). */
 static ssize_t h2_writev(ps_h2conn_t *hc, const struct iovec *iov, int n)
 {
-    ssize_t r = ps_transport_writev(&hc->c->t, iov, n);
-    if (r > 0 && hc->c->w->metrics)
-        PS_METRICS_ADD(hc->c->w->metrics->bytes_out, r);
+    ssize_t r = ps_transport_writev(&hc->sock->t, iov, n);
+    if (r > 0 && hc->sock->w->metrics)
+        PS_METRICS_ADD(hc->sock->w->metrics->bytes_out, r);
     return r == PS_IO_WANT_WRITE || r == PS_IO_WANT_READ ? -EAGAIN : r;
 }
 
@@ -126,8 +119,8 @@ static ssize_t h2_writev(ps_h2conn_t *hc, const struct iovec *iov, int n)
  * watching) or -errno (never closes). */
 static int write_out(ps_h2conn_t *hc)
 {
-    ps_conn_t *c = hc->c;
-    struct ev_loop *loop = c->w->loop;
+    ps_sock_t *sk = hc->sock;
+    struct ev_loop *loop = sk->w->loop;
     if (hc->broken || hc->s == NULL)
         return -EPIPE;
     for (;;) {
@@ -144,7 +137,7 @@ static int write_out(ps_h2conn_t *hc)
         if (r == -EAGAIN) {
             if (hc->write_since == 0)
                 hc->write_since = ev_now(loop);
-            ev_io_start(loop, &c->wio);
+            ev_io_start(loop, &sk->wio);
             return 1;
         }
         if (r < 0)
@@ -152,7 +145,7 @@ static int write_out(ps_h2conn_t *hc)
         ps_buf_consume(&hc->out, (size_t)r);
         hc->write_since = 0;
     }
-    ev_io_stop(loop, &c->wio);
+    ev_io_stop(loop, &sk->wio);
     hc->write_since = 0;
     ps_buf_shrink(&hc->out, OUT_KEEP);
     return 0;
@@ -161,7 +154,7 @@ static int write_out(ps_h2conn_t *hc)
 /* Has the loop run progress() soon, from outside this file's callbacks. */
 static void later(ps_h2conn_t *hc)
 {
-    ev_feed_event(hc->c->w->loop, &hc->c->wio, EV_WRITE);
+    ev_feed_event(hc->sock->w->loop, &hc->sock->wio, EV_WRITE);
 }
 
 /* After an exchange call from outside the loop's callbacks (an asyncio
@@ -171,7 +164,7 @@ static void later(ps_h2conn_t *hc)
  * the caller. */
 static void kick(ps_h2conn_t *hc)
 {
-    if (hc->in_progress || hc->c->state != PS_CONN_H2 || hc->s == NULL)
+    if (hc->in_progress || hc->sock->closed || hc->s == NULL)
         return;
     later(hc);
 }
@@ -181,8 +174,8 @@ static void kick(ps_h2conn_t *hc)
 static void body_wait(h2x_t *e)
 {
     ps_h2conn_t *hc = e->hc;
-    double t = hc->c->w->cfg.timeout_request_body;
-    e->body_at = ev_now(hc->c->w->loop);
+    double t = hc->sock->w->cfg.timeout_request_body;
+    e->body_at = ev_now(hc->sock->w->loop);
     if (t > 0 && (hc->body_due == 0 || e->body_at + t < hc->body_due))
         hc->body_due = e->body_at + t;
 }
@@ -199,7 +192,7 @@ static void free_h2x(h2x_t *e)
  * callback is on the stack). */
 static void free_dead(ps_h2conn_t *hc)
 {
-    const ps_handler_t *handler = hc->c->w->handler;
+    const ps_handler_t *handler = hc->sock->w->handler;
     while (hc->dead) {
         h2x_t *e = hc->dead;
         hc->dead = e->next;
@@ -220,25 +213,12 @@ static void free_dead(ps_h2conn_t *hc)
 
 static void drop_spool(h2x_t *e)
 {
-    if (e->spool_fd >= 0) {
-        close(e->spool_fd);
-        e->spool_fd = -1;
-    }
-    e->spool_len = e->spool_read = 0;
+    ps_body_spool_drop(&e->spool);
 }
 
 static void start_linger(ps_h2conn_t *hc)
 {
-    ps_conn_t *c = hc->c;
-    struct ev_loop *loop = c->w->loop;
-    ps_transport_shutdown(&c->t);
-    hc->lingering = 1;
-    hc->linger_until = ev_now(loop) + LINGER_SECONDS;
-    ev_io_stop(loop, &c->wio);
-    ev_io_start(loop, &c->rio);
-    ev_timer_stop(loop, &c->timer);
-    ev_timer_set(&c->timer, LINGER_SECONDS, 0);
-    ev_timer_start(loop, &c->timer);
+    ps_sock_linger(hc->sock);
 }
 
 /* Sets the timer to the nearest deadline: idle (no stream open), the
@@ -246,9 +226,8 @@ static void start_linger(ps_h2conn_t *hc)
  * final GOAWAY. */
 static void rearm(ps_h2conn_t *hc)
 {
-    ps_conn_t *c = hc->c;
-    struct ev_loop *loop = c->w->loop;
-    const ps_config_t *cfg = &c->w->cfg;
+    ps_sock_t *sk = hc->sock;
+    const ps_config_t *cfg = &sk->w->cfg;
     ev_tstamp at = 0, d[5] = {0, 0, 0, 0, 0};
     if (ps_h2_open_streams(hc->s) == 0 && cfg->timeout_keep_alive > 0)
         d[0] = hc->last_read + cfg->timeout_keep_alive;
@@ -266,11 +245,7 @@ static void rearm(ps_h2conn_t *hc)
     for (size_t i = 0; i < PS_ARRAY_LEN(d); i++)
         if (d[i] > 0 && (at == 0 || d[i] < at))
             at = d[i];
-    ev_timer_stop(loop, &c->timer);
-    if (at > 0) {
-        ev_timer_set(&c->timer, PS_MAX(at - ev_now(loop), 1e-3), 0);
-        ev_timer_start(loop, &c->timer);
-    }
+    ps_sock_timer_at(sk, at);
 }
 
 static void run_request(h2x_t *e);
@@ -302,11 +277,11 @@ static void release_held(ps_h2conn_t *hc)
  * is over. May close the connection. */
 static void progress(ps_h2conn_t *hc)
 {
-    ps_conn_t *c = hc->c;
-    if (c->state != PS_CONN_H2 || hc->in_progress)
+    ps_sock_t *sk = hc->sock;
+    if (sk->closed || hc->in_progress)
         return;
     free_dead(hc);
-    if (hc->lingering)
+    if (hc->sock->lingering)
         return;
     int rc = 0;
     if (!hc->broken) {
@@ -319,7 +294,7 @@ static void progress(ps_h2conn_t *hc)
         hc->in_progress = 0;
     }
     if (rc < 0 || hc->broken) {
-        ps_conn_close(c);
+        ps_sock_close(sk);
         return;
     }
     if (rc == 0 && (hc->fatal || ps_h2_may_close(hc->s))) {
@@ -329,35 +304,30 @@ static void progress(ps_h2conn_t *hc)
     rearm(hc);
 }
 
-static ps_h2conn_t *h2conn_new(ps_conn_t *c);
-/* Puts c in HTTP/2 mode with hc, feeds preread and runs what follows.
- * May close c. */
-static void switch_to(ps_conn_t *c, ps_h2conn_t *hc, const char *preread, size_t n)
+static ps_h2conn_t *h2conn_new(ps_sock_t *sk, ps_exchange_t *cx);
+static const ps_sock_proto_t h2_proto;
+/* Hands sk to HTTP/2 with hc, feeds preread and runs what follows. May
+ * close sk. */
+static void switch_to(ps_sock_t *sk, ps_h2conn_t *hc, const char *preread, size_t n)
 {
-    ps_worker_t *w = c->w;
+    ps_worker_t *w = sk->w;
     struct ev_loop *loop = w->loop;
-    ev_io_stop(loop, &c->rio);
-    ev_io_stop(loop, &c->wio);
-    ev_timer_stop(loop, &c->timer);
-    ev_io_init(&c->rio, h2_on_read, c->fd, EV_READ);
-    ev_io_init(&c->wio, h2_on_write, c->fd, EV_WRITE);
-    ev_init(&c->timer, h2_on_timer);
-    ps_conn_set_h2(c, hc);
+    ps_sock_set_proto(sk, &h2_proto, hc);
     hc->last_read = ev_now(loop);
     if (w->stopping)
         ps_h2conn_going_away(hc);
     if (n && ps_h2_feed(hc->s, preread, n, ev_now(loop)) < 0)
         hc->fatal = 1;
-    ev_io_start(loop, &c->rio);
+    ev_io_start(loop, &sk->rio);
     progress(hc);
 }
 
-int ps_h2conn_start(ps_conn_t *c, const char *preread, size_t n)
+int ps_h2conn_start(ps_sock_t *sk, ps_exchange_t *cx, const char *preread, size_t n)
 {
-    ps_h2conn_t *hc = h2conn_new(c);
+    ps_h2conn_t *hc = h2conn_new(sk, cx);
     if (hc == NULL)
         return -ENOMEM;
-    switch_to(c, hc, preread, n);
+    switch_to(sk, hc, preread, n);
     return 0;
 }
 
@@ -380,7 +350,7 @@ static int has_token(ps_slice_t v, const char *t)
     return 0;
 }
 
-int ps_h2conn_upgrade(ps_conn_t *c, const ps_request_t *r)
+int ps_h2conn_upgrade(ps_sock_t *sk, ps_exchange_t *cx, const ps_request_t *r)
 {
     ps_slice_t upgrade = {NULL, 0}, settings = {NULL, 0};
     int nsettings = 0;
@@ -395,7 +365,7 @@ int ps_h2conn_upgrade(ps_conn_t *c, const ps_request_t *r)
     if (upgrade.base == NULL || !has_token(upgrade, "h2c") || nsettings != 1 ||
         !r->message_complete || r->body_received > 0 || r->http_minor != 1)
         return 1;
-    ps_h2conn_t *hc = h2conn_new(c);
+    ps_h2conn_t *hc = h2conn_new(sk, cx);
     if (hc == NULL)
         return 1;
     if (ps_buf_append_slice(&hc->out, ps_h2_upgrade_response) < 0 ||
@@ -407,9 +377,9 @@ int ps_h2conn_upgrade(ps_conn_t *c, const ps_request_t *r)
     }
     /* Bytes after the request (the client's preface, if it did not wait
      * for the 101) are the session's. */
-    ps_buf_t rest = c->rbuf;
-    c->rbuf = (ps_buf_t){0};
-    switch_to(c, hc, ps_buf_head(&rest), ps_buf_size(&rest));
+    ps_buf_t rest = sk->rbuf;
+    sk->rbuf = (ps_buf_t){0};
+    switch_to(sk, hc, ps_buf_head(&rest), ps_buf_size(&rest));
     ps_buf_free(&rest);
     return 0;
 }
@@ -418,12 +388,15 @@ void ps_h2conn_going_away(ps_h2conn_t *hc)
 {
     if (hc->going_away_at > 0 || hc->s == NULL)
         return;
-    hc->going_away_at = ev_now(hc->c->w->loop);
+    hc->going_away_at = ev_now(hc->sock->w->loop);
     ps_h2_shutdown(hc->s);
     later(hc);
 }
 
-void ps_h2conn_closed(ps_h2conn_t *hc)
+/* The socket is closing or closed (h2_proto): every stream the interface
+ * layer holds hears on_disconnect; a synchronous layer's before the socket
+ * closes (its application threads may still use it). */
+static void h2conn_closed(ps_h2conn_t *hc)
 {
     hc->broken = 1;
     if (hc->in_progress || hc->s == NULL)
@@ -433,8 +406,29 @@ void ps_h2conn_closed(ps_h2conn_t *hc)
     hc->s = NULL;
 }
 
-void ps_h2conn_free(ps_h2conn_t *hc)
+static void h2_before_close(ps_sock_t *sk)
 {
+    if (!sk->w->async)
+        h2conn_closed(sk->data);
+}
+
+static void h2_after_close(ps_sock_t *sk)
+{
+    h2conn_closed(sk->data);
+}
+
+/* A graceful stop (h2_proto): GOAWAY; closes once its streams are done. */
+static void h2_stop_idle(ps_sock_t *sk)
+{
+    ps_h2conn_going_away(sk->data);
+}
+
+/* The socket is being freed (h2_proto): disposes of the streams' exchanges
+ * and frees hc. */
+static void h2_free(ps_sock_t *sk, void *data)
+{
+    ps_h2conn_t *hc = data;
+    PS_UNUSED(sk);
     if (hc->s) {
         ps_h2_session_free(hc->s);
         hc->s = NULL;
@@ -451,42 +445,35 @@ void ps_h2conn_free(ps_h2conn_t *hc)
 
 /* ---- the loop's callbacks ---------------------------------------------------- */
 
-static void h2_on_read(struct ev_loop *loop, ev_io *io, int revents)
+/* The read watcher (h2_proto; the socket drains a lingering one itself).
+ * May close sk. */
+static void h2_on_read(ps_sock_t *sk)
 {
-    ps_conn_t *c = ps_container_of(io, ps_conn_t, rio);
-    ps_h2conn_t *hc = c->h2;
-    ps_worker_t *w = c->w;
-    PS_UNUSED(revents);
-    if (c->state != PS_CONN_H2)
-        return;
+    ps_h2conn_t *hc = sk->data;
+    ps_worker_t *w = sk->w;
+    struct ev_loop *loop = w->loop;
     ssize_t n = h2_read(hc, w->scratch, sizeof(w->scratch));
     if (n == -EAGAIN)
         return;
     if (n <= 0) {
-        ps_conn_close(c); /* the streams hear on_disconnect */
+        ps_sock_close(sk); /* the streams hear on_disconnect */
         return;
     }
-    if (hc->lingering)
-        return;
     hc->last_read = ev_now(loop);
     if (!hc->fatal && ps_h2_feed(hc->s, w->scratch, (size_t)n, ev_now(loop)) < 0)
         hc->fatal = 1; /* a GOAWAY is queued: write it, then close */
     if (hc->fatal)
-        ev_io_stop(loop, &c->rio);
+        ev_io_stop(loop, &sk->rio);
     progress(hc);
     /* TLS input already decrypted would not wake the loop: read it now. */
-    if (ps_unlikely(c->state == PS_CONN_H2 && !hc->fatal && ps_transport_pending(&c->t)))
-        ev_feed_event(loop, &c->rio, EV_READ);
+    if (ps_unlikely(!sk->closed && !hc->fatal && ps_transport_pending(&sk->t)))
+        ps_sock_feed_read(sk);
 }
 
-static void h2_on_write(struct ev_loop *loop, ev_io *io, int revents)
+/* The write watcher (h2_proto), also fed by later(). May close sk. */
+static void h2_on_write(ps_sock_t *sk)
 {
-    ps_conn_t *c = ps_container_of(io, ps_conn_t, wio);
-    PS_UNUSED(loop);
-    PS_UNUSED(revents);
-    if (c->state != PS_CONN_H2)
-        return;
-    progress(c->h2);
+    progress(sk->data);
 }
 
 /* 1 when the stream waits for request body bytes from the client: an
@@ -507,8 +494,8 @@ static int awaits_body(h2x_t *e)
  * body_due to the next deadline. */
 static void body_deadline(ps_h2conn_t *hc, ev_tstamp now)
 {
-    const ps_handler_t *handler = hc->c->w->handler;
-    double t = hc->c->w->cfg.timeout_request_body;
+    const ps_handler_t *handler = hc->sock->w->handler;
+    double t = hc->sock->w->cfg.timeout_request_body;
     hc->body_due = 0;
     for (h2x_t *e = hc->live, *next; e; e = next) {
         next = e->next_live;
@@ -526,24 +513,18 @@ static void body_deadline(ps_h2conn_t *hc, ev_tstamp now)
     }
 }
 
-static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+/* The timer (h2_proto): the write, idle, body and graceful-stop
+ * deadlines. May close sk. */
+static void h2_on_timer(ps_sock_t *sk)
 {
-    ps_conn_t *c = ps_container_of(t, ps_conn_t, timer);
-    ps_h2conn_t *hc = c->h2;
-    const ps_config_t *cfg = &c->w->cfg;
-    ev_tstamp now = ev_now(loop);
-    PS_UNUSED(revents);
-    if (c->state != PS_CONN_H2)
-        return;
-    if (hc->lingering) {
-        ps_conn_close(c);
-        return;
-    }
+    ps_h2conn_t *hc = sk->data;
+    const ps_config_t *cfg = &sk->w->cfg;
+    ev_tstamp now = ev_now(sk->w->loop);
     double stalled = ps_h2_stalled_since(hc->s);
     ev_tstamp wd = cfg->timeout_request_header;
     if (wd > 0 && ((hc->write_since > 0 && now - hc->write_since >= wd) ||
                    (stalled > 0 && now - stalled >= wd))) {
-        ps_conn_close(c); /* a client that stopped reading, or never opens its window */
+        ps_sock_close(sk); /* a client that stopped reading, or never opens its window */
         return;
     }
     if (hc->body_due > 0 && now >= hc->body_due && cfg->timeout_request_body > 0)
@@ -572,8 +553,8 @@ static void h2_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 
 static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
 {
-    ps_conn_t *c = hc->c;
-    ps_worker_t *w = c->w;
+    ps_sock_t *sk = hc->sock;
+    ps_worker_t *w = sk->w;
     h2x_t *e = hc->spare;
     ps_buf_t body = {0};
     if (e) {
@@ -587,7 +568,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
     e->body = body;
     e->hc = hc;
     e->st = st;
-    e->spool_fd = -1;
+    ps_body_spool_init(&e->spool);
     e->async = w->async;
     e->x = (ps_exchange_t){
         .ops = &h2_exchange_ops,
@@ -595,19 +576,19 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
         .body = w->async ? &st->body : &e->body,
         .worker = w,
         .handler_data = w->handler_data,
-        .proxy = c->x.proxy,
-        .peer = &c->peer,
-        .peer_len = c->peer_len,
-        .is_unix = c->is_unix,
-        .secure = c->x.secure,
-        .tls = c->x.tls,
+        .proxy = hc->cx->proxy,
+        .peer = &sk->peer,
+        .peer_len = sk->peer_len,
+        .is_unix = sk->is_unix,
+        .secure = hc->cx->secure,
+        .tls = hc->cx->tls,
         .http2 = 1,
         .write_piece = w->cfg.h2.stream_output_high,
     };
     /* The layer's per-connection state (the addresses) is built by the
      * first stream and shared by the next ones. */
-    if (c->x.conn_data) {
-        e->x.conn_data = c->x.conn_data;
+    if (hc->cx->conn_data) {
+        e->x.conn_data = hc->cx->conn_data;
         e->borrowed = 1;
     }
     return e;
@@ -615,21 +596,22 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
 
 static void run_request(h2x_t *e)
 {
-    ps_conn_t *c = e->hc->c;
+    ps_h2conn_t *hc = e->hc;
+    ps_sock_t *sk = hc->sock;
     e->dispatched = 1;
     if (e->hc->running++ > 0) { /* counted before on_request: its limit sees this one */
         e->extra = 1;
-        c->w->h2_extra_streams++;
+        sk->w->h2_extra_streams++;
     }
-    if (c->w->metrics) {
+    if (sk->w->metrics) {
         e->metrics_start = ps_metrics_clock();
-        if (c->requests > 0)
-            PS_METRICS_ADD(c->w->metrics->keepalive_reused, 1);
+        if (sk->requests > 0)
+            PS_METRICS_ADD(sk->w->metrics->keepalive_reused, 1);
     }
-    c->requests++;
-    c->w->handler->on_request(&e->x);
-    if (!e->borrowed && e->x.conn_data && c->x.conn_data == NULL) {
-        c->x.conn_data = e->x.conn_data; /* owned by the connection's exchange from now on */
+    sk->requests++;
+    sk->w->handler->on_request(&e->x);
+    if (!e->borrowed && e->x.conn_data && hc->cx->conn_data == NULL) {
+        hc->cx->conn_data = e->x.conn_data; /* owned by the connection's exchange from now on */
         e->borrowed = 1;
     }
 }
@@ -678,35 +660,19 @@ static void unhold(h2x_t *e)
 static int take_body(h2x_t *e)
 {
     ps_h2_stream_t *st = e->st;
-    const ps_config_t *cfg = &e->hc->c->w->cfg;
+    const ps_config_t *cfg = &e->hc->sock->w->cfg;
     size_t n = ps_buf_size(&st->body);
     if (n && ps_buf_append(&e->body, ps_buf_head(&st->body), n) < 0)
         return -ENOMEM;
     ps_h2_body_consume(st, n);
-    if (e->spool_fd < 0) {
-        if (st->req.body_received <= cfg->body_spool_threshold)
-            return 0;
-        int fd = ps_spool_open();
-        if (fd < 0)
-            return fd;
-        e->spool_fd = fd;
-    }
-    n = ps_buf_size(&e->body);
-    if (n == 0)
-        return 0;
-    int rc = ps_spool_write(e->spool_fd, ps_buf_head(&e->body), n);
-    if (rc < 0)
-        return rc;
-    e->spool_len += n;
-    ps_buf_reset(&e->body);
-    ps_buf_shrink(&e->body, BODY_KEEP);
-    return 0;
+    return ps_body_spool(&e->spool, &e->body, st->req.body_received, cfg->body_spool_threshold,
+                         BODY_KEEP);
 }
 
 static void cb_head(ps_h2_stream_t *st, void *ud)
 {
     ps_h2conn_t *hc = ud;
-    ps_worker_t *w = hc->c->w;
+    ps_worker_t *w = hc->sock->w;
     h2x_t *e = h2x_new(hc, st);
     if (e == NULL) {
         ps_h2_abort(st, NGHTTP2_INTERNAL_ERROR);
@@ -741,7 +707,7 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
     if (!e->async) {
         if (e->dispatched || e->held || e->x.status)
             return;
-        e->body_at = ev_now(hc->c->w->loop); /* bytes came: its deadline moves on */
+        e->body_at = ev_now(hc->sock->w->loop); /* bytes came: its deadline moves on */
         if (take_body(e) < 0) {
             ps_exchange_reject(&e->x, 500, "request body spool file failed");
             return;
@@ -750,10 +716,10 @@ static void cb_body(ps_h2_stream_t *st, void *ud)
             start_request(e);
         return;
     }
-    e->body_at = ev_now(hc->c->w->loop);
+    e->body_at = ev_now(hc->sock->w->loop);
     if (e->body_wanted && e->x.app_data) {
         e->body_wanted = 0;
-        hc->c->w->handler->on_body(&e->x);
+        hc->sock->w->handler->on_body(&e->x);
     }
 }
 
@@ -765,7 +731,7 @@ static void cb_writable(ps_h2_stream_t *st, void *ud)
      * keeps its descriptor open until on_writable. */
     if (e == NULL || e->x.app_data == NULL || ps_h2_sendfile_busy(st))
         return;
-    hc->c->w->handler->on_writable(&e->x);
+    hc->sock->w->handler->on_writable(&e->x);
 }
 
 static void cb_close(ps_h2_stream_t *st, void *ud, int why)
@@ -781,15 +747,15 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
     /* A reset, an abort or the connection's end while the layer still
      * holds the request: ASGI's http.disconnect, WSGI's close(). */
     if (e->x.app_data)
-        hc->c->w->handler->on_disconnect(&e->x);
-    ps_metrics_t *m = hc->c->w->metrics;
+        hc->sock->w->handler->on_disconnect(&e->x);
+    ps_metrics_t *m = hc->sock->w->metrics;
     if (m && e->dispatched && e->metrics_start)
         ps_metrics_request(m, e->x.req->method, e->x.status, ps_metrics_clock() - e->metrics_start);
     if (e->dispatched) {
         hc->running--;
         if (e->extra) {
             e->extra = 0;
-            hc->c->w->h2_extra_streams--;
+            hc->sock->w->h2_extra_streams--;
         }
     }
     if (e->prev_live)
@@ -811,15 +777,15 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
 static void cb_rejected(ps_h2_stream_t *st, void *ud, int status)
 {
     ps_h2conn_t *hc = ud;
-    const ps_handler_t *handler = hc->c->w->handler;
+    const ps_handler_t *handler = hc->sock->w->handler;
     h2x_t *e = h2x_new(hc, st);
     if (e == NULL)
         return;
     e->x.status = status;
     if (handler->on_rejected)
         handler->on_rejected(&e->x, status, "header list too large");
-    if (hc->c->w->metrics)
-        ps_metrics_rejected(hc->c->w->metrics, status);
+    if (hc->sock->w->metrics)
+        ps_metrics_rejected(hc->sock->w->metrics, status);
     e->st = NULL;
     e->x.req = &no_request;
     e->next = hc->dead;
@@ -834,13 +800,14 @@ static const ps_h2_callbacks_t h2_callbacks = {
     .on_rejected = cb_rejected,
 };
 
-static ps_h2conn_t *h2conn_new(ps_conn_t *c)
+static ps_h2conn_t *h2conn_new(ps_sock_t *sk, ps_exchange_t *cx)
 {
     ps_h2conn_t *hc = calloc(1, sizeof(*hc));
     if (hc == NULL)
         return NULL;
-    hc->c = c;
-    hc->s = ps_h2_session_new(&c->w->cfg.h2, &h2_callbacks, hc);
+    hc->sock = sk;
+    hc->cx = cx;
+    hc->s = ps_h2_session_new(&sk->w->cfg.h2, &h2_callbacks, hc);
     if (hc->s == NULL) {
         free(hc);
         return NULL;
@@ -861,22 +828,7 @@ static ps_h2_stream_t *usable(h2x_t *e)
 static int x_body_fill(ps_exchange_t *x)
 {
     h2x_t *e = h2x_of(x);
-    if (ps_buf_size(&e->body) > 0 || e->spool_fd < 0 || e->spool_read >= e->spool_len)
-        return 0;
-    size_t want = (size_t)PS_MIN(e->spool_len - e->spool_read, SPOOL_READ);
-    if (ps_buf_reserve(&e->body, want) < 0)
-        return -ENOMEM;
-    ssize_t n;
-    do
-        n = pread(e->spool_fd, e->body.data + e->body.len, want, (off_t)e->spool_read);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return -errno;
-    if (n == 0)
-        return -EIO;
-    e->body.len += (size_t)n;
-    e->spool_read += (uint64_t)n;
-    return 0;
+    return ps_body_fill(&e->spool, &e->body);
 }
 
 static int x_body_want(ps_exchange_t *x)
@@ -913,17 +865,17 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
 {
     h2x_t *e = h2x_of(x);
     ps_h2conn_t *hc = e->hc;
-    const ps_config_t *cfg = &hc->c->w->cfg;
+    const ps_config_t *cfg = &hc->sock->w->cfg;
     ps_head_info_t info;
     ps_h2_stream_t *st = usable(e);
     if (st == NULL)
         return -EPIPE;
-    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0 || info.status < 200)
+    if (x->status || ps_http_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
     ps_header_t extra[2];
     size_t k = 0;
     if (cfg->date_header && !info.has_date) {
-        ps_slice_t d = ps_date_header((time_t)ev_now(hc->c->w->loop)); /* "Date: ...\r\n" */
+        ps_slice_t d = ps_date_header((time_t)ev_now(hc->sock->w->loop)); /* "Date: ...\r\n" */
         extra[k++] = (ps_header_t){PS_SLICE_LIT("date"), {d.base + 6, d.len - 8}};
     }
     if (cfg->server_header && !info.has_server)
@@ -940,11 +892,11 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
 {
     h2x_t *e = h2x_of(x);
     ps_h2conn_t *hc = e->hc;
-    ps_conn_t *c = hc->c;
+    ps_sock_t *sk = hc->sock;
     int rc = x_write(x, data, len);
     if (rc == PS_WRITE_DONE && usable(e) && ps_h2_write_blocked(e->st))
         rc = PS_WRITE_PENDING; /* earlier bytes still wait (a call with no data) */
-    double wd = c->w->cfg.timeout_request_header;
+    double wd = sk->w->cfg.timeout_request_header;
     double last = ev_time();
     while (rc == PS_WRITE_PENDING) {
         ps_h2_stream_t *st = usable(e);
@@ -970,18 +922,18 @@ static int x_write_blocking(ps_exchange_t *x, const char *data, size_t len)
             kick(hc);
             return -ETIMEDOUT;
         }
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        struct pollfd pfd = {.fd = sk->fd, .events = POLLIN};
         if (ps_buf_size(&hc->out))
             pfd.events |= POLLOUT;
         /* TLS may hold decrypted input that a poll of the socket misses. */
-        int pending = ps_transport_pending(&c->t);
+        int pending = ps_transport_pending(&sk->t);
         int pr = pending ? 1 : poll(&pfd, 1, (int)(left * 1000) + 1);
         if (pr < 0 && errno != EINTR)
             return -errno;
         if (pending || (pr > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)))) {
-            ssize_t n = h2_read(hc, c->w->scratch, sizeof(c->w->scratch));
+            ssize_t n = h2_read(hc, sk->w->scratch, sizeof(sk->w->scratch));
             if (n == 0 || (n < 0 && n != -EAGAIN) ||
-                (n > 0 && ps_h2_feed(hc->s, c->w->scratch, (size_t)n, ev_time()) < 0)) {
+                (n > 0 && ps_h2_feed(hc->s, sk->w->scratch, (size_t)n, ev_time()) < 0)) {
                 if (n > 0)
                     hc->fatal = 1;
                 else
@@ -1016,7 +968,7 @@ static int x_informational(ps_exchange_t *x, ps_slice_t status, const ps_header_
     ps_head_info_t info;
     if (st == NULL)
         return -EPIPE;
-    if (x->status || ps_http1_scan_head(status, h, n, &info) < 0)
+    if (x->status || ps_http_scan_head(status, h, n, &info) < 0)
         return -EINVAL;
     int rc = ps_h2_info(st, info.status, h, n);
     if (rc < 0)
@@ -1068,7 +1020,7 @@ static void x_send_error(ps_exchange_t *x, int status)
         return;
     }
     char line[64], body[64], clen[24];
-    const char *reason = ps_http1_reason_phrase(status);
+    const char *reason = ps_http_reason_phrase(status);
     int ll = snprintf(line, sizeof(line), "%d %s", status, reason);
     int bl = snprintf(body, sizeof(body), "%s\n", reason[0] ? reason : "Error");
     int cl = snprintf(clen, sizeof(clen), "%d", bl);
@@ -1085,17 +1037,17 @@ static void x_send_error(ps_exchange_t *x, int status)
 
 static void x_reject(ps_exchange_t *x, int status, const char *reason)
 {
-    const ps_handler_t *handler = h2x_of(x)->hc->c->w->handler;
+    const ps_handler_t *handler = h2x_of(x)->hc->sock->w->handler;
     if (handler->on_rejected && !x->status)
         handler->on_rejected(x, status, reason);
-    if (h2x_of(x)->hc->c->w->metrics && !x->status)
-        ps_metrics_rejected(h2x_of(x)->hc->c->w->metrics, status);
+    if (h2x_of(x)->hc->sock->w->metrics && !x->status)
+        ps_metrics_rejected(h2x_of(x)->hc->sock->w->metrics, status);
     x_send_error(x, status);
 }
 
 static int x_local_address(ps_exchange_t *x, struct sockaddr_storage *ss, socklen_t *len)
 {
-    return ps_conn_local_address(h2x_of(x)->hc->c, ss, len);
+    return ps_sock_local_address(h2x_of(x)->hc->sock, ss, len);
 }
 
 static int x_request_line(ps_exchange_t *x, ps_slice_t *method, ps_slice_t *target,
@@ -1131,4 +1083,14 @@ static const ps_exchange_ops_t h2_exchange_ops = {
     .local_address = x_local_address,
     .request_line = x_request_line,
     .client_gone = x_client_gone,
+};
+
+static const ps_sock_proto_t h2_proto = {
+    .on_read = h2_on_read,
+    .on_write = h2_on_write,
+    .on_timer = h2_on_timer,
+    .before_close = h2_before_close,
+    .after_close = h2_after_close,
+    .stop_idle = h2_stop_idle,
+    .free = h2_free,
 };

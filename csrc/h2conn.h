@@ -1,9 +1,9 @@
-/* A connection in HTTP/2 mode: an nghttp2 session (http2.h) driven by the
- * connection's watchers, one ps_exchange_t per stream.
+/* A socket in HTTP/2 mode: an nghttp2 session (http2.h) driven by the
+ * socket's events (a sock.h protocol), one ps_exchange_t per stream.
  *
  * A connection enters HTTP/2 mode in three ways: the client preface as its
- * first bytes (cleartext prior knowledge, conn.c), an HTTP/1.1 request with
- * `Upgrade: h2c` (conn.c; the request becomes stream 1), or, once TLS
+ * first bytes (cleartext prior knowledge, h1conn.c), an HTTP/1.1 request with
+ * `Upgrade: h2c` (h1conn.c; the request becomes stream 1), or, once TLS
  * negotiates ALPN "h2", ps_h2conn_start on the established connection.
  *
  * Each stream's exchange carries one request to the interface layer
@@ -30,35 +30,30 @@
 
 #include <stddef.h>
 
+#include "exchange.h"
 #include "http1.h"
+#include "sock.h"
 
-typedef struct ps_conn ps_conn_t;
 typedef struct ps_h2conn ps_h2conn_t;
 
-/* Starts HTTP/2 on an established connection between requests (prior
- * knowledge, or ALPN h2): preread holds the bytes already read (the
- * preface and what followed, may be empty). Queues our SETTINGS and
- * switches c to HTTP/2 mode (PS_CONN_H2). Returns 0, or -ENOMEM (c is
- * left as it was: close it). */
-int ps_h2conn_start(ps_conn_t *c, const char *preread, size_t n);
+/* Starts HTTP/2 on socket s between requests (prior knowledge, or ALPN
+ * h2), taking it over (ps_sock_set_proto); cx is the connection's exchange
+ * (HTTP/1's), whose TLS facts, trusted proxy and per-connection layer
+ * state the streams share. preread holds the bytes already read (the
+ * preface and what followed, may be empty). Queues our SETTINGS. Returns
+ * 0 (s may be closed already), or -ENOMEM (s is left as it was: close it). */
+int ps_h2conn_start(ps_sock_t *s, ps_exchange_t *cx, const char *preread, size_t n);
 
-/* conn.c, before dispatching request r of c: an `Upgrade: h2c` request
+/* HTTP/1, before dispatching request r on s: an `Upgrade: h2c` request
  * without a body and with one HTTP2-Settings field is answered with 101
- * and becomes stream 1 of an HTTP/2 session. Returns 0 when c switched,
+ * and becomes stream 1 of an HTTP/2 session (the unread input in s->rbuf
+ * is the session's). Returns 0 when s switched (it may be closed already),
  * 1 when r is not such a request (serve it over HTTP/1), or -1 when the
  * HTTP2-Settings value is invalid or memory ran out (a 400 was queued as a
  * rejection: continue as after a handler). */
-int ps_h2conn_upgrade(ps_conn_t *c, const ps_request_t *r);
+int ps_h2conn_upgrade(ps_sock_t *s, ps_exchange_t *cx, const ps_request_t *r);
 
 /* Graceful stop: GOAWAY, open streams finish, then the connection closes. */
 void ps_h2conn_going_away(ps_h2conn_t *hc);
-
-/* The connection is closing (ps_conn_close): every stream the interface
- * layer holds hears on_disconnect. */
-void ps_h2conn_closed(ps_h2conn_t *hc);
-
-/* The connection is being freed (ps_conn_free): disposes of the streams'
- * exchanges and frees hc. */
-void ps_h2conn_free(ps_h2conn_t *hc);
 
 #endif

@@ -13,11 +13,7 @@
 #include <llhttp.h>
 
 #include "buf.h"
-
-typedef struct {
-    ps_slice_t name;
-    ps_slice_t value;
-} ps_header_t;
+#include "http.h"
 
 typedef struct {
     uint32_t max_request_line; /* the whole line: method, target, version, separators */
@@ -134,12 +130,6 @@ void ps_http1_free(ps_http1_parser_t *p);
  * head made them grow past what ordinary heads need. */
 void ps_http1_shrink(ps_http1_parser_t *p);
 
-/* Parses an authority "host[:port]" (reg-name, IPv4 or [IPv6]; no
- * userinfo). *host gets the host without brackets, *port the port or -1
- * when there is none (or it is empty). Returns 0 or -EINVAL. */
-int ps_http1_parse_authority(ps_slice_t authority, ps_slice_t *host, int *port);
-/* 1 when s is an RFC 9110 token. */
-int ps_http1_is_token(ps_slice_t s);
 /* The llhttp id of a method name (case-sensitive), or PS_METHOD_OTHER. */
 int ps_http1_method_id(ps_slice_t method);
 
@@ -150,39 +140,11 @@ int ps_http1_method_id(ps_slice_t method);
 int ps_http1_request_line(const ps_http1_parser_t *p, ps_slice_t *method, ps_slice_t *target,
                           ps_slice_t *version);
 
-/* Splits a request target (origin- or absolute-form) into its path and its
- * query, dropping any fragment. The slices point into target. */
-void ps_http1_split_target(ps_slice_t target, ps_slice_t *path, ps_slice_t *query);
-/* Decodes %XX escapes of src into dst (room for n bytes); returns the
- * decoded length. Malformed escapes are kept as they are. */
-size_t ps_http1_percent_decode(const char *src, size_t n, char *dst);
-
-/* What a response head says about framing, found by ps_http1_scan_head(). */
-typedef struct {
-    int status;
-    int64_t content_length; /* -1 when absent */
-    unsigned conn_close : 1;
-    unsigned has_date : 1;
-    unsigned has_server : 1;
-} ps_head_info_t;
-
-/* Validates a status line ("200 OK") and headers from the application:
- * token names, no CR/LF/NUL in values, a well-formed Content-Length.
- * Returns 0 or -EINVAL. */
-int ps_http1_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head_info_t *info);
-
 /* Appends "HTTP/1.1 <status>", the application's headers (minus the
  * hop-by-hop ones the server owns), then `extra` lines (each ending CRLF),
  * then the blank line. Returns 0 or -ENOMEM. */
 int ps_http1_write_head(ps_buf_t *out, ps_slice_t status, const ps_header_t *h, size_t n,
                         const ps_slice_t *extra, size_t nextra);
-
-/* 1 when name is a token and value holds no CR, LF or NUL. */
-int ps_http1_valid_field(ps_slice_t name, ps_slice_t value);
-
-/* The reason phrase of a status code ("Not Found"), "" for one without a
- * registered phrase here. Static storage. */
-const char *ps_http1_reason_phrase(int status);
 
 /* ---- chunked framing of a response body (RFC 9112 section 7.1) ---- */
 

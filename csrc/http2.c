@@ -1290,7 +1290,7 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
 {
     if (check)
         for (size_t i = 0; i < n; i++)
-            if (!ps_http1_valid_field(h[i].name, h[i].value))
+            if (!ps_http_valid_field(h[i].name, h[i].value))
                 return -EINVAL;
     size_t total = n + nextra + 1;
     if (total > s->nv_cap) {

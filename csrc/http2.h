@@ -202,7 +202,7 @@ int ps_h2_info(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n);
  * content-length field bounds the body: bytes past it are dropped, and a
  * body that ends short of it resets the stream (ps_h2_end returns -EIO). */
 int ps_h2_respond(ps_h2_stream_t *st, int status, const ps_header_t *h, size_t n, int end);
-/* ps_h2_respond for a head ps_http1_scan_head has validated (info is what
+/* ps_h2_respond for a head ps_http_scan_head has validated (info is what
  * it found: the status and the content-length), with the fields h and then
  * extra (the server's own, e.g. date), not checked again. */
 int ps_h2_respond_scanned(ps_h2_stream_t *st, const ps_head_info_t *info, const ps_header_t *h,

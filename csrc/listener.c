@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "conn.h"
+#include "h1conn.h"
 #include "net.h"
-#include "worker.h"
+#include "wstate.h"
 
 /* Connections accepted per listener wakeup, so one busy listener cannot
  * starve the connections already open. */
@@ -155,27 +155,24 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         if (fd < 0)
             return;
         /* TCP_NODELAY is inherited from the listener (set once there). */
-        ps_conn_t *c = ps_conn_new(w, fd, &peer, peer_len, l->is_unix);
+        ps_h1conn_t *c = ps_h1conn_new(w, fd, &peer, peer_len, l->is_unix);
         if (c == NULL) {
             close(fd);
             return;
         }
         if (l->local_len) {
-            c->local = &l->local;
-            c->local_len = l->local_len;
+            c->s.local = &l->local;
+            c->s.local_len = l->local_len;
         }
         if (l->proxy_protocol)
-            ps_conn_expect_proxy_header(c);
-        c->next = w->conns;
-        if (w->conns)
-            w->conns->prev = c;
-        w->conns = c;
-        int full = ++w->nconns >= w->cfg.limit_connections;
-        /* ps_conn_speak_uwsgi closes what it refuses. */
-        if (l->tls && ps_conn_start_tls(c, l->tls) < 0)
-            ps_conn_close(c); /* out of memory: only this connection pays */
-        else if (!l->uwsgi || ps_conn_speak_uwsgi(c) == 0)
-            ps_conn_accepted(c); /* may close c */
+            ps_h1conn_expect_proxy_header(c);
+        ps_sock_link(&c->s);
+        int full = w->nconns >= w->cfg.limit_connections;
+        /* ps_h1conn_speak_uwsgi closes what it refuses. */
+        if (l->tls && ps_h1conn_start_tls(c, l->tls) < 0)
+            ps_h1conn_close(c); /* out of memory: only this connection pays */
+        else if (!l->uwsgi || ps_h1conn_speak_uwsgi(c) == 0)
+            ps_h1conn_accepted(c); /* may close c */
         if (full) {
             ps_listener_set_accepting(w, 0);
             return;

@@ -12,7 +12,9 @@
 
 typedef struct ps_worker ps_worker_t;
 
-typedef struct {
+/* One listening socket of a worker. */
+
+typedef struct ps_listener {
     ev_io io;
     ps_worker_t *w;
     int fd;
@@ -45,5 +47,22 @@ void ps_listener_release(ps_worker_t *w);
  * and closes it at once, then opens the reserve again (-1 when it cannot).
  * The peer sees its connection closed rather than a server spinning. */
 void ps_listener_shed(int *reserve_fd, int lfd);
+
+/* Called by the bridge (through worker.h) to give a worker its sockets. */
+int ps_worker_add_listener(ps_worker_t *w, int fd);
+/* A listener of this worker's --reuse-port lane. Under a master it is left
+ * to the worker's replacement, unless the master closes the lane (or is
+ * gone): then its queue is accepted to the last connection and the socket
+ * shut down, so the kernel sends new connections to the other sockets. */
+int ps_worker_add_own_listener(ps_worker_t *w, int fd);
+/* The listener fd, and the --reuse-port lanes bound to its address, speak
+ * the PROXY protocol (see ps_h1conn_expect_proxy_header). */
+void ps_worker_proxy_protocol(ps_worker_t *w, int fd);
+/* The listener fd (and this worker's own lane of its address) speaks the
+ * uwsgi protocol (nginx's uwsgi_pass) instead of HTTP. */
+void ps_worker_uwsgi(ps_worker_t *w, int fd);
+/* The listener fd was bound by this server, not inherited: at the server's
+ * last stop it is shut down, so that new connections are refused at once. */
+void ps_worker_shut_at_stop(ps_worker_t *w, int fd);
 
 #endif

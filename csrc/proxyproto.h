@@ -1,7 +1,7 @@
 /* The PROXY protocol, versions 1 (text) and 2 (binary): the header a proxy
  * sends before a connection's own bytes to name the client it accepted.
  * Only parsing lives here; which peers may or must send one, and what the
- * connection does with it, is conn.c's (see ps_conn_expect_proxy_header).
+ * connection does with it, is h1conn.c's (see ps_h1conn_expect_proxy_header).
  * Nothing here allocates or logs.
  */
 #ifndef PS_PROXYPROTO_H

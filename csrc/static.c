@@ -1087,7 +1087,7 @@ int ps_static_serve(const ps_static_t *s, const ps_request_t *r, ps_static_plan_
     if (s->nmounts == 0)
         return PS_STATIC_NONE;
     ps_slice_t raw, query;
-    ps_http1_split_target(r->target, &raw, &query);
+    ps_http_split_target(r->target, &raw, &query);
     if (raw.len == 0 || raw.base[0] != '/')
         return PS_STATIC_NONE;
     long n = decode_path(raw, path, &bad);

@@ -49,7 +49,7 @@ static int has_prefix(ps_slice_t s, const char *lit, size_t n)
     return s.len >= n && memcmp(s.base, lit, n) == 0;
 }
 
-/* A field value as ps_http1_valid_field() takes it: no CTL but HTAB, no DEL. */
+/* A field value as ps_http_valid_field() takes it: no CTL but HTAB, no DEL. */
 static int is_field_value(ps_slice_t v)
 {
     for (size_t i = 0; i < v.len; i++) {
@@ -274,7 +274,7 @@ static int take_request(ps_uwsgi_parser_t *p, const ps_header_t *vars, uint32_t 
         if (k.len > 5 && has_prefix(k, "HTTP_", 5)) {
             if (skipped_header(k))
                 continue;
-            if (!ps_http1_is_token((ps_slice_t){k.base + 5, k.len - 5}))
+            if (!ps_http_is_token((ps_slice_t){k.base + 5, k.len - 5}))
                 return fail(p, 400, "invalid header name");
             if (!is_field_value(v))
                 return fail(p, 400, "invalid header value");
@@ -295,7 +295,7 @@ static int take_request(ps_uwsgi_parser_t *p, const ps_header_t *vars, uint32_t 
     }
     if (method.base == NULL)
         return fail(p, 400, "no REQUEST_METHOD");
-    if (!ps_http1_is_token(method))
+    if (!ps_http_is_token(method))
         return fail(p, 400, "invalid method");
     r->method = method;
     r->method_id = (uint8_t)ps_http1_method_id(method);

@@ -14,7 +14,7 @@
 
 #include "accesslog.h"
 #include "common.h"
-#include "conn.h"
+#include "sock.h"
 #include "listener.h"
 #include "net.h"
 
@@ -26,17 +26,18 @@ static void drained(ps_worker_t *w)
         w->hooks->drained(w->hooks_data);
 }
 
-void ps_worker_conn_closed(ps_worker_t *w, ps_conn_t *c)
+/* A socket closed (wstate.h's conn_closed, called by sock.c). */
+static void conn_closed(ps_worker_t *w, ps_sock_t *s)
 {
-    if (c->prev)
-        c->prev->next = c->next;
+    if (s->prev)
+        s->prev->next = s->next;
     else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    c->prev = c->next = NULL;
-    c->next_dead = w->dead;
-    w->dead = c;
+        w->conns = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    s->next_dead = w->dead;
+    w->dead = s;
     w->nconns--;
     if (w->stopping) {
         if (w->nconns == 0)
@@ -51,10 +52,9 @@ static void free_dead(ps_worker_t *w)
     w->held = NULL; /* every connection on it is closed, or flushed */
     w->held_new = 0;
     while (w->dead) {
-        ps_conn_t *c = w->dead;
-        w->dead = c->next_dead;
-        w->handler->dispose(&c->x);
-        ps_conn_free(c);
+        ps_sock_t *s = w->dead;
+        w->dead = s->next_dead;
+        ps_sock_release(s);
     }
 }
 
@@ -63,14 +63,14 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
     PS_UNUSED(loop);
     PS_UNUSED(revents);
     ps_worker_t *w = ps_container_of(p, ps_worker_t, prepare);
-    ps_conn_flush_held(w);
+    ps_sock_flush_held(w);
     free_dead(w);
 }
 
 static void close_all(ps_worker_t *w)
 {
     while (w->conns)
-        ps_conn_close(w->conns);
+        ps_sock_close(w->conns);
 }
 
 static void stop_now(ps_worker_t *w)
@@ -90,9 +90,9 @@ static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void close_idle(ps_worker_t *w)
 {
-    for (ps_conn_t *c = w->conns, *next; c; c = next) {
-        next = c->next;
-        ps_conn_stop_idle(c);
+    for (ps_sock_t *s = w->conns, *next; s; s = next) {
+        next = s->next;
+        ps_sock_stop_idle(s);
     }
 }
 
@@ -437,6 +437,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     if (w->cfg.limit_connections == 0)
         w->cfg.limit_connections = 10000;
     w->handler = handler;
+    w->conn_closed = conn_closed;
     w->handler_data = handler_data;
     w->async = handler->async;
     w->route = handler->route;

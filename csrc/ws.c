@@ -553,7 +553,7 @@ int ps_ws_write_accept(ps_buf_t *out, ps_slice_t key, ps_slice_t subprotocol,
         need += 26 + ext_len + 2;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!ps_http1_valid_field(h[i].name, h[i].value))
+        if (!ps_http_valid_field(h[i].name, h[i].value))
             return -EINVAL;
         need += h[i].name.len + h[i].value.len + 4;
     }

@@ -1,8 +1,10 @@
-/* A connection in WebSocket mode: what the bridge calls once an upgrade
+/* A socket in WebSocket mode: what the bridge calls once an upgrade
  * request reached it (the ASGI websocket scope).
  *
  * The bridge names the connection by its exchange (exchange.h): only an
- * HTTP/1 connection's exchange upgrades. Before the application accepts,
+ * exchange with a socket of its own (HTTP/1's) upgrades, and
+ * ps_wsconn_accept takes that socket over (ps_exchange_upgrade,
+ * ps_sock_set_proto). Before the application accepts,
  * the upgrade request is an ordinary request (a denial response goes
  * through ps_exchange_*).
  * ps_wsconn_accept() writes the 101 head and switches the connection to
@@ -80,8 +82,5 @@ uint16_t ps_wsconn_final_code(const ps_wsconn_t *wc);
 
 /* Graceful stop: a close 1001 to the peer (once). */
 void ps_wsconn_going_away(ps_wsconn_t *wc);
-
-/* The connection is being freed (conn.c). */
-void ps_wsconn_free(ps_wsconn_t *wc);
 
 #endif

@@ -239,7 +239,7 @@ static int send_head(CycleObject *self, const char *body, size_t len, int64_t le
         }
     }
     /* "%d %s" without snprintf (st is 100..999, checked by send_start) */
-    const char *reason = ps_http1_reason_phrase(st);
+    const char *reason = ps_http_reason_phrase(st);
     size_t rl = PS_MIN(strlen(reason), sizeof(status_line) - 4);
     status_line[0] = (char)('0' + st / 100), status_line[1] = (char)('0' + st / 10 % 10);
     status_line[2] = (char)('0' + st % 10), status_line[3] = ' ';

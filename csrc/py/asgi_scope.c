@@ -45,7 +45,7 @@ static int add_paths(ps_asgi_t *ctx, PyObject *scope, ps_slice_t path)
         PyErr_NoMemory();
         return -1;
     }
-    size_t dlen = ps_http1_percent_decode(path.base, path.len, decoded);
+    size_t dlen = ps_http_percent_decode(path.base, path.len, decoded);
     const char *rp = PyBytes_AS_STRING(ctx->root_path_bytes);
     size_t rl = (size_t)PyBytes_GET_SIZE(ctx->root_path_bytes);
     int prefixed = rl == 0 || (dlen >= rl && memcmp(decoded, rp, rl) == 0 &&
@@ -183,7 +183,7 @@ PyObject *ps_asgi_scope(ps_asgi_t *ctx, ps_exchange_t *x, CycleObject *cycle,
     if (scope == NULL)
         goto error;
     ps_slice_t path, query;
-    ps_http1_split_target(r->target, &path, &query);
+    ps_http_split_target(r->target, &path, &query);
     if (path.len == 0)
         path = PS_SLICE_LIT("/");
     int te = 0;

@@ -53,7 +53,7 @@ static int set_item(PyObject *env, PyObject *key, PyObject *value)
 static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
 {
     ps_slice_t path_s, query_s;
-    ps_http1_split_target(target, &path_s, &query_s);
+    ps_http_split_target(target, &path_s, &query_s);
     const char *path = path_s.base, *query = query_s.base;
     const char *path_end = path + path_s.len, *query_end = query + query_s.len;
     size_t plen = (size_t)(path_end - path);
@@ -63,7 +63,7 @@ static int add_target(ps_wsgi_t *ctx, PyObject *env, ps_slice_t target)
         PyErr_NoMemory();
         return -1;
     }
-    size_t dlen = ps_http1_percent_decode(path, plen, decoded);
+    size_t dlen = ps_http_percent_decode(path, plen, decoded);
     size_t skip = 0;
     size_t rl = ctx->root_path_len;
     if (rl && dlen >= rl && memcmp(decoded, ctx->root_path, rl) == 0 &&

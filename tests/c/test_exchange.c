@@ -14,7 +14,7 @@
 
 #include "check.h"
 #include "common.h"
-#include "conn.h"
+#include "h1conn.h"
 #include "exchange.h"
 #include "worker.h"
 
@@ -130,14 +130,10 @@ static int open_conn(int sv[2])
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
         return -1;
     struct sockaddr_storage peer = {.ss_family = AF_UNIX};
-    ps_conn_t *c = ps_conn_new(&worker, sv[0], &peer, sizeof(sa_family_t), 1);
+    ps_h1conn_t *c = ps_h1conn_new(&worker, sv[0], &peer, sizeof(sa_family_t), 1);
     if (c == NULL)
         return -1;
-    c->next = worker.conns;
-    if (worker.conns)
-        worker.conns->prev = c;
-    worker.conns = c;
-    worker.nconns++;
+    ps_sock_link(&c->s);
     return 0;
 }
 
@@ -152,7 +148,7 @@ static const char *exchange(const char *req)
         exit(2);
     }
     CHECK_EQ(write(sv[1], req, strlen(req)), (long long)strlen(req));
-    ps_conn_accepted(worker.conns);
+    ps_h1conn_accepted((ps_h1conn_t *)worker.conns);
     size_t len = 0;
     for (int i = 0; i < 20 && len < sizeof(out) - 1; i++) {
         ev_run(worker.loop, EVRUN_NOWAIT);

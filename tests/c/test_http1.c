@@ -1081,7 +1081,7 @@ static void check_absolute_at(const char *file, int line, const char *in, const 
         check_mem_eq_at(r->target_host.base, r->target_host.len, host, strlen(host), file, line,
                         "target_host");
         check_eq_at(r->target_port, port, file, line, "target_port");
-        ps_http1_split_target(r->target, &p, &q);
+        ps_http_split_target(r->target, &p, &q);
         check_mem_eq_at(p.base, p.len, path, strlen(path), file, line, "path");
         check_mem_eq_at(q.base, q.len, query, strlen(query), file, line, "query");
     }
@@ -1139,7 +1139,7 @@ static void check_authority_at(const char *file, int line, const char *in, int r
 {
     ps_slice_t h = {0};
     int p = -2;
-    int got = ps_http1_parse_authority((ps_slice_t){in, strlen(in)}, &h, &p);
+    int got = ps_http_parse_authority((ps_slice_t){in, strlen(in)}, &h, &p);
     check_eq_at(got, rc, file, line, in);
     if (rc == 0 && got == 0) {
         check_mem_eq_at(h.base, h.len, host, strlen(host), file, line, "host");
@@ -1181,7 +1181,7 @@ static void test_parse_authority(void)
     /* Found by the fuzzer: inet_pton stops at a NUL, the check must not. */
     ps_slice_t host;
     int port;
-    CHECK_EQ(ps_http1_parse_authority((ps_slice_t){"[28::1\0x]:80", 12}, &host, &port), -EINVAL);
+    CHECK_EQ(ps_http_parse_authority((ps_slice_t){"[28::1\0x]:80", 12}, &host, &port), -EINVAL);
 }
 
 static void test_bad_targets_are_400(void)
@@ -1327,7 +1327,7 @@ static void test_bytes_after_an_upgrade_are_not_parsed(void)
 
 static int scan(const char *status, const ps_header_t *h, size_t n, ps_head_info_t *info)
 {
-    return ps_http1_scan_head((ps_slice_t){status, strlen(status)}, h, n, info);
+    return ps_http_scan_head((ps_slice_t){status, strlen(status)}, h, n, info);
 }
 
 #define HDR(name, value) ((ps_header_t){PS_SLICE_LIT(name), PS_SLICE_LIT(value)})
@@ -1365,7 +1365,7 @@ static void test_scan_head_rejects_bad_status_lines(void)
             fprintf(stderr, "    status line: \"%s\"\n", bad[i]);
     }
     ps_slice_t nul = {"200 O\0K", 7};
-    CHECK_EQ(ps_http1_scan_head(nul, NULL, 0, &info), -EINVAL);
+    CHECK_EQ(ps_http_scan_head(nul, NULL, 0, &info), -EINVAL);
 }
 
 static void test_scan_head_rejects_bad_header_names_and_values(void)
@@ -1496,13 +1496,13 @@ static void test_write_head_grows_for_large_heads(void)
 
 static void test_valid_field_needs_a_token_name_and_a_clean_value(void)
 {
-    CHECK(ps_http1_valid_field(PS_SLICE_LIT("X-Trailer"), PS_SLICE_LIT("a b\tc")));
-    CHECK(ps_http1_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("")));
-    CHECK(!ps_http1_valid_field(PS_SLICE_LIT(""), PS_SLICE_LIT("v")));
-    CHECK(!ps_http1_valid_field(PS_SLICE_LIT("X Y"), PS_SLICE_LIT("v")));
-    CHECK(!ps_http1_valid_field(PS_SLICE_LIT("X:"), PS_SLICE_LIT("v")));
-    CHECK(!ps_http1_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("a\r\nY: b")));
-    CHECK(!ps_http1_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("a\0b")));
+    CHECK(ps_http_valid_field(PS_SLICE_LIT("X-Trailer"), PS_SLICE_LIT("a b\tc")));
+    CHECK(ps_http_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("")));
+    CHECK(!ps_http_valid_field(PS_SLICE_LIT(""), PS_SLICE_LIT("v")));
+    CHECK(!ps_http_valid_field(PS_SLICE_LIT("X Y"), PS_SLICE_LIT("v")));
+    CHECK(!ps_http_valid_field(PS_SLICE_LIT("X:"), PS_SLICE_LIT("v")));
+    CHECK(!ps_http_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("a\r\nY: b")));
+    CHECK(!ps_http_valid_field(PS_SLICE_LIT("X"), PS_SLICE_LIT("a\0b")));
 }
 
 /* Every byte value at every position of values of 0 to 40 bytes (the check
@@ -1517,14 +1517,14 @@ static void test_field_values_are_checked_at_every_position(void)
                 memset(v, (at % 3) ? 'a' : 0xe9, len); /* letters and obs-text around */
                 v[at] = (char)c;
                 int want = !((c < 0x20 && c != '\t') || c == 0x7f);
-                int got = ps_http1_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, len});
+                int got = ps_http_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, len});
                 if (got != want)
                     CHECK_EQ(got * 1000 + c, want * 1000 + c); /* names the byte */
             }
         }
     }
     memset(v, '\t', sizeof(v));
-    CHECK(ps_http1_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, sizeof(v)}));
+    CHECK(ps_http_valid_field(PS_SLICE_LIT("X"), (ps_slice_t){v, sizeof(v)}));
 }
 
 /* ---- request targets ----------------------------------------------------- */
@@ -1533,7 +1533,7 @@ static void check_split_target_at(const char *file, int line, const char *target
                                   const char *query)
 {
     ps_slice_t p, q;
-    ps_http1_split_target((ps_slice_t){target, strlen(target)}, &p, &q);
+    ps_http_split_target((ps_slice_t){target, strlen(target)}, &p, &q);
     check_mem_eq_at(p.base, p.len, path, strlen(path), file, line, target);
     check_mem_eq_at(q.base, q.len, query, strlen(query), file, line, target);
 }
@@ -1553,7 +1553,7 @@ static void test_split_target_separates_path_and_query(void)
     CHECK_SPLIT_TARGET("http://example.com:8080/p/q?x=1", "/p/q", "x=1");
     CHECK_SPLIT_TARGET("http://example.com", "", "");
     ps_slice_t path, query;
-    ps_http1_split_target(PS_SLICE_LIT("http://example.com?x=1"), &path, &query);
+    ps_http_split_target(PS_SLICE_LIT("http://example.com?x=1"), &path, &query);
     CHECK_EQ(path.len, 0);
     CHECK(query.len == 3 && memcmp(query.base, "x=1", 3) == 0);
     CHECK_SPLIT_TARGET("*", "*", "");
@@ -1564,7 +1564,7 @@ static void test_split_target_separates_path_and_query(void)
 static void check_percent_decode_at(const char *file, int line, const char *in, const char *out)
 {
     char buf[64];
-    size_t n = ps_http1_percent_decode(in, strlen(in), buf);
+    size_t n = ps_http_percent_decode(in, strlen(in), buf);
     check_mem_eq_at(buf, n, out, strlen(out), file, line, in);
 }
 
@@ -1581,7 +1581,7 @@ static void test_percent_decode_keeps_malformed_escapes(void)
     CHECK_PERCENT_DECODE("%4g", "%4g");
     CHECK_PERCENT_DECODE("caf%C3%A9", "caf\xc3\xa9");
     char out[4];
-    CHECK_EQ(ps_http1_percent_decode("%00", 3, out), 1);
+    CHECK_EQ(ps_http_percent_decode("%00", 3, out), 1);
     CHECK_EQ(out[0], 0);
 }
 
@@ -1785,10 +1785,10 @@ static void test_last_chunk_carries_trailers(void)
 
 static void test_reason_phrases(void)
 {
-    CHECK(strcmp(ps_http1_reason_phrase(200), "OK") == 0);
-    CHECK(strcmp(ps_http1_reason_phrase(404), "Not Found") == 0);
-    CHECK(strcmp(ps_http1_reason_phrase(103), "Early Hints") == 0);
-    CHECK(strcmp(ps_http1_reason_phrase(299), "") == 0);
+    CHECK(strcmp(ps_http_reason_phrase(200), "OK") == 0);
+    CHECK(strcmp(ps_http_reason_phrase(404), "Not Found") == 0);
+    CHECK(strcmp(ps_http_reason_phrase(103), "Early Hints") == 0);
+    CHECK(strcmp(ps_http_reason_phrase(299), "") == 0);
 }
 
 int main(void)

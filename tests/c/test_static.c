@@ -141,7 +141,7 @@ static int serve_with(const ps_static_t *s, const char *method, const char *targ
     if (rc == PS_STATIC_RESPOND) {
         /* whatever the plan says makes a valid response head */
         ps_head_info_t info;
-        CHECK(ps_http1_scan_head(plan->status_line, plan->headers, plan->nheaders, &info) == 0);
+        CHECK(ps_http_scan_head(plan->status_line, plan->headers, plan->nheaders, &info) == 0);
         CHECK_EQ(info.status, plan->status);
         ps_buf_t out = {0};
         CHECK(ps_http1_write_head(&out, plan->status_line, plan->headers, plan->nheaders, NULL,

@@ -495,7 +495,7 @@ static void test_read_and_pending(void)
 }
 
 /* Server to client through a small socket buffer: the caller keeps what
- * was not taken and retries it from its own queue, as conn.c does. */
+ * was not taken and retries it from its own queue, as h1conn.c does. */
 static void test_writev_partial(int max_version)
 {
     ps_tls_settings_t s = {0};
@@ -852,7 +852,7 @@ static void test_hostile_clients(void)
     ps_tls_ctx_free(sctx);
 }
 
-/* Plain transport: the calls conn.c makes per keep-alive request, so that
+/* Plain transport: the calls h1conn.c makes per keep-alive request, so that
  * strace can count them (one read, one sendmsg each). */
 static void test_plain(int rounds)
 {

@@ -224,7 +224,7 @@ static void test_nginx_request(void)
     CHECK_EQ(count_headers(r, "expect"), 0);
     CHECK_EQ(r->nheaders, 8);
     for (uint32_t i = 0; i < r->nheaders; i++) {
-        CHECK(ps_http1_valid_field(r->headers[i].name, r->headers[i].value));
+        CHECK(ps_http_valid_field(r->headers[i].name, r->headers[i].value));
         for (size_t k = 0; k < r->headers[i].name.len; k++)
             CHECK(!(r->headers[i].name.base[k] >= 'A' && r->headers[i].name.base[k] <= 'Z'));
     }

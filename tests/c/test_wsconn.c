@@ -19,7 +19,7 @@
 
 #include "check.h"
 #include "common.h"
-#include "conn.h"
+#include "h1conn.h"
 #include "exchange.h"
 #include "worker.h"
 #include "ws.h"
@@ -38,15 +38,11 @@ static ps_worker_t worker;
 static int start_conn(int fd)
 {
     struct sockaddr_storage peer = {.ss_family = AF_UNIX};
-    ps_conn_t *c = ps_conn_new(&worker, fd, &peer, sizeof(sa_family_t), 1);
+    ps_h1conn_t *c = ps_h1conn_new(&worker, fd, &peer, sizeof(sa_family_t), 1);
     if (c == NULL)
         return -1;
-    c->next = worker.conns;
-    if (worker.conns)
-        worker.conns->prev = c;
-    worker.conns = c;
-    worker.nconns++;
-    ps_conn_accepted(c);
+    ps_sock_link(&c->s);
+    ps_h1conn_accepted(c);
     return 0;
 }
 

@@ -21,11 +21,11 @@
  * (csrc/proxy.c), in uvicorn's mode and in gunicorn's: the client taken from
  * X-Forwarded-For must be a trimmed item of one of its values, and the
  * scheme one of the known ones.
- * Then the input is read as a response head for ps_http1_scan_head (first
+ * Then the input is read as a response head for ps_http_scan_head (first
  * line: the status; next lines: "name: value"), and whatever it accepts,
  * ps_http1_write_head must turn into a head that strict llhttp parses.
  * Then the input is read as a trust list for ps_proxy_init, and last as an
- * authority for ps_http1_parse_authority. */
+ * authority for ps_http_parse_authority. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,7 +94,7 @@ static void check_method(const ps_request_t *r)
     INVARIANT(r->method.len > 0);
     for (size_t i = 0; i < r->method.len; i++)
         INVARIANT(fuzz_is_tchar((unsigned char)r->method.base[i]));
-    INVARIANT(ps_http1_is_token(r->method));
+    INVARIANT(ps_http_is_token(r->method));
     if (r->method_id != PS_METHOD_OTHER)
         INVARIANT(slice_is(r->method, llhttp_method_name((llhttp_method_t)r->method_id)));
     else
@@ -139,7 +139,7 @@ static int check_target(const ps_request_t *r)
     ps_slice_t authority = r->headers[host_index].value, host;
     int port;
     INVARIANT(authority.base == t.base + skip && authority.len <= t.len - skip);
-    INVARIANT(ps_http1_parse_authority(authority, &host, &port) == 0);
+    INVARIANT(ps_http_parse_authority(authority, &host, &port) == 0);
     INVARIANT(inside(host, authority));
     INVARIANT(host.base == r->target_host.base && host.len == r->target_host.len);
     INVARIANT(r->target_port == (port >= 0 ? port : skip == 7 ? 80 : 443));
@@ -189,7 +189,7 @@ static void check_request(const ps_request_t *r, const ps_http1_limits_t *lim, u
     /* What the request parser accepts, the response checks accept too. */
     ps_head_info_t info;
     if (!long_cl) {
-        INVARIANT(ps_http1_scan_head(PS_SLICE_LIT("200 OK"), r->headers, r->nheaders, &info) == 0);
+        INVARIANT(ps_http_scan_head(PS_SLICE_LIT("200 OK"), r->headers, r->nheaders, &info) == 0);
         INVARIANT(info.content_length == r->content_length);
     }
 }
@@ -286,7 +286,7 @@ static void check_authority(const uint8_t *data, size_t len)
 {
     ps_slice_t a = {(const char *)data, len}, host = {0};
     int port = -2;
-    if (ps_http1_parse_authority(a, &host, &port) < 0)
+    if (ps_http_parse_authority(a, &host, &port) < 0)
         return;
     INVARIANT(host.len > 0 && inside(host, a));
     INVARIANT(port >= -1 && port <= 65535);
@@ -422,7 +422,7 @@ static void check_response_head(const uint8_t *data, size_t len)
     ps_header_t h[16];
     ps_head_info_t info;
     size_t n = split_head((const char *)data, len, &status, h);
-    if (ps_http1_scan_head(status, h, n, &info) < 0)
+    if (ps_http_scan_head(status, h, n, &info) < 0)
         return;
     INVARIANT(info.status >= 100 && info.status <= 999);
     int known_gap = has_ctl(status), cls = 0;
@@ -455,7 +455,7 @@ static void check_response_head(const uint8_t *data, size_t len)
     if (!((err == HPE_OK || err == HPE_PAUSED_UPGRADE) && done)) {
         fprintf(stderr, "llhttp refused the head: %s (%s)\n", llhttp_errno_name(err),
                 llhttp_get_error_reason(&client));
-        INVARIANT(!"a head accepted by ps_http1_scan_head parses as a response");
+        INVARIANT(!"a head accepted by ps_http_scan_head parses as a response");
     }
     ps_buf_free(&out);
 }

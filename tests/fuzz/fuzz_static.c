@@ -182,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     ps_head_info_t info;
-    INVARIANT(ps_http1_scan_head(plan.status_line, plan.headers, plan.nheaders, &info) == 0);
+    INVARIANT(ps_http_scan_head(plan.status_line, plan.headers, plan.nheaders, &info) == 0);
     INVARIANT(info.status == plan.status);
     if (plan.fd >= 0) {
         INVARIANT(is_inside(plan.fd));

@@ -46,7 +46,7 @@ static void check_request(const ps_uwsgi_parser_t *p, uint64_t body_total)
     const ps_uwsgi_limits_t *lim = p->limits;
     INVARIANT(r->head_complete && r->message_complete);
     INVARIANT(!r->keep_alive && !r->chunked && !r->upgrade && !r->expect_continue);
-    INVARIANT(ps_http1_is_token(r->method));
+    INVARIANT(ps_http_is_token(r->method));
     INVARIANT(r->method_id == ps_http1_method_id(r->method));
     INVARIANT(r->method_id != HTTP_CONNECT);
     INVARIANT(r->is_head == (r->method.len == 4 && memcmp(r->method.base, "HEAD", 4) == 0));
@@ -75,7 +75,7 @@ static void check_request(const ps_uwsgi_parser_t *p, uint64_t body_total)
     int cl = 0;
     for (uint32_t i = 0; i < r->nheaders; i++) {
         ps_header_t h = r->headers[i];
-        INVARIANT(ps_http1_valid_field(h.name, h.value));
+        INVARIANT(ps_http_valid_field(h.name, h.value));
         INVARIANT(is_static_name(h.name) || inside_buf(h.name, &p->packet));
         INVARIANT(inside_buf(h.value, &p->packet));
         for (size_t k = 0; k < h.name.len; k++) {

@@ -1,4 +1,4 @@
-/* Loopback tests of csrc/conn.c, csrc/worker.c and csrc/listener.c: a real worker on
+/* Loopback tests of csrc/h1conn.c, csrc/worker.c and csrc/listener.c: a real worker on
  * 127.0.0.1 with a small C handler, and a client thread that sends raw
  * requests and compares the raw answers byte for byte.
  *
@@ -21,10 +21,10 @@
 
 #include "check.h"
 #include "common.h"
-#include "conn.h"
+#include "h1conn.h"
 #include "worker.h"
 
-/* conn.c's high-water mark for a request body waiting for the application. */
+/* h1conn.c's high-water mark for a request body waiting for the application. */
 #define CONN_BODY_HIGH (256 * 1024)
 #define CLIENT_TIMEOUT_SECONDS 3
 /* The worker's body_spool_threshold: larger bodies go to a spool file. */
@@ -65,7 +65,7 @@ static void answer_body_size(ps_exchange_t *x, int detail)
 {
     ps_request_t *r = x->req;
     uint64_t total = 0, sum = 0;
-    int spooled = ps_conn_of(x)->spool_fd >= 0;
+    int spooled = ps_h1conn_of(x)->spool.fd >= 0;
     CHECK(r->message_complete);
     for (;;) {
         if (ps_exchange_body_fill(x) < 0) {
@@ -499,7 +499,7 @@ static void test_expect_continue_gets_100_before_the_body(void)
     close(fd);
 }
 
-/* A body that fills conn.c's high-water mark exactly: the parser pauses on
+/* A body that fills h1conn.c's high-water mark exactly: the parser pauses on
  * its last byte and reports the message complete only on one more feed. */
 static void check_large_body(size_t size)
 {
@@ -792,5 +792,5 @@ int main(void)
     CHECK(!server.watchdog_fired);
     CHECK_EQ(server.w.nconns, 0);
     server_finish();
-    return check_finish("test_conn");
+    return check_finish("test_h1conn");
 }
