@@ -40,7 +40,7 @@ ifeq ($(shell $(PYTHON) -c 'import sys; print(sys.base_prefix)' 2>/dev/null),/us
 APT_PACKAGES += python3-dev python3-venv
 endif
 
-CSRC := $(wildcard csrc/*.c csrc/*.h csrc/py/*.c csrc/py/*.h)
+CSRC := $(wildcard csrc/*/*.c csrc/*/*.h)
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 EXT := pyserver/_core$(EXT_SUFFIX)
 
@@ -174,7 +174,7 @@ dist: deps
 
 # ---- lint -------------------------------------------------------------------
 
-C_LINT_FILES = $(wildcard csrc/*.[ch] csrc/py/*.[ch] tests/c/*.[ch] tests/fuzz/*.[ch])
+C_LINT_FILES = $(wildcard csrc/*/*.[ch] tests/c/*.[ch] tests/fuzz/*.[ch])
 PY_LINT_DIRS = pyserver setup.py $(wildcard tests benchmarks)
 
 # Runs every check, then fails if any did.

@@ -1,7 +1,7 @@
 """Build the C extension pyserver._core.
 
 Metadata lives in pyproject.toml; this file only describes the extension:
-the core (csrc/*.c) and the CPython bridge (csrc/py/*.c), linked against
+the core (csrc/base, codec, net, master, serve) and the CPython bridge (csrc/py), linked against
 libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib, ISA-L, brotli and zstd from the system.
 
 Environment:
@@ -198,7 +198,8 @@ def flavor_dir():
 
 
 def extension_sources():
-    sources = sorted(glob("csrc/*.c")) + sorted(glob("csrc/py/*.c"))
+    # The core by layer (csrc/base, codec, net, master, serve), then the bridge (csrc/py).
+    sources = sorted(glob("csrc/*/*.c"))
     if not sources:
         fail("no C sources found in csrc/ (run setup.py from the repository root)")
     return sources
@@ -249,7 +250,7 @@ def main():
         "pyserver._core",
         sources=extension_sources(),
         include_dirs=["csrc"],
-        depends=sorted(glob("csrc/*.h") + glob("csrc/py/*.h")),
+        depends=sorted(glob("csrc/*/*.h")),
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )

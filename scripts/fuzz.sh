@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the libFuzzer drivers tests/fuzz/fuzz_*.c (the HTTP/1 parser, the
 # HTTP/2 session, the uwsgi parser, static-file plans, WebSocket frames and
-# permessage-deflate, whole connections over a socketpair) with clang against the core (csrc/*.c), llhttp, OpenSSL,
+# permessage-deflate, whole connections over a socketpair) with clang against the core (every layer but csrc/py), llhttp, OpenSSL,
 # nghttp2, wslay, zlib and ISA-L, then run each for
 # FUZZ_SECONDS (default 60). FUZZ_TARGETS picks drivers by name
 # ("http1 http2"; default: every driver). New inputs go to
@@ -35,7 +35,7 @@ for src in $llhttp_sources; do
     $CC -c -g -O1 -w -fsanitize=fuzzer-no-link,address,undefined $llhttp_cflags "$src" -o "$obj"
     objs+=("$obj")
 done
-for src in csrc/*.c; do
+for src in csrc/base/*.c csrc/codec/*.c csrc/net/*.c csrc/master/*.c csrc/serve/*.c; do
     obj="$out/obj/$(basename "${src%.c}").o"
     $CC -c $cflags -fsanitize=fuzzer-no-link,address,undefined "$src" -o "$obj"
     objs+=("$obj")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build and run the C unit tests: each tests/c/test_*.c is linked with the
-# core (csrc/*.c, never csrc/py), llhttp and the core's libraries (libev,
+# core (csrc/base, codec, net, master, serve; never csrc/py), llhttp and the core's libraries (libev,
 # OpenSSL, nghttp2, wslay, zlib, ISA-L), under ASan and UBSan, and run.
 # Exits non-zero if any test fails to build or run.
 set -euo pipefail
@@ -48,7 +48,7 @@ for src in $llhttp_sources; do
     $CC -c -g -O1 -w $san $llhttp_cflags "$src" -o "$obj"
     objs+=("$obj")
 done
-for src in csrc/*.c; do
+for src in csrc/base/*.c csrc/codec/*.c csrc/net/*.c csrc/master/*.c csrc/serve/*.c; do
     obj="$out/core/$(basename "${src%.c}").o"
     $CC -c $cflags "$src" -o "$obj"
     objs+=("$obj")

@@ -1,4 +1,4 @@
-"""Output held until the loop sleeps (csrc/h1conn.c, hold()): the responses that one loop
+"""Output held until the loop sleeps (csrc/serve/h1conn.c, hold()): the responses that one loop
 iteration produces leave together, in bursts of a bounded size; nothing is lost, reordered
 or mixed up between connections, and an informational response does not wait."""
 
@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import HOST, HTTPConn, build_request, fetch, run_server
 
-# More connections than one burst holds (HOLD_CONNS in csrc/h1conn.c), all answered in the
+# More connections than one burst holds (HOLD_CONNS in csrc/serve/h1conn.c), all answered in the
 # same loop iteration: a blocking request first makes their requests pile up.
 CLIENTS = 100
 

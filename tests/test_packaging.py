@@ -51,10 +51,10 @@ def test_sdist_has_every_c_source_and_header(dist):
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     wanted = {
         str(p.relative_to(ROOT))
-        for pattern in ("csrc/*.c", "csrc/*.h", "csrc/py/*.c", "csrc/py/*.h")
+        for pattern in ("csrc/*/*.c", "csrc/*/*.h")
         for p in ROOT.glob(pattern)
     }
-    assert "csrc/spool.c" in wanted and "csrc/transport.h" in wanted
+    assert "csrc/base/spool.c" in wanted and "csrc/net/transport.h" in wanted
     missing = wanted - names
     assert not missing, f"not in the sdist: {sorted(missing)}"
     for name in ("setup.py", "pyproject.toml", "README.md", "pyserver/cli.py"):

@@ -9,7 +9,7 @@
 #define PS_ASGI_WS_H
 
 #include "bridge.h"
-#include "../wsconn.h"
+#include "serve/wsconn.h"
 
 typedef struct ps_asgi_ws ps_asgi_ws_t;
 struct ps_asgi_ws_strings;

@@ -8,11 +8,11 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "../common.h"
-#include "../worker.h"
-#include "../net.h"
-#include "../accesslog.h"
-#include "../transport.h"
+#include "base/common.h"
+#include "serve/worker.h"
+#include "base/net.h"
+#include "codec/accesslog.h"
+#include "net/transport.h"
 
 /* A task's first step, taken from the loop's call_soon() instead of queued
  * (evloop.c), for the ASGI layer to run at once (asgi_task.c): armed with
@@ -400,7 +400,7 @@ void ps_access_log_free(ps_access_log_t *log);
 /* _core.check_access_log_format(fmt): ValueError when fmt does not compile. */
 PyObject *ps_access_log_check(PyObject *module, PyObject *fmt);
 
-/* Logs x's request, the same line for WSGI and ASGI (csrc/accesslog.h has
+/* Logs x's request, the same line for WSGI and ASGI (csrc/codec/accesslog.h has
  * the atoms): the client is the peer, or the one a trusted proxy forwarded
  * (fwd_client.base set, port 0); resp_headers the application's response
  * headers (borrowed; NULL: none) for %({name}o)s; the duration runs from

@@ -1,6 +1,6 @@
 /* Error logging from C into Python's logging (pyserver.error), and the
  * access log: one line format for every request, WSGI or ASGI, answered or
- * rejected (the line itself is made by csrc/accesslog.c). */
+ * rejected (the line itself is made by csrc/codec/accesslog.c). */
 #include <stdarg.h>
 #include <stdio.h>
 

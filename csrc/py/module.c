@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <signal.h>
 
-#include "../master.h"
+#include "master/master.h"
 #include "bridge.h"
 
 /* This process's slot in the master's shared memory, set in a worker right

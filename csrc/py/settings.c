@@ -4,7 +4,7 @@
  * the names this file passes to its helpers against Config). */
 #include <errno.h>
 
-#include "../master.h"
+#include "master/master.h"
 #include "bridge.h"
 
 /* The attribute `name` of config (new reference), or NULL with an exception. */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../master.h"
+#include "master/master.h"
 #include "bridge.h"
 
 /* A str of the slice (NULL base: None). New reference or NULL. */

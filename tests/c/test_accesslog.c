@@ -1,4 +1,4 @@
-/* Unit tests of csrc/accesslog.c: compiling gunicorn's atoms and formatting
+/* Unit tests of csrc/codec/accesslog.c: compiling gunicorn's atoms and formatting
  * text and JSON lines, without Python. */
 #include <errno.h>
 #include <stdint.h>
@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "accesslog.h"
+#include "codec/accesslog.h"
 #include "check.h"
-#include "common.h"
+#include "base/common.h"
 
 static const ps_header_t request_headers[] = {
     {PS_SLICE_LIT("Host"), PS_SLICE_LIT("example.test")},

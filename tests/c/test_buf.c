@@ -1,4 +1,4 @@
-/* Unit tests of csrc/buf.c: growable buffers and slices. */
+/* Unit tests of csrc/base/buf.c: growable buffers and slices. */
 #include <errno.h>
 #include <stdint.h>
 #include <signal.h>
@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buf.h"
+#include "base/buf.h"
 #include "check.h"
-#include "common.h"
+#include "base/common.h"
 
 static void test_empty_buffer_has_no_storage(void)
 {

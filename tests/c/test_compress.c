@@ -1,4 +1,4 @@
-/* Unit tests of csrc/compress.c: each coding's stream, fed in pieces with
+/* Unit tests of csrc/codec/compress.c: each coding's stream, fed in pieces with
  * flushes, decodes with the stock decoder (zlib, libbrotlidec, libzstd) to
  * exactly the input; a flush makes everything so far decodable. */
 #include <brotli/decode.h>
@@ -10,8 +10,8 @@
 #include <zstd.h>
 
 #include "check.h"
-#include "common.h"
-#include "compress.h"
+#include "base/common.h"
+#include "codec/compress.h"
 
 static const ps_coding_t codings[] = {PS_CODING_BR, PS_CODING_ZSTD, PS_CODING_GZIP};
 

@@ -1,10 +1,10 @@
-/* Unit tests of csrc/date.c: the Date header, formatted once a second. */
+/* Unit tests of csrc/base/date.c: the Date header, formatted once a second. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
-#include "date.h"
+#include "base/date.h"
 
 static const char *const day_names[7] = {"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};
 static const char *const month_names[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",

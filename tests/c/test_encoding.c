@@ -1,9 +1,9 @@
-/* Unit tests of csrc/encoding.c: Accept-Encoding weights (RFC 9110 12.5.3)
+/* Unit tests of csrc/codec/encoding.c: Accept-Encoding weights (RFC 9110 12.5.3)
  * and the coding chosen among the ones the server offers. */
 #include <string.h>
 
 #include "check.h"
-#include "encoding.h"
+#include "codec/encoding.h"
 
 #define ALL                                                                                        \
     (PS_CODING_BIT(PS_CODING_BR) | PS_CODING_BIT(PS_CODING_ZSTD) | PS_CODING_BIT(PS_CODING_GZIP))

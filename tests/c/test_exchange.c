@@ -1,4 +1,4 @@
-/* The exchange layer (csrc/exchange.h) over HTTP/1, without a network and
+/* The exchange layer (csrc/serve/exchange.h) over HTTP/1, without a network and
  * without an interpreter: a connection on one end of a socketpair, fed by
  * the test on the other end, answered by a handler that uses only the
  * ps_exchange_* calls. */
@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "h1conn.h"
-#include "exchange.h"
-#include "worker.h"
+#include "base/common.h"
+#include "serve/h1conn.h"
+#include "serve/exchange.h"
+#include "serve/worker.h"
 
 static int marker; /* the handler_data every exchange must carry */
 

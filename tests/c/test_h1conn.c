@@ -1,6 +1,6 @@
-/* Loopback tests of csrc/h1conn.c, csrc/worker.c and csrc/listener.c: a real worker on
- * 127.0.0.1 with a small C handler, and a client thread that sends raw
- * requests and compares the raw answers byte for byte.
+/* Loopback tests of csrc/serve/h1conn.c, csrc/serve/worker.c and csrc/serve/listener.c: a real
+ * worker on 127.0.0.1 with a small C handler, and a client thread that sends raw requests and
+ * compares the raw answers byte for byte.
  *
  * The worker runs on the main thread; the client thread stops it through an
  * ev_async when it is done. A watchdog timer and alarm() bound the run. */
@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "h1conn.h"
-#include "worker.h"
+#include "base/common.h"
+#include "serve/h1conn.h"
+#include "serve/worker.h"
 
 /* h1conn.c's high-water mark for a request body waiting for the application. */
 #define CONN_BODY_HIGH (256 * 1024)

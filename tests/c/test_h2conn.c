@@ -1,4 +1,4 @@
-/* csrc/h2conn.c over a socketpair, without a network and without an
+/* csrc/serve/h2conn.c over a socketpair, without a network and without an
  * interpreter: a connection on one end, started as the listener starts an
  * accepted socket, an nghttp2 client session on the other end (or frames
  * written by hand), and an asynchronous handler that answers through the
@@ -19,11 +19,11 @@
 #include <nghttp2/nghttp2.h>
 
 #include "check.h"
-#include "common.h"
-#include "h1conn.h"
-#include "exchange.h"
-#include "http2.h"
-#include "worker.h"
+#include "base/common.h"
+#include "serve/h1conn.h"
+#include "serve/exchange.h"
+#include "codec/http2.h"
+#include "serve/worker.h"
 
 /* ---- the connection under test ----------------------------------------------------
  * Every call that creates, starts or drives a connection is in these three

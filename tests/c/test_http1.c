@@ -1,4 +1,4 @@
-/* Unit tests of csrc/http1.c: request parsing over llhttp, limits and error
+/* Unit tests of csrc/codec/http1.c: request parsing over llhttp, limits and error
  * statuses, response heads and the canned error responses. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "http1.h"
+#include "base/common.h"
+#include "codec/http1.h"
 
 static const ps_http1_limits_t limits = {
     .max_request_line = 8190,

@@ -1,4 +1,4 @@
-/* Tests of csrc/http2.c: a server session driven by an nghttp2 client
+/* Tests of csrc/codec/http2.c: a server session driven by an nghttp2 client
  * session through an in-memory pipe, and by frames written by hand for
  * what the nghttp2 client refuses to send (invalid heads, floods).
  */
@@ -12,8 +12,8 @@
 #include <nghttp2/nghttp2.h>
 
 #include "check.h"
-#include "common.h"
-#include "http2.h"
+#include "base/common.h"
+#include "codec/http2.h"
 
 /* ---- the application side: what the server's callbacks saw --------------- */
 

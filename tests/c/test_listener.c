@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "listener.h"
-#include "net.h"
+#include "serve/listener.h"
+#include "base/net.h"
 
 static int listen_unix(char *path, size_t cap)
 {

@@ -1,4 +1,4 @@
-/* Unit tests of csrc/metrics.c: counting, folding, the exposition text and
+/* Unit tests of csrc/master/metrics.c: counting, folding, the exposition text and
  * the endpoint (on a real loop and a loopback socket). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -11,10 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buf.h"
+#include "base/buf.h"
 #include "check.h"
-#include "common.h"
-#include "metrics.h"
+#include "base/common.h"
+#include "master/metrics.h"
 
 static ps_slice_t s(const char *text)
 {

@@ -1,4 +1,4 @@
-/* Unit tests of csrc/proxy.c: trust lists, peer trust, X-Forwarded-For,
+/* Unit tests of csrc/codec/proxy.c: trust lists, peer trust, X-Forwarded-For,
  * X-Forwarded-Proto, gunicorn's secure_scheme_headers, RFC 7239 Forwarded,
  * X-Forwarded-Host and X-Forwarded-Port. */
 #define _GNU_SOURCE
@@ -11,8 +11,8 @@
 #include <sys/un.h>
 
 #include "check.h"
-#include "common.h"
-#include "proxy.h"
+#include "base/common.h"
+#include "codec/proxy.h"
 
 static int init_str(ps_proxy_t *p, const char *list)
 {

@@ -1,4 +1,4 @@
-/* Unit tests of csrc/proxyproto.c: PROXY protocol v1 and v2 headers, fed
+/* Unit tests of csrc/codec/proxyproto.c: PROXY protocol v1 and v2 headers, fed
  * whole and byte by byte. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -10,8 +10,8 @@
 #include <sys/un.h>
 
 #include "check.h"
-#include "common.h"
-#include "proxyproto.h"
+#include "base/common.h"
+#include "codec/proxyproto.h"
 
 /* Parses buf fed one more byte at a time: every shorter prefix must ask for
  * more (0) or already fail; returns the result for the whole buffer. */

@@ -1,4 +1,4 @@
-/* The protocol-neutral socket (csrc/sock.c) without a network and without
+/* The protocol-neutral socket (csrc/serve/sock.c) without a network and without
  * HTTP: a toy protocol on one end of a socketpair, driven by the test on
  * the other end through a real worker's loop. Reads, writes (held until
  * the loop sleeps, sent at once when large, queued when the socket is
@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "exchange.h"
-#include "sock.h"
-#include "worker.h"
+#include "base/common.h"
+#include "serve/exchange.h"
+#include "serve/sock.h"
+#include "serve/worker.h"
 
 static ps_worker_t worker;
 

@@ -1,4 +1,4 @@
-/* Unit tests of csrc/static.c: mounts, path checks, opening beneath a
+/* Unit tests of csrc/serve/static.c: mounts, path checks, opening beneath a
  * directory (openat2 and the O_NOFOLLOW walk), MIME types, validators,
  * conditionals, ranges and precompressed siblings, over a directory tree
  * built here. */
@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "http1.h"
-#include "static.h"
+#include "base/common.h"
+#include "codec/http1.h"
+#include "serve/static.h"
 
 static char root[256];
 

@@ -1,9 +1,9 @@
-/* Unit tests of csrc/trace.c: request IDs kept or refused, generated IDs,
+/* Unit tests of csrc/codec/trace.c: request IDs kept or refused, generated IDs,
  * and the traceparent parser against W3C Trace Context's rules. */
 #include <string.h>
 
 #include "check.h"
-#include "trace.h"
+#include "codec/trace.h"
 
 static ps_slice_t s(const char *text)
 {

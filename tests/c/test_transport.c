@@ -1,4 +1,4 @@
-/* Tests of csrc/transport.c: a non-blocking server transport on a loopback
+/* Tests of csrc/net/transport.c: a non-blocking server transport on a loopback
  * TCP connection against an OpenSSL client in the same thread, both pumped
  * by one loop. Certificates (an ECDSA P-256 CA, server and client
  * certificates, an RSA server certificate, an encrypted key, a client
@@ -30,7 +30,7 @@
 #include <openssl/x509v3.h>
 
 #include "check.h"
-#include "transport.h"
+#include "net/transport.h"
 
 static char dir[64];
 

@@ -1,4 +1,4 @@
-/* Unit tests of csrc/uwsgi.c: uwsgi packets as nginx's uwsgi_params send
+/* Unit tests of csrc/codec/uwsgi.c: uwsgi packets as nginx's uwsgi_params send
  * them, fed whole, split at every byte and a byte at a time; the request
  * they make; the limits; every malformed packet. */
 #define _GNU_SOURCE
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "common.h"
-#include "uwsgi.h"
+#include "base/common.h"
+#include "codec/uwsgi.h"
 
 static const ps_uwsgi_limits_t limits = {
     .max_packet = 0, .max_vars = 0, .max_var_size = 0, .max_body = 1 << 20};

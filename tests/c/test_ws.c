@@ -1,4 +1,4 @@
-/* Unit tests of csrc/ws.c: the opening handshake (checks, accept hash, the
+/* Unit tests of csrc/codec/ws.c: the opening handshake (checks, accept hash, the
  * 101 head, permessage-deflate negotiation) and the session (frames fed in
  * any pieces, close codes of RFC 6455 7.4, UTF-8, the message limit,
  * compression both ways, the close handshake, the event queue's bound).
@@ -14,9 +14,9 @@
 #include <zlib.h>
 
 #include "check.h"
-#include "common.h"
-#include "http1.h"
-#include "ws.h"
+#include "base/common.h"
+#include "codec/http1.h"
+#include "codec/ws.h"
 
 /* ---- requests ------------------------------------------------------------ */
 

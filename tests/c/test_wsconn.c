@@ -1,4 +1,4 @@
-/* csrc/wsconn.c over a socketpair, without a network and without an
+/* csrc/serve/wsconn.c over a socketpair, without a network and without an
  * interpreter: a connection on one end, started as the listener starts an
  * accepted socket; on the other end the test writes a client's upgrade
  * request and masked frames by hand and reads the server's frames. The
@@ -18,12 +18,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "common.h"
-#include "h1conn.h"
-#include "exchange.h"
-#include "worker.h"
-#include "ws.h"
-#include "wsconn.h"
+#include "base/common.h"
+#include "serve/h1conn.h"
+#include "serve/exchange.h"
+#include "serve/worker.h"
+#include "codec/ws.h"
+#include "serve/wsconn.h"
 
 /* ---- the connection under test ----------------------------------------------------
  * Every call that creates, starts or drives a connection is in these three

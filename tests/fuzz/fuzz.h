@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h" /* ps_slice_t */
+#include "base/buf.h" /* ps_slice_t */
 
 /* A property the code under test promised: when it does not hold, the
  * driver aborts, so libFuzzer saves the input as a crash. */

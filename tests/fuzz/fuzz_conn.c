@@ -1,5 +1,5 @@
-/* libFuzzer driver for a whole connection (csrc/conn.c with h2conn.c and
- * wsconn.c): a client's bytes through a socketpair into a connection on a
+/* libFuzzer driver for a whole connection (csrc/serve/sock.c with the protocols over it,
+ * h1conn.c, h2conn.c and wsconn.c): a client's bytes through a socketpair into a connection on a
  * real libev loop, served by an asynchronous application stub (as the ASGI
  * layer serves: no interpreter). The input reaches every protocol a plain
  * listener speaks: HTTP/1 requests and pipelines, HTTP/2 by prior
@@ -31,12 +31,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "h1conn.h"
-#include "exchange.h"
-#include "http2.h"
-#include "worker.h"
-#include "wsconn.h"
+#include "base/common.h"
+#include "serve/h1conn.h"
+#include "serve/exchange.h"
+#include "codec/http2.h"
+#include "serve/worker.h"
+#include "serve/wsconn.h"
 #include "fuzz.h"
 
 /* ---- the connection under test ----------------------------------------------------

@@ -1,6 +1,6 @@
 /* libFuzzer driver for the request fields the core reads itself:
- * Accept-Encoding (csrc/encoding.c), traceparent and X-Request-ID
- * (csrc/trace.c). Build and run with `make fuzz` (FUZZ_TARGETS=fields).
+ * Accept-Encoding (csrc/codec/encoding.c), traceparent and X-Request-ID
+ * (csrc/codec/trace.c). Build and run with `make fuzz` (FUZZ_TARGETS=fields).
  *
  * The input is one field value. Checked:
  *   - the coding chosen is one the server offered, identity, or none, and
@@ -15,9 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "encoding.h"
+#include "codec/encoding.h"
 #include "fuzz.h"
-#include "trace.h"
+#include "codec/trace.h"
 
 static const unsigned offers[] = {
     0,

@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/http1.c: the request parser and the checks on
+/* libFuzzer driver for csrc/codec/http1.c: the request parser and the checks on
  * response heads. Build and run with `make fuzz` (scripts/fuzz.sh).
  *
  * Byte 0 says how the rest arrives: bits 0-5 the piece size (0: all at
@@ -18,7 +18,7 @@
  *     end the same way (an error's status may differ: a limit can be hit
  *     in pieces before a syntax error is seen in a whole feed);
  * Every accepted request is also read the way a trusted proxy's request is
- * (csrc/proxy.c), in uvicorn's mode and in gunicorn's: the client taken from
+ * (csrc/codec/proxy.c), in uvicorn's mode and in gunicorn's: the client taken from
  * X-Forwarded-For must be a trimmed item of one of its values, and the
  * scheme one of the known ones.
  * Then the input is read as a response head for ps_http_scan_head (first
@@ -33,8 +33,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http1.h"
-#include "proxy.h"
+#include "codec/http1.h"
+#include "codec/proxy.h"
 #include "fuzz.h"
 
 static const ps_http1_limits_t tight_limits = {.max_request_line = 64,

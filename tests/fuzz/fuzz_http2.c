@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/http2.c: the client preface, then the input as
+/* libFuzzer driver for csrc/codec/http2.c: the client preface, then the input as
  * frames fed in pieces of arbitrary sizes, to one server session whose
  * application answers, streams, reads bodies slowly, sends trailers and
  * resets streams, chosen by the input. The first bytes steer: piece sizes,
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http2.h"
+#include "codec/http2.h"
 #include "fuzz.h"
 
 static uint8_t behaviour;

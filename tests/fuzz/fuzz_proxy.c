@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/proxy.c: what a trusted proxy's headers say
+/* libFuzzer driver for csrc/codec/proxy.c: what a trusted proxy's headers say
  * (RFC 7239 Forwarded, X-Forwarded-For/-Proto/-Host/-Port, gunicorn's
  * secure_scheme_headers). Build and run with `make fuzz` (scripts/fuzz.sh;
  * FUZZ_TARGETS=proxy for this one).
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "proxy.h"
+#include "base/common.h"
+#include "codec/proxy.h"
 #include "fuzz.h"
 
 #define MAX_HEADERS 32

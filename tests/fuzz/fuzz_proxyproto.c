@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/proxyproto.c: PROXY protocol v1 and v2 headers.
+/* libFuzzer driver for csrc/codec/proxyproto.c: PROXY protocol v1 and v2 headers.
  * Build and run with `make fuzz` (scripts/fuzz.sh; FUZZ_TARGETS=proxyproto).
  *
  * The input is what a peer sends first. Checked:
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "common.h"
-#include "proxyproto.h"
+#include "base/common.h"
+#include "codec/proxyproto.h"
 #include "fuzz.h"
 
 static void check_address(const struct sockaddr_storage *ss, socklen_t len)

@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/static.c: request targets and fields against a
+/* libFuzzer driver for csrc/serve/static.c: request targets and fields against a
  * directory tree built at start-up (FUZZ_TARGETS=static in scripts/fuzz.sh).
  *
  * Byte 0: bit 0 HEAD instead of GET, bit 1 POST, bit 2 the O_NOFOLLOW walk
@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "static.h"
+#include "base/common.h"
+#include "serve/static.h"
 #include "fuzz.h"
 
 static ps_static_t table;

@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/uwsgi.c: the uwsgi packet parser. Build and
+/* libFuzzer driver for csrc/codec/uwsgi.c: the uwsgi packet parser. Build and
  * run with `make fuzz` (scripts/fuzz.sh; FUZZ_TARGETS=uwsgi for this one).
  *
  * Byte 0 says how the rest arrives: bits 0-5 the piece size (0: all at
@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "uwsgi.h"
+#include "base/common.h"
+#include "codec/uwsgi.h"
 #include "fuzz.h"
 
 static const ps_uwsgi_limits_t tight_limits = {

@@ -1,4 +1,4 @@
-/* libFuzzer driver for csrc/ws.c: a WebSocket session fed a client's bytes.
+/* libFuzzer driver for csrc/codec/ws.c: a WebSocket session fed a client's bytes.
  *
  * The first three bytes choose the session: permessage-deflate or not, its
  * context takeover and windows, the message limit, the event queue's bound,
@@ -37,8 +37,8 @@
 
 #include <zlib.h>
 
-#include "common.h"
-#include "ws.h"
+#include "base/common.h"
+#include "codec/ws.h"
 #include "fuzz.h"
 
 /* ---- the input ------------------------------------------------------------------ */
