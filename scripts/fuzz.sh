@@ -26,7 +26,7 @@ for pc in 'openssl >= 3.0' 'libnghttp2 >= 1.52'; do
 done
 dep_cflags="$(pkg-config --cflags libnghttp2) $(scripts/core-libs.sh cflags)"
 dep_libs="$(pkg-config --libs libnghttp2) $(scripts/core-libs.sh libs)"
-cflags="-std=gnu11 -Wall -Wextra -g -O1 -Icsrc $llhttp_cflags $dep_cflags"
+cflags="-std=gnu11 -Wall -Wextra -g -O1 -Icsrc -Itests/c $llhttp_cflags $dep_cflags"
 
 mkdir -p "$out/obj"
 objs=()

@@ -198,9 +198,16 @@ int ps_wsgi_send_body(RequestObject *req, const char *data, size_t len);
 void ps_wsgi_fail(RequestObject *req);
 /* The body is complete: ends the response. Ends with req released. */
 void ps_wsgi_finish(RequestObject *req);
-/* Logs a body shorter than its Content-Length (given, or -1), which closes the
+/* Logs a body shorter than its Content-Length (given), which closes the
  * connection. Loop thread, GIL taken if needed. */
-void ps_wsgi_check_length(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given);
+void ps_wsgi_log_short_body(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given);
+/* The check, inline: a body that is complete, or had no Content-Length
+ * (given < 0), costs two comparisons per response. */
+static inline void ps_wsgi_check_length(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given)
+{
+    if (ps_unlikely(given >= 0 && x->body_sent < (uint64_t)given))
+        ps_wsgi_log_short_body(ctx, x, given);
+}
 /* Pulls items from the response and sends them until the socket is full
  * (on_writable resumes) or the response ends. Ends with req released. */
 void ps_wsgi_pump(RequestObject *req);

@@ -173,15 +173,13 @@ int ps_wsgi_send_body(RequestObject *req, const char *data, size_t len)
     return map_write(ps_exchange_write(req->x, data, len));
 }
 
-/* A body shorter than the Content-Length the application gave (given, or -1):
- * the connection closes after it (only a close can tell the client), and the
- * log says why. Loop thread, with or without the GIL (the loop response and
- * the threads' delivery both end here). */
-void ps_wsgi_check_length(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given)
+/* A body shorter than the Content-Length the application gave: the
+ * connection closes after it (only a close can tell the client), and the
+ * log says why. A HEAD, 204 or 304 has no body to fall short. */
+void ps_wsgi_log_short_body(ps_wsgi_t *ctx, ps_exchange_t *x, int64_t given)
 {
     ps_request_t *r = x->req;
-    if (given < 0 || x->body_sent >= (uint64_t)given || PS_SLICE_IEQ(r->method, "HEAD") ||
-        x->status == 204 || x->status == 304)
+    if (PS_SLICE_IEQ(r->method, "HEAD") || x->status == 204 || x->status == 304)
         return;
     ps_py_loop_gil();
     ps_log_error(ctx->error_logger,
