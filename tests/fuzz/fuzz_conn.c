@@ -32,46 +32,12 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "serve/h1conn.h"
+#include "conn_harness.h"
 #include "serve/exchange.h"
 #include "codec/http2.h"
 #include "serve/worker.h"
 #include "serve/wsconn.h"
 #include "fuzz.h"
-
-/* ---- the connection under test ----------------------------------------------------
- * Every call that creates, starts or drives a connection is in these three
- * functions, so that a change to how an accepted socket becomes a
- * connection is made here alone. */
-
-static ps_worker_t worker;
-
-/* Makes fd a connection of the worker as the listener makes an accepted
- * socket one (a unix-socket peer), and lets it read what already arrived.
- * Returns 0, or -1 when out of memory. */
-static int start_conn(int fd)
-{
-    struct sockaddr_storage peer = {.ss_family = AF_UNIX};
-    ps_h1conn_t *c = ps_h1conn_new(&worker, fd, &peer, sizeof(sa_family_t), 1);
-    if (c == NULL)
-        return -1;
-    ps_sock_link(&c->s);
-    ps_h1conn_accepted(c);
-    return 0;
-}
-
-/* One turn of the loop that does not wait: ready watchers run, output held
- * back is sent and closed connections are freed. */
-static void run_loop_once(void)
-{
-    ev_run(worker.loop, EVRUN_NOWAIT);
-}
-
-/* The connections still open. */
-static uint32_t live_conns(void)
-{
-    return worker.nconns;
-}
 
 /* ---- the application ---------------------------------------------------------------- */
 
