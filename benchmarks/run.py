@@ -365,7 +365,9 @@ def load(sc, args, port, warmup):
             lua = os.path.join(LOGS_DIR, f"{sc.name}-rotate.lua")
             script = loadgen.write_rotation_script(lua, sc.wrk_paths)
         conns = connections(sc, args)
-        return loadgen.run_wrk(url, duration, conns, cpus=sc.client_cpus, script=script)
+        return loadgen.run_wrk(
+            url, duration, conns, cpus=sc.client_cpus, script=script, headers=sc.wrk_headers
+        )
     requests = warmup_requests(args) if warmup else args.requests
     res = loadgen.run_ab(url, requests, connections(sc, args), cpus=sc.client_cpus)
     return forgive_ab_length(res, sc.body)
@@ -448,6 +450,8 @@ def stop_broadcast(proc, prefix):
 def run_once(ctx, sc, spec, args, rnd, extra_env=None):
     """Start SPEC's server, warm it up, measure it, stop it; return a run record."""
     port = args.port
+    if spec.name in sc.server_apps:
+        sc = dataclasses.replace(sc, app=sc.server_apps[spec.name])
     argv, files = spec.argv(ctx, sc, port)
     # "{VAR}" in a scenario's server options: its files in the run's tmpdir (scenario_env)
     fill = extra_env or {}

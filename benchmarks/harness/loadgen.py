@@ -26,8 +26,11 @@ def _ms(text):
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def wrk_command(url, duration, connections, threads=1, cpus=None, script=None):
-    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", url]
+def wrk_command(url, duration, connections, threads=1, cpus=None, script=None, headers=()):
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency"]
+    for header in headers:
+        argv += ["-H", header]
+    argv.append(url)
     if script:
         argv[1:1] = ["-s", script]
     return pinned(cpus, argv)
@@ -76,9 +79,9 @@ def parse_wrk(out):
     return res
 
 
-def run_wrk(url, duration, connections, cpus=None, threads=1, script=None):
+def run_wrk(url, duration, connections, cpus=None, threads=1, script=None, headers=()):
     """Run wrk for DURATION seconds and return parse_wrk() of its output plus the command."""
-    argv = wrk_command(url, duration, connections, threads, cpus, script)
+    argv = wrk_command(url, duration, connections, threads, cpus, script, headers)
     out = _run(argv, timeout=duration + 60)
     res = parse_wrk(out)
     res["load_command"] = argv

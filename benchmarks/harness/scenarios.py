@@ -91,6 +91,10 @@ class Scenario:
     ws_subscribers: int = 0
     ws_interval_ms: int = 100
     ws_path: str = ""
+    # {server: module:attr}: that server runs another app than `app` (the compression
+    # scenarios: the framework's gzip middleware for the servers that do not compress).
+    server_apps: dict = field(default_factory=dict)
+    wrk_headers: tuple = ()  # request headers wrk sends ("Accept-Encoding: gzip", ...)
 
 
 DJANGO_PATHS = ("/api/items", "/.well-known/nodeinfo", "/api/instance")
@@ -519,6 +523,103 @@ def _app_scenario(name, connections):
 
 
 APP_SCENARIOS = [_app_scenario(name, c) for name in APPS for c in APP_CONNECTIONS]
+
+# The compression scenarios (issue 37): the same 20 KB JSON body (benchmarks/apps/
+# compress_apps.py) gzip-compressed by the server's core (pyserver --compress, peregrine
+# --compress) or by the framework's middleware (Django's and Starlette's GZipMiddleware,
+# level 6) under pyserver and under the server the framework's users run.
+COMPRESS_APP = "benchmarks.apps.compress_apps"
+COMPRESS = {
+    "compress-django": (
+        "wsgi",
+        "a Django view (benchmarks/apps/compress_apps.py, no middleware) compressed by the "
+        "server; Django's GZipMiddleware (compress_django_gzip.py) under pyserver without "
+        "--compress and under gunicorn gthread",
+        f"{COMPRESS_APP}:django_app",
+        {
+            "pyserver-middleware": "benchmarks.apps.compress_django_gzip:application",
+            "gunicorn-gthread": "benchmarks.apps.compress_django_gzip:application",
+        },
+    ),
+    "compress-fastapi": (
+        "asgi",
+        "a FastAPI view compressed by the server; Starlette's GZipMiddleware "
+        "(compresslevel 6) under pyserver without --compress and under uvicorn",
+        f"{COMPRESS_APP}:fastapi_app",
+        {
+            "pyserver-middleware": f"{COMPRESS_APP}:fastapi_gzip_app",
+            "uvicorn": f"{COMPRESS_APP}:fastapi_gzip_app",
+        },
+    ),
+    "compress-flask": (
+        "wsgi",
+        "a Flask view compressed by the server (Flask has no gzip middleware of its own)",
+        f"{COMPRESS_APP}:flask_app",
+        {},
+    ),
+}
+
+
+def _check_gzip_body(path):
+    """A GET of PATH with Accept-Encoding: gzip answers 200, gzip-encoded, with the
+    catalog document."""
+
+    def check(host, port):
+        import gzip
+
+        from apps.compress_apps import BODY  # benchmarks/ is on the path, as for harness
+
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        try:
+            conn.request("GET", path, headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        coding = resp.getheader("content-encoding", "")
+        if resp.status != 200 or coding != "gzip":
+            raise ValueError(f"{path}: status {resp.status}, content-encoding {coding!r}")
+        if json.loads(gzip.decompress(raw)) != json.loads(BODY):
+            raise ValueError(f"{path}: the gzip body is not the catalog")
+
+    return check
+
+
+def _compress_scenario(name, connections=100):
+    interface, what, app, server_apps = COMPRESS[name]
+    peer = "gunicorn-gthread" if interface == "wsgi" else "uvicorn"
+    servers = [
+        "pyserver",
+        "peregrine",
+        *[s for s in ("pyserver-middleware", peer) if s in server_apps],
+    ]
+    return Scenario(
+        f"{name}-c{connections}",
+        f"Issue 37: {what}. A 20,725-byte JSON body (3.5 KB gzipped at level 6), every "
+        f"request with `Accept-Encoding: gzip`, keep-alive load with wrk at {connections} "
+        "connections, one worker process per server. Goal in the issue: pyserver "
+        "--compress >= 3x the middleware's and peregrine --compress's requests per "
+        "CPU-second at the same level.",
+        app=app,
+        interface=interface,
+        path="/catalog",
+        body=None,
+        check=_check_gzip_body("/catalog"),
+        servers=servers,
+        connections=connections,
+        threads=1 if interface == "wsgi" else 0,
+        server_apps=server_apps,
+        wrk_headers=("Accept-Encoding: gzip",),
+        server_args={
+            "pyserver": ["--compress"],
+            "peregrine": ["--compress"],
+        },
+        baseline=False,
+        app_cost=True,
+    )
+
+
+COMPRESS_SCENARIOS = [_compress_scenario(name) for name in COMPRESS]
 HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
 HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
 SCENARIO_GROUPS = {
@@ -527,6 +628,7 @@ SCENARIO_GROUPS = {
     "hello-h2": [sc.name for sc in HELLO_H2],
     "static": [sc.name for sc in STATIC],
     "apps": [sc.name for sc in APP_SCENARIOS],
+    "compress": [sc.name for sc in COMPRESS_SCENARIOS],
     **{name: [f"{name}-c{c}" for c in APP_CONNECTIONS] for name in APPS},
 }
 
@@ -891,6 +993,7 @@ SCENARIOS = {
         *HELLO_H2,
         *STATIC,
         *APP_SCENARIOS,
+        *COMPRESS_SCENARIOS,
         Scenario(
             "instructions",
             "CPU instructions per request of pyserver (and, with --baseline REF, of the build "

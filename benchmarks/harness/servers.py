@@ -357,6 +357,13 @@ _SPECS = [
         h2=PYSERVER_H2,
     ),
     ServerSpec(
+        "pyserver-middleware",
+        "project",
+        "pyserver without --compress serving the app behind its framework's gzip middleware",
+        pyserver_argv,
+        dist="pyserver",
+    ),
+    ServerSpec(
         "pyserver-gunicorn",
         "project",
         "gunicorn -k pyserver.workers.PyserverWorker",
