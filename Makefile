@@ -26,7 +26,8 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 # (scripts/apt-deps.sh asks apt-cache policy): Debian 13 has llhttp as a library and no
 # nginx-light. Building and `make run` need only APT_PACKAGES.
 APT_PACKAGES := build-essential pkg-config libev-dev libssl-dev libnghttp2-dev \
-	'libllhttp-dev|node-llhttp' libwslay-dev zlib1g-dev libisal-dev libbrotli-dev libzstd-dev
+	'libllhttp-dev|node-llhttp' libwslay-dev zlib1g-dev libisal-dev libbrotli-dev libzstd-dev \
+	libdeflate-dev
 # The test suite's tools: curl, nginx (proxy and uwsgi tests, with its stream module),
 # h2load and nghttp (nghttp2-client), promtool (prometheus), redis-server (the Channels
 # layer shared by workers).

@@ -2,7 +2,7 @@
 
 Metadata lives in pyproject.toml; this file only describes the extension:
 the core (csrc/base, codec, net, master, serve) and the CPython bridge (csrc/py), linked against
-libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib, ISA-L, brotli and zstd from the system.
+libev, llhttp, OpenSSL 3, nghttp2, wslay, zlib, ISA-L, brotli, zstd and libdeflate from the system.
 
 Environment:
   PYSERVER_CFLAGS   extra compiler flags (also used for the bundled llhttp build)
@@ -44,6 +44,7 @@ WSLAY = ("wslay (WebSocket framing)", ("libwslay-dev",))
 ZLIB = ("zlib (gzip and WebSocket compression)", ("zlib1g-dev",))
 BROTLI = ("brotli (response compression)", ("libbrotli-dev",))
 ZSTD = ("zstd (response compression)", ("libzstd-dev",))
+LIBDEFLATE = ("libdeflate (gzip of whole responses)", ("libdeflate-dev",))
 ISAL = ("ISA-L (WebSocket compression)", ("libisal-dev",))
 
 
@@ -219,6 +220,7 @@ def find_all():
         (find_system_lib, ("libisal", "isa-l/igzip_lib.h", "isal", ISAL)),
         (find_system_lib, ("libbrotlienc", "brotli/encode.h", "brotlienc", BROTLI)),
         (find_system_lib, ("libzstd", "zstd.h", "zstd", ZSTD)),
+        (find_system_lib, ("libdeflate", "libdeflate.h", "deflate", LIBDEFLATE)),
     ):
         try:
             result = find(*args)

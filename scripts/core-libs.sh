@@ -1,6 +1,6 @@
 #!/bin/sh
 # Print how to compile and link the core's libraries besides libev and
-# llhttp (wslay, zlib, ISA-L, OpenSSL 3, brotli, zstd), with the same rule as setup.py:
+# llhttp (wslay, zlib, ISA-L, OpenSSL 3, brotli, zstd, libdeflate), with the same rule as setup.py:
 # pkg-config when it knows the library, else the header under /usr/include
 # or /usr/local/include and -l<name> (Debian's libwslay-dev has no .pc file).
 #
@@ -17,7 +17,8 @@ esac
 out=""
 for spec in "libwslay wslay/wslay.h wslay libwslay-dev" "zlib zlib.h z zlib1g-dev" \
     "libisal isa-l/igzip_lib.h isal libisal-dev" "openssl openssl/ssl.h ssl libssl-dev" \
-    "libbrotlienc brotli/encode.h brotlienc libbrotli-dev" "libzstd zstd.h zstd libzstd-dev"; do
+    "libbrotlienc brotli/encode.h brotlienc libbrotli-dev" "libzstd zstd.h zstd libzstd-dev" \
+    "libdeflate libdeflate.h deflate libdeflate-dev"; do
     # shellcheck disable=SC2086
     set -- $spec
     if pkg-config --exists "$1" 2>/dev/null; then

@@ -1,8 +1,9 @@
-/* Streaming compression over libbrotlienc, libzstd and zlib: see compress.h. */
+/* Compression over libbrotlienc, libzstd, zlib and libdeflate: see compress.h. */
 #include "codec/compress.h"
 
 #include <brotli/encode.h>
 #include <errno.h>
+#include <libdeflate.h>
 #include <stdlib.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -11,6 +12,8 @@
 
 struct ps_compressor {
     ps_coding_t coding;
+    int level;
+    int started; /* the streaming state below exists */
     int finished;
     union {
         BrotliEncoderState *br;
@@ -21,6 +24,8 @@ struct ps_compressor {
 
 /* Room asked of the buffer before each library call. */
 #define OUT_STEP 16384
+/* Brotli's window: 4 MiB at most, enough for web responses, bounded memory. */
+#define LGWIN 22
 
 void ps_compress_levels(ps_coding_t coding, int *lo, int *hi)
 {
@@ -50,6 +55,8 @@ static int clamp_level(ps_coding_t coding, int level)
     return level < lo ? lo : level > hi ? hi : level;
 }
 
+/* Nothing is allocated for the library until the first write: most responses
+ * arrive whole (one FINISH) and take the one-shot path, which needs no stream. */
 ps_compressor_t *ps_compressor_new(ps_coding_t coding, int level)
 {
     if (coding != PS_CODING_BR && coding != PS_CODING_ZSTD && coding != PS_CODING_GZIP)
@@ -58,29 +65,99 @@ ps_compressor_t *ps_compressor_new(ps_coding_t coding, int level)
     if (c == NULL)
         return NULL;
     c->coding = coding;
-    level = clamp_level(coding, level);
-    if (coding == PS_CODING_BR) {
+    c->level = clamp_level(coding, level);
+    return c;
+}
+
+static int start_stream(ps_compressor_t *c)
+{
+    if (c->coding == PS_CODING_BR) {
         if ((c->u.br = BrotliEncoderCreateInstance(NULL, NULL, NULL)) == NULL)
-            goto error;
-        BrotliEncoderSetParameter(c->u.br, BROTLI_PARAM_QUALITY, (uint32_t)level);
-        /* A 4 MiB window at most: enough for web responses, bounded memory. */
-        BrotliEncoderSetParameter(c->u.br, BROTLI_PARAM_LGWIN, 22);
-    } else if (coding == PS_CODING_ZSTD) {
-        if ((c->u.zstd = ZSTD_createCCtx()) == NULL ||
-            ZSTD_isError(ZSTD_CCtx_setParameter(c->u.zstd, ZSTD_c_compressionLevel, level)) ||
-            ZSTD_isError(ZSTD_CCtx_setParameter(c->u.zstd, ZSTD_c_checksumFlag, 0)))
-            goto error;
+            return -ENOMEM;
+        BrotliEncoderSetParameter(c->u.br, BROTLI_PARAM_QUALITY, (uint32_t)c->level);
+        BrotliEncoderSetParameter(c->u.br, BROTLI_PARAM_LGWIN, LGWIN);
+    } else if (c->coding == PS_CODING_ZSTD) {
+        if ((c->u.zstd = ZSTD_createCCtx()) == NULL)
+            return -ENOMEM;
+        if (ZSTD_isError(ZSTD_CCtx_setParameter(c->u.zstd, ZSTD_c_compressionLevel, c->level)) ||
+            ZSTD_isError(ZSTD_CCtx_setParameter(c->u.zstd, ZSTD_c_checksumFlag, 0))) {
+            ZSTD_freeCCtx(c->u.zstd);
+            return -EIO;
+        }
     } else {
         /* windowBits 15 + 16: the gzip wrapper; memLevel 8 as zlib's default. */
-        if (deflateInit2(&c->u.gz, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-            free(c);
-            return NULL;
-        }
+        int rc = deflateInit2(&c->u.gz, c->level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+        if (rc != Z_OK)
+            return rc == Z_MEM_ERROR ? -ENOMEM : -EIO;
     }
-    return c;
-error:
-    ps_compressor_free(c);
-    return NULL;
+    c->started = 1;
+    return 0;
+}
+
+/* ---- one-shot: the whole body in one call ------------------------------------
+ * A response that arrives whole is compressed in one library call with a context
+ * kept per thread and per level, instead of a stream set up and torn down per
+ * response: gzip through libdeflate (about twice zlib's speed at the same level,
+ * and smaller output), zstd through a reused ZSTD_CCtx, brotli through its
+ * one-call encoder. The contexts live as long as the thread. */
+
+static __thread struct libdeflate_compressor *deflaters[10]; /* by gzip level 1-9 */
+static __thread ZSTD_CCtx *zstd_cctx;
+
+static int oneshot_gzip(int level, const void *in, size_t len, ps_buf_t *out)
+{
+    struct libdeflate_compressor *d = deflaters[level];
+    if (d == NULL && (d = deflaters[level] = libdeflate_alloc_compressor(level)) == NULL)
+        return -ENOMEM;
+    size_t bound = libdeflate_gzip_compress_bound(d, len);
+    if (ps_buf_reserve(out, bound) < 0)
+        return -ENOMEM;
+    size_t n = libdeflate_gzip_compress(d, in, len, out->data + out->len, bound);
+    if (n == 0)
+        return -EIO; /* cannot happen with the bound's room */
+    out->len += n;
+    return 0;
+}
+
+static int oneshot_zstd(int level, const void *in, size_t len, ps_buf_t *out)
+{
+    if (zstd_cctx == NULL && (zstd_cctx = ZSTD_createCCtx()) == NULL)
+        return -ENOMEM;
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(zstd_cctx, ZSTD_c_compressionLevel, level)) ||
+        ZSTD_isError(ZSTD_CCtx_setParameter(zstd_cctx, ZSTD_c_checksumFlag, 0)))
+        return -EIO;
+    size_t bound = ZSTD_compressBound(len);
+    if (ps_buf_reserve(out, bound) < 0)
+        return -ENOMEM;
+    size_t n = ZSTD_compress2(zstd_cctx, out->data + out->len, bound, in, len);
+    if (ZSTD_isError(n)) {
+        ZSTD_CCtx_reset(zstd_cctx, ZSTD_reset_session_only);
+        return -EIO;
+    }
+    out->len += n;
+    return 0;
+}
+
+static int oneshot_br(int level, const void *in, size_t len, ps_buf_t *out)
+{
+    size_t bound = BrotliEncoderMaxCompressedSize(len);
+    if (bound == 0 || ps_buf_reserve(out, bound) < 0)
+        return -ENOMEM;
+    size_t n = bound;
+    if (!BrotliEncoderCompress(level, LGWIN, BROTLI_MODE_GENERIC, len, in, &n,
+                               (uint8_t *)out->data + out->len))
+        return -EIO;
+    out->len += n;
+    return 0;
+}
+
+static int oneshot(ps_compressor_t *c, const void *in, size_t len, ps_buf_t *out)
+{
+    if (c->coding == PS_CODING_BR)
+        return oneshot_br(c->level, in, len, out);
+    if (c->coding == PS_CODING_ZSTD)
+        return oneshot_zstd(c->level, in, len, out);
+    return oneshot_gzip(c->level, in, len, out);
 }
 
 static int write_br(ps_compressor_t *c, const uint8_t *in, size_t len, ps_compress_op_t op,
@@ -158,13 +235,13 @@ int ps_compressor_write(ps_compressor_t *c, const void *in, size_t len, ps_compr
         return -EIO;
     if (len > UINT32_MAX)
         return -EINVAL;
-    int rc;
-    if (c->coding == PS_CODING_BR)
-        rc = write_br(c, in, len, op, out);
-    else if (c->coding == PS_CODING_ZSTD)
-        rc = write_zstd(c, in, len, op, out);
-    else
-        rc = write_gzip(c, in, len, op, out);
+    int rc = 0;
+    if (!c->started && op == PS_COMPRESS_FINISH)
+        rc = oneshot(c, in, len, out);
+    else if (c->started || (rc = start_stream(c)) == 0)
+        rc = c->coding == PS_CODING_BR     ? write_br(c, in, len, op, out)
+             : c->coding == PS_CODING_ZSTD ? write_zstd(c, in, len, op, out)
+                                           : write_gzip(c, in, len, op, out);
     if (rc < 0 || op == PS_COMPRESS_FINISH)
         c->finished = 1;
     return rc;
@@ -174,11 +251,11 @@ void ps_compressor_free(ps_compressor_t *c)
 {
     if (c == NULL)
         return;
-    if (c->coding == PS_CODING_BR)
+    if (c->started && c->coding == PS_CODING_BR)
         BrotliEncoderDestroyInstance(c->u.br);
-    else if (c->coding == PS_CODING_ZSTD)
+    else if (c->started && c->coding == PS_CODING_ZSTD)
         ZSTD_freeCCtx(c->u.zstd);
-    else
+    else if (c->started)
         deflateEnd(&c->u.gz);
     free(c);
 }

@@ -1,6 +1,8 @@
-/* Streaming response compression: brotli, zstd and gzip behind one interface.
- * Bytes in, compressed bytes appended to a buffer: no I/O. The caller bounds
- * memory by feeding bounded pieces and writing out what each call appends. */
+/* Response compression: brotli, zstd and gzip behind one interface, streamed or
+ * in one piece. Bytes in, compressed bytes appended to a buffer: no I/O. The
+ * caller bounds memory by feeding bounded pieces and writing out what each call
+ * appends. A body given whole (FINISH as the first write) is compressed in one
+ * call with a context kept per thread (gzip through libdeflate): the fast path. */
 #ifndef PS_COMPRESS_H
 #define PS_COMPRESS_H
 

@@ -101,6 +101,38 @@ static void test_round_trip_in_pieces(void)
     free(body);
 }
 
+/* A body given whole takes the one-shot path (libdeflate for gzip, a reused zstd
+ * context): the same bytes come back at every level, the contexts kept per level and
+ * thread serve one response after another, and appending after what the buffer
+ * already holds keeps that prefix. */
+static void test_whole_body_at_every_level(void)
+{
+    size_t n = 20000;
+    char *body = text_body(n);
+    char *back = malloc(n + 1);
+    for (size_t k = 0; k < 3; k++) {
+        int lo, hi;
+        ps_compress_levels(codings[k], &lo, &hi);
+        for (int level = lo; level <= hi; level++) {
+            for (int round = 0; round < 2; round++) {
+                ps_compressor_t *c = ps_compressor_new(codings[k], level);
+                ps_buf_t out = {0};
+                CHECK_EQ(ps_buf_append(&out, "HEAD", 4), 0);
+                CHECK_EQ(ps_compressor_write(c, body, n, PS_COMPRESS_FINISH, &out), 0);
+                CHECK(out.len > 4 && out.len < n / 3);
+                CHECK(memcmp(out.data, "HEAD", 4) == 0);
+                long got = decode(codings[k], out.data + 4, out.len - 4, back, n + 1, 0);
+                CHECK(got == (long)n && memcmp(back, body, n) == 0);
+                CHECK_EQ(ps_compressor_write(c, "x", 1, PS_COMPRESS_FINISH, &out), -EIO);
+                ps_compressor_free(c);
+                ps_buf_free(&out);
+            }
+        }
+    }
+    free(back);
+    free(body);
+}
+
 static void test_a_flush_makes_the_prefix_decodable(void)
 {
     const char *first = "data: {\"event\": 1}\n\n", *second = "data: {\"event\": 2}\n\n";
@@ -169,6 +201,7 @@ static void test_incompressible_input_round_trips(void)
 int main(void)
 {
     test_round_trip_in_pieces();
+    test_whole_body_at_every_level();
     test_a_flush_makes_the_prefix_decodable();
     test_empty_body_and_levels();
     test_incompressible_input_round_trips();
