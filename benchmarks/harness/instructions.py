@@ -50,6 +50,18 @@ def _h2_requests(port, n):
         raise loadgen.LoadError(f"h2load: {out.strip()[-300:]!r}")
 
 
+def _ws_messages(port, n):
+    """N 64-byte text messages echoed one at a time over one WebSocket connection."""
+    from websockets.sync.client import connect
+
+    message = ('{"seq": 0, "text": "' + "x" * 64)[:64]
+    with connect(f"ws://{HOST}:{port}/", open_timeout=60, close_timeout=10) as ws:
+        for _ in range(n):
+            ws.send(message)
+            if ws.recv(timeout=60) != message:
+                raise loadgen.LoadError("the echo differs from the message")
+
+
 def _control(pids, *flags):
     for pid in sorted(pids):
         subprocess.run(["callgrind_control", *flags, str(pid)], capture_output=True, timeout=120)
@@ -109,6 +121,8 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
         rec.update(status="failed", error="h2load not installed")
         return rec
     requests = _h2_requests if getattr(t, "http2", "") == "h2c" else _requests
+    if getattr(t, "websocket", False):
+        requests = _ws_messages
     try:
         requests(args.port, WARMUP)
         pids = procs.process_tree(server.pid)
@@ -140,6 +154,8 @@ def _one(sc, args, t, rnd, start, tmpdir, n_req):
     how = (
         "by h2load -c 10 -m 32 (h2c)"
         if requests is _h2_requests
+        else "64-byte WebSocket echoes on one connection"
+        if requests is _ws_messages
         else "on one keep-alive connection"
     )
     rec.update(

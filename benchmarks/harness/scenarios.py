@@ -18,6 +18,7 @@ class Target:
     http2: str = ""  # instructions: "h2c" counts requests over cleartext HTTP/2 (h2load)
     args: tuple = ()  # extra server options of this target ("--threads", "4")
     variant: str = ""  # names what args change ("threads4"): its label ends in -VARIANT
+    websocket: bool = False  # instructions: count 64-byte WebSocket echoes, not requests
 
 
 @dataclass
@@ -249,6 +250,7 @@ def _websocket_echo(size, label, deflate, binary=False):
         ws_size=size,
         ws_deflate=deflate,
         ws_binary=binary,
+        baseline=True,
     )
 
 
@@ -1004,7 +1006,9 @@ SCENARIOS = {
             "(count of 2N - count of N) / N, PYTHONHASHSEED=0. The -h2c rows count the same "
             "apps over cleartext HTTP/2 in hello-h2's load shape: `h2load -n N -c 10 -m 32` "
             "(10 connections of 32 concurrent streams; the connections' set-up cancels out "
-            "in the difference). It does not depend on what "
+            "in the difference). The -ws row counts 64-byte text messages echoed by the "
+            "websocket-echo app over one WebSocket connection, one at a time (per message, "
+            "not per request). It does not depend on what "
             "else the machine runs; two runs of one build differed by about 1% in trials "
             "(12,688 and 12,835 for hello-wsgi), so a smaller difference between builds means "
             "nothing. *pyserver ÷ it*: this build's count ÷ that one's (below 1: this build "
@@ -1019,6 +1023,9 @@ SCENARIOS = {
                 Target("pyserver-asgi", "pyserver", HELLO_ASGI, "asgi"),
                 Target("pyserver-wsgi-h2c", "pyserver", HELLO_WSGI, "wsgi-h2c", http2="h2c"),
                 Target("pyserver-asgi-h2c", "pyserver", HELLO_ASGI, "asgi-h2c", http2="h2c"),
+                Target(
+                    "pyserver-asgi-ws", "pyserver", WS_ECHO, "asgi", variant="ws", websocket=True
+                ),
             ),
             rounds=1,
             baseline=True,
