@@ -138,6 +138,20 @@ def test_key_not_matching_its_certificate_is_one_line_naming_it(site):
     assert "Traceback" not in result.stderr
 
 
+def test_gunicorn_worker_takes_the_pairs_and_hsts_from_config_kwargs(site):
+    # gunicorn's certfile/keyfile are one file each: the worker subclass's lists replace them.
+    from test_gunicorn import gunicorn
+
+    args = ("--certfile", site.path("server.pem"), "--keyfile", site.path("server.key"))
+    worker = "apps.sni_worker.SniWorker"
+    env = {"SNI_TEST_DIR": str(site.dir)}
+    with gunicorn(WSGI, *args, worker=worker, workers=1, env=env) as g:
+        der, data = handshake(g, site, "b.test", target="/hello")
+        assert der == site.der("b")
+        assert b"\r\nStrict-Transport-Security: max-age=30\r\n" in data, data
+        assert handshake(g, site, "localhost", target="/hello")[0] == site.der("server")
+
+
 # ---- HSTS ----
 
 
