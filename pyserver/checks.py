@@ -151,6 +151,32 @@ def tls_version(value):
     raise ValueError(f"the minimum TLS version must be TLSv1.2 or TLSv1.3, got {value!r}")
 
 
+HSTS_DIRECTIVES = {"includesubdomains": "includeSubDomains", "preload": "preload"}
+
+
+def hsts(value):
+    """--hsts SECONDS[,includeSubDomains][,preload]: the Strict-Transport-Security value
+    ("max-age=31536000; includeSubDomains"), or None for None."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected SECONDS[,includeSubDomains][,preload], got {value!r}")
+    # Config's own value reads back the same ("max-age=60; preload").
+    value = value.replace("max-age=", "", 1).replace(";", ",")
+    words = [word.strip() for word in value.split(",")]
+    seconds = integer(words[0], 0, 2**31 - 1)
+    parts = [f"max-age={seconds}"]
+    for word in words[1:]:
+        directive = HSTS_DIRECTIVES.get(word.lower())
+        if directive is None:
+            raise ValueError(f"unknown HSTS directive {word!r}: includeSubDomains or preload")
+        if directive not in parts:
+            parts.append(directive)
+    return "; ".join(parts)
+
+
 def static_mount(value):
     """One --static mount, "PREFIX=DIR" or a (PREFIX, DIR) pair.
 

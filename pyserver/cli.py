@@ -217,9 +217,12 @@ def run(cfg: Config) -> int:
     logger.info("Started pyserver %s %s (pid %d)", __version__, role, os.getpid())
     for sock in cfg.sockets:
         proxied = " (PROXY protocol)" if cfg.speaks_proxy_protocol(sock) else ""
-        url = sockets.socket_url(sock, cfg.ssl_certfile is not None)
+        url = sockets.socket_url(sock, bool(cfg.ssl_certfile))
         if cfg.speaks_uwsgi(sock):
             url = "uwsgi://" + url.split("://", 1)[-1]
+        if sockets.redirects_https(cfg, sock):
+            url = sockets.socket_url(sock, False)
+            proxied = " (redirects to https)"
         logger.info("Listening on %s%s", url, proxied)
     if cfg.metrics_socket is not None:
         logger.info("Metrics on %s/metrics", sockets.socket_url(cfg.metrics_socket))
@@ -236,7 +239,7 @@ def run(cfg: Config) -> int:
         def on_hup():
             # The new server reads the TLS files again: files that do not load
             # (a renewal gone wrong) would leave no server at all.
-            if cfg.ssl_certfile is not None:
+            if cfg.ssl_certfile:
                 try:
                     _core.check_tls(cfg)
                 except ValueError as exc:

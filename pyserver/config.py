@@ -24,7 +24,8 @@ the C core reads"):
     access_logger             logging.Logger "pyserver.access"
     loaded_app                the application object, once imported
     loaded_asgi_app           the asgi_app object (ASGI 3), once imported, else None
-    sockets, addresses, bound_fds, proxy_protocol_fds, uwsgi_fds, metrics_socket,
+    sockets, addresses, bound_fds, proxy_protocol_fds, uwsgi_fds, redirect_fds,
+    redirect_https_port, metrics_socket,
     metrics_fd                the listening sockets and what they speak (see sockets.py)
     hooks                     dict of the server hooks of a --config file (see hooks.py)
 
@@ -161,8 +162,16 @@ class Config:
             or self.preload
             or self.reuse_port
         )
-        if self.ssl_certfile is None and (self.ssl_keyfile or self.ssl_ca_certs):
+        if not self.ssl_certfile and (self.ssl_keyfile or self.ssl_ca_certs):
             raise ValueError("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile")
+        if self.ssl_keyfile and len(self.ssl_keyfile) != len(self.ssl_certfile):
+            raise ValueError(
+                f"{len(self.ssl_certfile)} --ssl-certfile and {len(self.ssl_keyfile)} "
+                "--ssl-keyfile: give one key per certificate, in the same order (or none when "
+                "each certificate file holds its key)"
+            )
+        if not self.ssl_certfile and (self.hsts or self.redirect_http):
+            raise ValueError("--hsts and --redirect-http need TLS: give --ssl-certfile")
         try:
             self.uid, self.gid = resolve_user_group(self.user, self.group)
         except ValueError as exc:  # the system's accounts, not the option's form: exit 1
@@ -194,6 +203,8 @@ class Config:
         self.bound_fds = []  # of the sockets bound here (not --fd, not socket activation)
         self.proxy_protocol_fds = []
         self.uwsgi_fds = []
+        self.redirect_fds = []  # --redirect-http's listeners
+        self.redirect_https_port = 443  # the port its redirects name (443: none)
         self.metrics_socket = None
         self.metrics_fd = -1
         self._unix_paths = []
@@ -246,7 +257,7 @@ class Config:
 
         Raises StartupError (exit 1) with the one line saying what is wrong.
         """
-        if self.ssl_certfile is None:
+        if not self.ssl_certfile:
             return
         from pyserver import _core
 

@@ -890,23 +890,33 @@ OPTIONS: tuple[Option, ...] = (
         "ssl_certfile",
         ("--ssl-certfile", "--certfile"),
         TLS,
+        kind="list",
         metavar="FILE",
         gunicorn=("certfile",),
         type=checks.path,
-        help="serve TLS with this PEM certificate (then its chain)",
+        help=(
+            "serve TLS with this PEM certificate (then its chain); repeat it with "
+            "--ssl-keyfile for more certificates, chosen by the name a client asks for (SNI), "
+            "the first being the default"
+        ),
         doc_default="none: no TLS",
-        doc="the PEM certificate, then its chain",
+        doc=(
+            "the PEM certificate, then its chain; several (each with its `--ssl-keyfile`, in "
+            "the same order) are chosen by the server name a client sends, the first being the "
+            "default: see below"
+        ),
     ),
     Option(
         "ssl_keyfile",
         ("--ssl-keyfile", "--keyfile"),
         TLS,
+        kind="list",
         metavar="FILE",
         gunicorn=("keyfile",),
         type=checks.path,
-        help="the PEM private key",
+        help="the PEM private key of the --ssl-certfile in the same position",
         doc_default="the key is in the certificate file",
-        doc="the PEM private key",
+        doc="the PEM private key; one per `--ssl-certfile`, or none when each file holds its key",
     ),
     Option(
         "ssl_keyfile_password",
@@ -973,6 +983,42 @@ OPTIONS: tuple[Option, ...] = (
             "(default: {default})"
         ),
         doc="a connection whose handshake is not done after S seconds is closed",
+    ),
+    # ---- TLS without a proxy in front (issue 37): HSTS and the HTTP -> HTTPS redirect ----
+    Option(
+        "hsts",
+        ("--hsts",),
+        TLS,
+        metavar="SECONDS[,includeSubDomains][,preload]",
+        type=checks.hsts,
+        help=(
+            "send Strict-Transport-Security: max-age=SECONDS on every TLS response the "
+            "application did not give one; add ,includeSubDomains and ,preload to say them too"
+        ),
+        doc_default="off",
+        doc=(
+            "`Strict-Transport-Security: max-age=SECONDS` on every response over TLS (HTTP/1.1 "
+            "and HTTP/2) that has none from the application; `SECONDS,includeSubDomains`, "
+            "`SECONDS,includeSubDomains,preload` add those directives (browsers remember them: "
+            "see below)"
+        ),
+    ),
+    Option(
+        "redirect_http",
+        ("--redirect-http",),
+        TLS,
+        metavar="ADDRESS",
+        type=sockets.parse_redirect_bind,
+        help=(
+            "also listen in plain HTTP on HOST:PORT and answer every request with a redirect "
+            "to the same URL in https (301 for GET and HEAD, 308 otherwise)"
+        ),
+        doc_default="off",
+        doc=(
+            "a plain-HTTP listener on `HOST:PORT` that answers each request with a redirect "
+            "to `https://` the same host and target (301 for GET and HEAD, 308 for other "
+            "methods); needs a TLS listener: see below"
+        ),
     ),
     Option(
         "ssl_ticket_rotation",

@@ -4,8 +4,9 @@ descriptors, systemd socket activation, a reloading server's hand-over) and clos
 The functions that bind take the Config and keep what they did on it: `sockets` (the
 listening sockets), `addresses` (what each was bound or inherited as), `bound_fds` (the
 descriptors bound here), `proxy_protocol_fds` and `uwsgi_fds` (the listeners that read a
-PROXY header or speak uwsgi), `metrics_socket` and `metrics_fd` (--metrics-bind); the C
-core reads those attributes.
+PROXY header or speak uwsgi), `redirect_fds` and `redirect_https_port` (--redirect-http's
+listener and the port its redirects name), `metrics_socket` and `metrics_fd`
+(--metrics-bind); the C core reads those attributes.
 """
 
 import os
@@ -94,6 +95,17 @@ def parse_metrics_bind(value):
     if isinstance(value, str) and address[0] == "tcp" and not _has_port(value):
         # --bind's HOST alone means port 8000, which the application's own port usually is.
         raise ValueError(f"--metrics-bind takes HOST:PORT (a port too), got {value!r}")
+    return address
+
+
+def parse_redirect_bind(value):
+    """--redirect-http: None, or ("tcp", host, port) from HOST:PORT (a port is needed: the
+    address is usually port 80, never --bind's 8000). Raises ValueError for anything else."""
+    if value is None:
+        return None
+    address = parse_bind(value) if isinstance(value, str) else tuple(value)
+    if address[0] != "tcp" or (isinstance(value, str) and not _has_port(value)):
+        raise ValueError(f"--redirect-http takes HOST:PORT, got {value!r}")
     return address
 
 
@@ -205,13 +217,14 @@ def bind_sockets(cfg, handed=None):
                 f"the addresses served ({', '.join(map(describe_address, addresses))})",
                 2,
             )
-        if cfg.ssl_certfile is not None and address[0] not in ("unix", "fd"):
+        if cfg.ssl_certfile and address[0] not in ("unix", "fd"):
             raise StartupError(PROXY_OVER_TLS.format(describe_address(address)), 2)
-    if cfg.proxy_protocol and cfg.ssl_certfile is not None:
+    if cfg.proxy_protocol and cfg.ssl_certfile:
         for address in addresses:
             if address[0] not in ("unix", "fd"):
                 raise StartupError(PROXY_OVER_TLS.format(describe_address(address)), 2)
     _check_uwsgi(cfg, addresses)
+    addresses = addresses + _redirect_address(cfg, addresses)
     try:
         for address in addresses:
             sockets.append(_bind_one(cfg, address))
@@ -232,13 +245,46 @@ def _check_uwsgi(cfg, addresses):
     for address in addresses:
         if not _uwsgi_address(cfg, address):
             continue
-        if cfg.ssl_certfile is not None and address[0] not in ("unix", "fd"):
+        if cfg.ssl_certfile and address[0] not in ("unix", "fd"):
             raise StartupError(UWSGI_OVER_TLS.format(describe_address(address)), 2)
         if cfg.proxy_protocol or address in cfg.proxy_protocol_bind:
             raise StartupError(UWSGI_AND_PROXY.format(describe_address(address)), 2)
 
 
+def _redirect_address(cfg, addresses):
+    """--redirect-http's address, to bind beside the others ([] without it). Raises
+    StartupError (exit code 2) when no listener speaks TLS or the address is served."""
+    address = cfg.redirect_http
+    if address is None:
+        return []
+    name = describe_address(address)
+    if address in addresses:
+        raise StartupError(f"error: --redirect-http {name} is also an address served", 2)
+    if not any(a[0] in ("tcp", "fd") and not _uwsgi_address(cfg, a) for a in addresses):
+        raise StartupError(f"error: --redirect-http {name} needs a TCP listener with TLS", 2)
+    return [address]
+
+
+def _select_redirect(cfg, addresses, sockets):
+    """redirect_fds and redirect_https_port: the first TLS listener's port (its bound one
+    for port 0), which the redirects name unless it is 443."""
+    cfg.redirect_fds = []
+    for address, sock in zip(addresses, sockets, strict=True):
+        if cfg.redirect_http is not None and address == cfg.redirect_http:
+            cfg.redirect_fds.append(sock.fileno())
+    for address, sock in zip(addresses, sockets, strict=True):
+        tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        if tcp and sock.fileno() not in cfg.redirect_fds and not _uwsgi_address(cfg, address):
+            cfg.redirect_https_port = sock.getsockname()[1]
+            break
+
+
+def redirects_https(cfg, sock):
+    return sock.fileno() in cfg.redirect_fds
+
+
 def _select_proxy_protocol(cfg, addresses, sockets):
+    _select_redirect(cfg, addresses, sockets)
     cfg.addresses = addresses
     cfg.proxy_protocol_fds = [
         sock.fileno()

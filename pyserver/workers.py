@@ -149,7 +149,8 @@ class PyserverWorker(_GunicornWorker):
         if not gcfg.is_ssl:
             return {}
         names = ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_cert_reqs", "ssl_ciphers")
-        return {name: _setting(gcfg, name) for name in names}
+        # CONFIG_KWARGS may give the lists of several certificates (see docs/gunicorn.md).
+        return {name: _setting(gcfg, name) for name in names if name not in self.CONFIG_KWARGS}
 
     def _http2_kwargs(self) -> dict[str, Any]:
         """gunicorn's HTTP/2 settings (gunicorn 25+) as Config's http and http2_*.
@@ -219,6 +220,8 @@ class PyserverWorker(_GunicornWorker):
             **self._asgi_side(interface),
             **self.CONFIG_KWARGS,
         )
+        if config.redirect_http is not None:
+            raise ValueError("redirect_http: gunicorn's arbiter binds the sockets; not available")
         config.check_tls()  # a bad certificate or key: one logged line, WORKER_BOOT_ERROR
         if uwsgi:
             config.uwsgi_fds = [s.sock.fileno() for s in self.sockets]

@@ -35,6 +35,8 @@ TEXT_SAMPLES = {
     "ssl_cert_reqs": "required",
     "ssl_ciphers": "ECDHE+AESGCM",
     "ssl_version": "TLSv1.3",
+    "hsts": "60",
+    "redirect_http": "127.0.0.1:9997",
     "static": "/static=/tmp",
     "forwarded_allow_ips": "10.0.0.0/8",
     "metrics_bind": "127.0.0.1:9998",
@@ -55,6 +57,8 @@ COMPANIONS = {
     "asgi_paths": ["--asgi-app", "apps.asgi_basic:app"],
     "ssl_keyfile": ["--ssl-certfile", "cert.pem"],
     "ssl_ca_certs": ["--ssl-certfile", "cert.pem"],
+    "hsts": ["--ssl-certfile", "cert.pem"],
+    "redirect_http": ["--ssl-certfile", "cert.pem"],
 }
 CONFIG_OPTIONS = [opt for opt in options.OPTIONS if opt.config]
 

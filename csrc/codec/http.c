@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -166,6 +167,10 @@ int ps_http_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head
             if (PS_SLICE_IEQ(name, "server"))
                 info->has_server = 1;
             break;
+        case 25:
+            if (PS_SLICE_IEQ(name, "strict-transport-security"))
+                info->has_sts = 1;
+            break;
         case 10:
             if (PS_SLICE_IEQ(name, "connection") && PS_SLICE_IEQ(value, "close"))
                 info->conn_close = 1;
@@ -186,6 +191,41 @@ int ps_http_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head
             }
             break;
         }
+    }
+    return 0;
+}
+
+int ps_http_https_location(ps_buf_t *out, ps_slice_t authority, ps_slice_t target, int https_port)
+{
+    ps_slice_t host, path, query;
+    int port;
+    if (ps_http_parse_authority(authority, &host, &port) < 0 ||
+        !ps_http_field_value_ok(target.base, target.len))
+        return -EINVAL;
+    ps_http_split_target(target, &path, &query);
+    int has_query = query.base != path.base + path.len || query.len > 0; /* "/p?" keeps its '?' */
+    if (path.len == 0 || (target.len == 1 && target.base[0] == '*'))
+        path = (ps_slice_t){"/", 1}; /* "http://host?q" and "OPTIONS *" */
+    else if (path.base[0] != '/')
+        return -EINVAL;
+    char tail[8] = "";
+    if (https_port != 443)
+        snprintf(tail, sizeof(tail), ":%d", https_port & 0xffff);
+    int v6 = memchr(host.base, ':', host.len) != NULL;
+    size_t len = 8 + host.len + 2 + strlen(tail) + path.len + 1 + query.len;
+    if (ps_buf_reserve(out, len) < 0)
+        return -ENOMEM;
+    ps_buf_append(out, "https://", 8);
+    if (v6)
+        ps_buf_append(out, "[", 1);
+    ps_buf_append(out, host.base, host.len);
+    if (v6)
+        ps_buf_append(out, "]", 1);
+    ps_buf_append(out, tail, strlen(tail));
+    ps_buf_append(out, path.base, path.len);
+    if (has_query) {
+        ps_buf_append(out, "?", 1);
+        ps_buf_append(out, query.base, query.len);
     }
     return 0;
 }

@@ -78,12 +78,21 @@ typedef struct {
     unsigned conn_close : 1;
     unsigned has_date : 1;
     unsigned has_server : 1;
+    unsigned has_sts : 1; /* Strict-Transport-Security */
 } ps_head_info_t;
 
 /* Validates a status line ("200 OK") and headers from the application:
  * token names, no CR/LF/NUL in values, a well-formed Content-Length.
  * Returns 0 or -EINVAL. */
 int ps_http_scan_head(ps_slice_t status, const ps_header_t *h, size_t n, ps_head_info_t *info);
+
+/* The https URL of a request received in plain HTTP, for a redirect:
+ * "https://" host (from authority, the Host field's value: checked as
+ * ps_http_parse_authority does, so nothing but a host and a port reaches
+ * the answer), ":port" unless https_port is 443, then the target's path
+ * and query ("/" for "*" and an empty path). Appended to out. Returns 0, -EINVAL (a bad
+ * authority or target) or -ENOMEM. */
+int ps_http_https_location(ps_buf_t *out, ps_slice_t authority, ps_slice_t target, int https_port);
 
 /* The reason phrase of a status code ("Not Found"), "" for one without a
  * registered phrase here. Static storage. */

@@ -19,14 +19,31 @@
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 /* TLS 1.2: forward secrecy and AEAD ciphers only. */
 #define DEFAULT_CIPHERS                                                                            \
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"     \
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 #define DEFAULT_ALPN "\x08http/1.1"
+/* A name a certificate holds, lower case, and the context that serves it.
+ * A wildcard is kept as written ("*.example.com"). */
+typedef struct {
+    char *name;
+    int host;
+} host_name_t;
+
 struct ps_tls_ctx {
-    SSL_CTX *ssl;
+    SSL_CTX *ssl; /* the default: hosts[0], the one sessions start with */
+    SSL_CTX *hosts[PS_TLS_MAX_CERTS];
+    int nhosts;
+    /* Per host: its first certificate's names joined (what a pair must
+     * match to share it) and the key types it holds (1 << EVP_PKEY id
+     * bucket). */
+    char *host_key[PS_TLS_MAX_CERTS];
+    unsigned host_types[PS_TLS_MAX_CERTS];
+    host_name_t *names; /* sorted by name, one entry per name (the first pair's) */
+    int nnames;
     EVP_CIPHER *aes;
     char *password;
     unsigned char alpn[256];
@@ -36,7 +53,7 @@ struct ps_tls_ctx {
     void (*refresh_keys)(void *data); /* see ps_tls_set_key_refresh */
     void *refresh_data;
     struct {
-        X509 *x509; /* borrowed from ssl */
+        X509 *x509; /* borrowed from its host's SSL_CTX */
         char *pem;
         size_t pem_len;
     } certs[PS_TLS_MAX_CERTS];
@@ -170,10 +187,11 @@ void ps_tls_set_key_refresh(ps_tls_ctx_t *ctx, void (*fn)(void *data), void *dat
     ctx->refresh_data = data;
 }
 
-/* Keeps the PEM of the certificate just loaded, for ps_tls_server_cert_pem. */
-static int keep_cert_pem(ps_tls_ctx_t *ctx)
+/* Keeps the PEM of the certificate just loaded into ssl, for
+ * ps_tls_server_cert_pem. */
+static int keep_cert_pem(ps_tls_ctx_t *ctx, SSL_CTX *ssl)
 {
-    X509 *x = SSL_CTX_get0_certificate(ctx->ssl);
+    X509 *x = SSL_CTX_get0_certificate(ssl);
     BIO *bio = BIO_new(BIO_s_mem());
     char *data;
     if (x == NULL || bio == NULL || !PEM_write_bio_X509(bio, x))
@@ -242,11 +260,11 @@ static int use_chain(SSL_CTX *ssl, const ps_buf_t *pem)
 
 /* The private key from PEM text (decrypted with the context's password),
  * checked against the certificate just loaded. Returns 1 or 0. */
-static int use_key(ps_tls_ctx_t *ctx, const ps_buf_t *pem)
+static int use_key(ps_tls_ctx_t *ctx, SSL_CTX *ssl, const ps_buf_t *pem)
 {
     BIO *bio = pem_bio(pem);
     EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, password_cb, ctx->password) : NULL;
-    int ok = key != NULL && SSL_CTX_use_PrivateKey(ctx->ssl, key) == 1;
+    int ok = key != NULL && SSL_CTX_use_PrivateKey(ssl, key) == 1;
     EVP_PKEY_free(key);
     BIO_free(bio);
     return ok;
@@ -260,46 +278,42 @@ static int has_private_key(const ps_buf_t *pem)
            memmem(ps_buf_head(pem), ps_buf_size(pem), mark, sizeof(mark) - 1) != NULL;
 }
 
-static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
-                      char *err, size_t errlen)
+/* Loads pair i of s into ssl: the chain, then the key checked against the
+ * certificate. Returns 0, or -1 with a one-line reason in err. */
+static int load_pair(ps_tls_ctx_t *ctx, SSL_CTX *ssl, const ps_tls_settings_t *s,
+                     const ps_tls_pem_t *pem, int i, char *err, size_t errlen)
 {
-    if (s->ncerts < 1 || s->ncerts > PS_TLS_MAX_CERTS) {
-        snprintf(err, errlen, "TLS needs a certificate file and its key");
+    const char *cert = s->certs[i].certfile;
+    const char *key = s->certs[i].keyfile ? s->certs[i].keyfile : cert;
+    if (!use_chain(ssl, &pem->cert[i])) {
+        set_error(err, errlen, "cannot load the certificate chain %s", cert);
         return -1;
     }
-    for (int i = 0; i < s->ncerts; i++) {
-        const char *cert = s->certs[i].certfile;
-        const char *key = s->certs[i].keyfile ? s->certs[i].keyfile : cert;
-        if (!use_chain(ctx->ssl, &pem->cert[i])) {
-            set_error(err, errlen, "cannot load the certificate chain %s", cert);
+    if (!use_key(ctx, ssl, s->certs[i].keyfile ? &pem->key[i] : &pem->cert[i])) {
+        int reason = ERR_GET_REASON(ERR_peek_error());
+        const char *what = "cannot load the private key %s";
+        if (s->certs[i].keyfile == NULL && !has_private_key(&pem->cert[i])) {
+            /* The usual mistake: the certificate given, its key forgotten. */
+            ERR_clear_error();
+            snprintf(err, errlen, "no private key in %s; give --ssl-keyfile", cert);
             return -1;
         }
-        if (!use_key(ctx, s->certs[i].keyfile ? &pem->key[i] : &pem->cert[i])) {
-            int reason = ERR_GET_REASON(ERR_peek_error());
-            const char *what = "cannot load the private key %s";
-            if (s->certs[i].keyfile == NULL && !has_private_key(&pem->cert[i])) {
-                /* The usual mistake: the certificate given, its key forgotten. */
-                ERR_clear_error();
-                snprintf(err, errlen, "no private key in %s; give --ssl-keyfile", cert);
-                return -1;
-            }
-            if (reason == X509_R_KEY_VALUES_MISMATCH)
-                what = "the private key %s does not match the certificate";
-            else if (ctx->password == NULL && reason == ERR_R_INTERRUPTED_OR_CANCELLED)
-                what = "the private key %s is encrypted and no password was given";
-            else if (ctx->password != NULL)
-                what = "cannot load the private key %s (is the password right?)";
-            set_error(err, errlen, what, key);
-            return -1;
-        }
-        if (SSL_CTX_check_private_key(ctx->ssl) != 1) {
-            set_error(err, errlen, "the private key does not match the certificate %s", cert);
-            return -1;
-        }
-        if (keep_cert_pem(ctx) < 0) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
+        if (reason == X509_R_KEY_VALUES_MISMATCH)
+            what = "the private key %s does not match the certificate";
+        else if (ctx->password == NULL && reason == ERR_R_INTERRUPTED_OR_CANCELLED)
+            what = "the private key %s is encrypted and no password was given";
+        else if (ctx->password != NULL)
+            what = "cannot load the private key %s (is the password right?)";
+        set_error(err, errlen, what, key);
+        return -1;
+    }
+    if (SSL_CTX_check_private_key(ssl) != 1) {
+        set_error(err, errlen, "the private key does not match the certificate %s", cert);
+        return -1;
+    }
+    if (keep_cert_pem(ctx, ssl) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
     return 0;
 }
@@ -336,11 +350,11 @@ static int use_client_cas(SSL_CTX *ssl, const ps_buf_t *pem)
     return ok;
 }
 
-static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
-                       char *err, size_t errlen)
+static int load_verify(SSL_CTX *ssl, const ps_tls_settings_t *s, const ps_tls_pem_t *pem, char *err,
+                       size_t errlen)
 {
     if (s->cert_reqs == PS_TLS_CERT_NONE) {
-        SSL_CTX_set_verify(ctx->ssl, SSL_VERIFY_NONE, NULL);
+        SSL_CTX_set_verify(ssl, SSL_VERIFY_NONE, NULL);
         return 0;
     }
     if (s->cert_reqs != PS_TLS_CERT_OPTIONAL && s->cert_reqs != PS_TLS_CERT_REQUIRED) {
@@ -351,14 +365,14 @@ static int load_verify(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_t
         snprintf(err, errlen, "verifying client certificates needs a CA certificates file");
         return -1;
     }
-    if (!use_client_cas(ctx->ssl, &pem->ca)) {
+    if (!use_client_cas(ssl, &pem->ca)) {
         set_error(err, errlen, "cannot load the CA certificates %s", s->ca_certs);
         return -1;
     }
     int mode = SSL_VERIFY_PEER;
     if (s->cert_reqs == PS_TLS_CERT_REQUIRED)
         mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
-    SSL_CTX_set_verify(ctx->ssl, mode, NULL);
+    SSL_CTX_set_verify(ssl, mode, NULL);
     return 0;
 }
 
@@ -456,19 +470,20 @@ static int kernel_has_tls(void)
     return r == 0 || e != ENOENT;
 }
 
-static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *err, size_t errlen)
+static int set_protocols(ps_tls_ctx_t *ctx, SSL_CTX *ssl, const ps_tls_settings_t *s, char *err,
+                         size_t errlen)
 {
     int min = s->min_version ? s->min_version : TLS1_2_VERSION;
     if (min != TLS1_2_VERSION && min != TLS1_3_VERSION) {
         snprintf(err, errlen, "the minimum TLS version must be TLS 1.2 or TLS 1.3");
         return -1;
     }
-    SSL_CTX_set_min_proto_version(ctx->ssl, min);
-    if (SSL_CTX_set_cipher_list(ctx->ssl, s->ciphers ? s->ciphers : DEFAULT_CIPHERS) != 1) {
+    SSL_CTX_set_min_proto_version(ssl, min);
+    if (SSL_CTX_set_cipher_list(ssl, s->ciphers ? s->ciphers : DEFAULT_CIPHERS) != 1) {
         set_error(err, errlen, "bad TLS 1.2 cipher list \"%s\"", s->ciphers);
         return -1;
     }
-    if (s->ciphersuites && SSL_CTX_set_ciphersuites(ctx->ssl, s->ciphersuites) != 1) {
+    if (s->ciphersuites && SSL_CTX_set_ciphersuites(ssl, s->ciphersuites) != 1) {
         set_error(err, errlen, "bad TLS 1.3 cipher suites \"%s\"", s->ciphersuites);
         return -1;
     }
@@ -481,7 +496,7 @@ static int set_protocols(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, char *er
             goto bad_alpn;
     memcpy(ctx->alpn, alpn, alpn_len);
     ctx->alpn_len = alpn_len;
-    SSL_CTX_set_alpn_select_cb(ctx->ssl, alpn_cb, ctx);
+    SSL_CTX_set_alpn_select_cb(ssl, alpn_cb, ctx);
     return 0;
 bad_alpn:
     snprintf(err, errlen, "bad ALPN protocol list");
@@ -499,6 +514,308 @@ ps_tls_ctx_t *ps_tls_ctx_new(const ps_tls_settings_t *s, char *err, size_t errle
     return ctx;
 }
 
+/* A new SSL_CTX with every setting the pairs share (options, tickets,
+ * versions, ciphers, ALPN, client verification), its app data ctx. Each
+ * pair's context is built alike, so that a handshake moved to another one
+ * by its server name keeps the same rules. Returns NULL with err set. */
+static SSL_CTX *new_host(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
+                         char *err, size_t errlen)
+{
+    SSL_CTX *ssl = SSL_CTX_new(TLS_server_method());
+    if (ssl == NULL) {
+        set_error(err, errlen, "cannot create a TLS context", NULL);
+        return NULL;
+    }
+    SSL_CTX_set_app_data(ssl, ctx);
+    uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF;
+    if (!ctx->hold_tickets)
+        opts |= SSL_OP_ENABLE_KTLS;
+    SSL_CTX_set_options(ssl, opts);
+    SSL_CTX_clear_options(ssl, SSL_OP_NO_TICKET);
+    /* An idle keep-alive connection holds no record buffers (about 34 KiB). */
+    SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                              SSL_MODE_RELEASE_BUFFERS);
+    /* One read(2) takes whatever the socket holds, not a record header first. */
+    SSL_CTX_set_read_ahead(ssl, 1);
+    /* Resumption is by tickets only: nothing per session kept in a worker. */
+    SSL_CTX_set_session_cache_mode(ssl, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_session_id_context(ssl, (const unsigned char *)"pyserver", 8);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ssl, ticket_cb);
+    if (set_protocols(ctx, ssl, s, err, errlen) < 0 || load_verify(ssl, s, pem, err, errlen) < 0) {
+        SSL_CTX_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
+
+/* ---- names (SNI) ---- */
+
+/* A lower-case copy of a DNS name from a certificate, or NULL when it is
+ * not one a client could ask for (empty, too long, a NUL, a '*' anywhere
+ * but as the whole first label of at least three). */
+static char *dns_name(const unsigned char *p, int len)
+{
+    if (len <= 0 || len > 253 || memchr(p, '\0', (size_t)len) != NULL)
+        return NULL;
+    const unsigned char *star = memchr(p, '*', (size_t)len);
+    if (star != NULL) {
+        const unsigned char *dot = memchr(p + 2, '.', (size_t)(len > 2 ? len - 2 : 0));
+        if (star != p || len < 4 || p[1] != '.' || memchr(p + 1, '*', (size_t)len - 1) || !dot)
+            return NULL; /* one label only, and not a whole domain's top ("*.com") */
+    }
+    char *name = malloc((size_t)len + 1);
+    if (name == NULL)
+        return NULL;
+    for (int i = 0; i < len; i++)
+        name[i] = (char)(p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]);
+    name[len] = '\0';
+    return name;
+}
+
+static void free_names(char **names, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Appends name (taken; NULL: nothing) to the list. Returns 0 or -1 (out of
+ * memory, name freed). */
+static int push_name(char ***names, int *n, char *name)
+{
+    if (name == NULL)
+        return 0;
+    char **more = realloc(*names, (size_t)(*n + 1) * sizeof(**names));
+    if (more == NULL) {
+        free(name);
+        return -1;
+    }
+    *names = more;
+    more[(*n)++] = name;
+    return 0;
+}
+
+/* The names certificate x is for: its DNS subject alternative names, or
+ * the subject's common name when it has none (RFC 6125). Into *names
+ * (malloc'd strings; free_names). Returns the count, or -1 (out of memory,
+ * nothing kept). */
+static int cert_names(X509 *x, char ***names)
+{
+    int n = 0, failed = 0, dns = 0;
+    *names = NULL;
+    GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); i++) {
+        const GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+        if (g->type != GEN_DNS)
+            continue;
+        const ASN1_IA5STRING *d = g->d.dNSName;
+        dns = 1;
+        failed |= push_name(names, &n, dns_name(ASN1_STRING_get0_data(d), ASN1_STRING_length(d)));
+    }
+    GENERAL_NAMES_free(sans);
+    X509_NAME *subject = X509_get_subject_name(x);
+    int at = dns || !subject ? -1 : X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+    if (at >= 0) {
+        unsigned char *cn = NULL;
+        int len =
+            ASN1_STRING_to_UTF8(&cn, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at)));
+        if (len > 0)
+            failed |= push_name(names, &n, dns_name(cn, len));
+        OPENSSL_free(cn);
+    }
+    if (failed) {
+        free_names(*names, n);
+        *names = NULL;
+        return -1;
+    }
+    return n;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names sorted and joined by spaces: equal for two certificates for
+ * the same names. NULL when out of memory. */
+static char *names_key(char **names, int n)
+{
+    size_t len = 1;
+    qsort(names, (size_t)n, sizeof(*names), cmp_str);
+    for (int i = 0; i < n; i++)
+        len += strlen(names[i]) + 1;
+    char *key = malloc(len), *p = key;
+    for (int i = 0; key && i < n; i++)
+        p += sprintf(p, "%s ", names[i]);
+    if (key)
+        *p = '\0';
+    return key;
+}
+
+/* Adds the names (taken) of a pair served by host to the table. */
+static int add_names(ps_tls_ctx_t *ctx, char **names, int n, int host)
+{
+    host_name_t *t = realloc(ctx->names, (size_t)(ctx->nnames + n) * sizeof(*t));
+    if (t == NULL && ctx->nnames + n > 0) {
+        free_names(names, n);
+        return -1;
+    }
+    ctx->names = t;
+    for (int i = 0; i < n; i++)
+        ctx->names[ctx->nnames++] = (host_name_t){names[i], host};
+    free(names);
+    return 0;
+}
+
+static int cmp_host_name(const void *a, const void *b)
+{
+    const host_name_t *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->host - y->host;
+}
+
+/* Sorts the table and drops the later pairs' copies of a name: the first
+ * pair given for a name serves it. */
+static void sort_names(ps_tls_ctx_t *ctx)
+{
+    int n = 0;
+    qsort(ctx->names, (size_t)ctx->nnames, sizeof(*ctx->names), cmp_host_name);
+    for (int i = 0; i < ctx->nnames; i++) {
+        if (n > 0 && strcmp(ctx->names[n - 1].name, ctx->names[i].name) == 0)
+            free(ctx->names[i].name);
+        else
+            ctx->names[n++] = ctx->names[i];
+    }
+    ctx->nnames = n;
+}
+
+/* The host of exactly name (lower case), or -1. */
+static int lookup(const ps_tls_ctx_t *ctx, const char *name)
+{
+    int lo = 0, hi = ctx->nnames - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, ctx->names[mid].name);
+        if (c == 0)
+            return ctx->names[mid].host;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return -1;
+}
+
+int ps_tls_ctx_find_host(const ps_tls_ctx_t *ctx, const char *servername)
+{
+    char name[256];
+    size_t len = servername ? strlen(servername) : 0;
+    if (len > 0 && servername[len - 1] == '.')
+        len--; /* the absolute form of the same name */
+    if (len == 0 || len >= sizeof(name) - 1)
+        return 0;
+    /* name[0] is room for the '*' of the wildcard that covers it. */
+    for (size_t i = 0; i < len; i++) {
+        char ch = servername[i];
+        name[i + 1] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+    }
+    name[len + 1] = '\0';
+    int host = lookup(ctx, name + 1);
+    if (host >= 0)
+        return host;
+    /* RFC 6125 6.4.3: "*" stands for exactly one whole label. */
+    char *dot = memchr(name + 1, '.', len);
+    if (dot == NULL || dot == name + 1 || dot[1] == '\0')
+        return 0;
+    dot[-1] = '*';
+    host = lookup(ctx, dot - 1);
+    return host >= 0 ? host : 0;
+}
+
+/* Moves a handshake to the context of the name the client asked for; an
+ * unknown name, or none, stays on the default's certificate. */
+static int servername_cb(SSL *s, int *alert, void *arg)
+{
+    const ps_tls_ctx_t *ctx = arg;
+    PS_UNUSED(alert);
+    int host = ps_tls_ctx_find_host(ctx, SSL_get_servername(s, TLSEXT_NAMETYPE_host_name));
+    if (host > 0 && SSL_set_SSL_CTX(s, ctx->hosts[host]) == NULL)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* The host pair i goes to: the one whose certificate has the same names
+ * and lacks this key type, else a new one. Returns its index, or -1 with
+ * err set. Takes *names (into the table, for a new host). */
+static int place_pair(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem, int i,
+                      char *err, size_t errlen)
+{
+    BIO *bio = pem_bio(&pem->cert[i]);
+    X509 *leaf = bio ? PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    if (leaf == NULL) {
+        set_error(err, errlen, "cannot load the certificate chain %s", s->certs[i].certfile);
+        return -1;
+    }
+    char **names;
+    int n = cert_names(leaf, &names);
+    int type = EVP_PKEY_get_base_id(X509_get0_pubkey(leaf));
+    unsigned bit = type == EVP_PKEY_RSA ? 1u : type == EVP_PKEY_EC ? 2u : 4u;
+    X509_free(leaf);
+    char *key = n >= 0 ? names_key(names, n) : NULL;
+    if (key == NULL)
+        goto oom;
+    int host = 0;
+    while (host < ctx->nhosts &&
+           (strcmp(ctx->host_key[host], key) != 0 || (ctx->host_types[host] & bit)))
+        host++;
+    if (host == ctx->nhosts) {
+        ctx->hosts[host] = new_host(ctx, s, pem, err, errlen);
+        if (ctx->hosts[host] == NULL) {
+            free(key);
+            free_names(names, n);
+            return -1;
+        }
+        ctx->host_key[host] = key;
+        ctx->nhosts++;
+        key = NULL;
+        int rc = add_names(ctx, names, n, host);
+        names = NULL;
+        n = 0;
+        if (rc < 0)
+            goto oom;
+    }
+    ctx->host_types[host] |= bit;
+    free(key);
+    free_names(names, n);
+    return host;
+oom:
+    free_names(names, n);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+static int load_certs(ps_tls_ctx_t *ctx, const ps_tls_settings_t *s, const ps_tls_pem_t *pem,
+                      char *err, size_t errlen)
+{
+    if (s->ncerts < 1 || s->ncerts > PS_TLS_MAX_CERTS) {
+        snprintf(err, errlen, "TLS needs a certificate file and its key");
+        return -1;
+    }
+    for (int i = 0; i < s->ncerts; i++) {
+        int host = place_pair(ctx, s, pem, i, err, errlen);
+        if (host < 0 || load_pair(ctx, ctx->hosts[host], s, pem, i, err, errlen) < 0)
+            return -1;
+    }
+    sort_names(ctx);
+    ctx->ssl = ctx->hosts[0];
+    if (ctx->nhosts > 1) {
+        SSL_CTX_set_tlsext_servername_callback(ctx->ssl, servername_cb);
+        SSL_CTX_set_tlsext_servername_arg(ctx->ssl, ctx);
+    }
+    return 0;
+}
+
 ps_tls_ctx_t *ps_tls_ctx_new_pem(const ps_tls_settings_t *s, const ps_tls_pem_t *pem, char *err,
                                  size_t errlen)
 {
@@ -508,38 +825,20 @@ ps_tls_ctx_t *ps_tls_ctx_new_pem(const ps_tls_settings_t *s, const ps_tls_pem_t 
     ERR_clear_error();
     if (s->key_password && (ctx->password = strdup(s->key_password)) == NULL)
         goto oom;
-    ctx->ssl = SSL_CTX_new(TLS_server_method());
     ctx->aes = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
-    if (ctx->ssl == NULL || ctx->aes == NULL) {
+    if (ctx->aes == NULL) {
         set_error(err, errlen, "cannot create a TLS context", NULL);
         goto error;
     }
-    SSL_CTX_set_app_data(ctx->ssl, ctx);
-    uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF;
     /* Without kernel TLS, OpenSSL would still try it on every connection
      * (two failing setsockopt calls), and sessions can hold their tickets. */
-    if (!s->no_ktls && kernel_has_tls())
-        opts |= SSL_OP_ENABLE_KTLS;
-    else
-        ctx->hold_tickets = 1;
-    SSL_CTX_set_options(ctx->ssl, opts);
-    SSL_CTX_clear_options(ctx->ssl, SSL_OP_NO_TICKET);
-    /* An idle keep-alive connection holds no record buffers (about 34 KiB). */
-    SSL_CTX_set_mode(ctx->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                                   SSL_MODE_RELEASE_BUFFERS);
-    /* One read(2) takes whatever the socket holds, not a record header first. */
-    SSL_CTX_set_read_ahead(ctx->ssl, 1);
-    /* Resumption is by tickets only: nothing per session kept in a worker. */
-    SSL_CTX_set_session_cache_mode(ctx->ssl, SSL_SESS_CACHE_OFF);
-    SSL_CTX_set_session_id_context(ctx->ssl, (const unsigned char *)"pyserver", 8);
+    ctx->hold_tickets = s->no_ktls || !kernel_has_tls();
     if (ps_tls_generate_ticket_key(&ctx->keys[0]) < 0) {
         snprintf(err, errlen, "cannot generate a session ticket key");
         goto error;
     }
     ctx->nkeys = 1;
-    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx->ssl, ticket_cb);
-    if (set_protocols(ctx, s, err, errlen) < 0 || load_certs(ctx, s, pem, err, errlen) < 0 ||
-        load_verify(ctx, s, pem, err, errlen) < 0)
+    if (load_certs(ctx, s, pem, err, errlen) < 0)
         goto error;
     ERR_clear_error();
     return ctx;
@@ -557,7 +856,13 @@ void ps_tls_ctx_free(ps_tls_ctx_t *ctx)
         return;
     for (int i = 0; i < ctx->ncerts; i++)
         free(ctx->certs[i].pem);
-    SSL_CTX_free(ctx->ssl);
+    for (int i = 0; i < ctx->nhosts; i++) {
+        SSL_CTX_free(ctx->hosts[i]);
+        free(ctx->host_key[i]);
+    }
+    for (int i = 0; i < ctx->nnames; i++)
+        free(ctx->names[i].name);
+    free(ctx->names);
     EVP_CIPHER_free(ctx->aes);
     if (ctx->password) {
         OPENSSL_cleanse(ctx->password, strlen(ctx->password));

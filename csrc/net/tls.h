@@ -1,6 +1,7 @@
 /* TLS contexts and certificates: one context per TLS listener, shared by
  * its connections. The settings, the certificate and key files (read once
- * into PEM text), the ALPN list, the session ticket keys, kernel TLS.
+ * into PEM text), the choice of a certificate by the name a client asks
+ * for (SNI), the ALPN list, the session ticket keys, kernel TLS.
  * One connection's TLS session and its I/O are transport.[ch]; the
  * bridge's TLS settings and ticket rotation are csrc/py/tls.c.
  */
@@ -19,7 +20,11 @@ enum ps_tls_cert_reqs {
     PS_TLS_CERT_REQUIRED, /* a verified client certificate or no handshake */
 };
 
-#define PS_TLS_MAX_CERTS 2 /* e.g. one ECDSA and one RSA certificate */
+/* Certificate and key pairs of one context. The first is the default; the
+ * others serve the names their certificates hold (SNI). A pair with the
+ * same names as an earlier one but another key type (an RSA certificate
+ * beside an ECDSA one) is served with it, to the clients that need it. */
+#define PS_TLS_MAX_CERTS 64
 #define PS_TLS_MAX_TICKET_KEYS 4
 
 typedef struct {
@@ -89,6 +94,15 @@ int ps_tls_set_ticket_keys(ps_tls_ctx_t *ctx, const ps_tls_ticket_key_t *keys, i
 void ps_tls_set_key_refresh(ps_tls_ctx_t *ctx, void (*fn)(void *data), void *data);
 /* Fills key with random bytes. Returns 0 or -EIO. */
 int ps_tls_generate_ticket_key(ps_tls_ticket_key_t *key);
+
+/* The index of the context that serves servername (what a client asked
+ * for by SNI; NULL: nothing): the one whose certificate names it exactly,
+ * else the one with a wildcard for it ("*.example.com" covers
+ * "a.example.com", not "example.com" nor "a.b.example.com"), else 0, the
+ * default. Contexts are numbered in the order of the pairs, a pair served
+ * with an earlier one not counted. Case does not matter. A binary search
+ * of a table built with the context: no certificate is looked at. */
+int ps_tls_ctx_find_host(const ps_tls_ctx_t *ctx, const char *servername);
 
 /* For the sessions (transport.c). */
 typedef struct ssl_st SSL;

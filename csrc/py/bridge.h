@@ -88,6 +88,9 @@ typedef struct {
     uint32_t nproxyproto;
     int *uwsgi_fds; /* the listeners that speak uwsgi; PyMem_Malloc'd */
     uint32_t nuwsgi;
+    int *redirect_fds; /* --redirect-http's listeners; PyMem_Malloc'd */
+    uint32_t nredirect;
+    char *hsts;          /* --hsts: its header line (core.hsts_line); PyMem_Malloc'd, or NULL */
     ps_static_t statics; /* --static mounts (core.statics), initialised when statics_ready */
     int statics_ready;
 } ps_py_settings_t;

@@ -392,6 +392,8 @@ static PyObject *serve(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         ps_worker_proxy_protocol(w, set.proxyproto_fds[i]);
     for (uint32_t i = 0; i < set.nuwsgi; i++)
         ps_worker_uwsgi(w, set.uwsgi_fds[i]);
+    for (uint32_t i = 0; i < set.nredirect; i++)
+        ps_worker_redirect_https(w, set.redirect_fds[i]);
     if (worker_slot != NULL)
         ps_worker_attach_slot(w, worker_slot);
     else if (set.master.metrics_fd >= 0 &&

@@ -376,6 +376,67 @@ static int get_text(PyObject *config, const char *name, PyObject **objs, int *n,
     return *out ? 0 : -1;
 }
 
+/* The str, list-of-str or None attribute `name` (a new reference in
+ * objs[*n], kept by the caller until the text is used) as UTF-8 into
+ * out[0..*count), at most max of them. Returns 0 or -1 with an exception. */
+static int get_texts(PyObject *config, const char *name, PyObject **objs, int *n, const char **out,
+                     int max, int *count)
+{
+    PyObject *v = get_obj(config, name);
+    *count = 0;
+    if (v == NULL)
+        return -1;
+    objs[(*n)++] = v;
+    if (v == Py_None)
+        return 0;
+    if (PyUnicode_Check(v)) {
+        *count = 1;
+        return (out[0] = PyUnicode_AsUTF8(v)) ? 0 : -1;
+    }
+    if (!PyList_Check(v) && !PyTuple_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be a list of str", name);
+        return -1;
+    }
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
+    if (len > max) {
+        PyErr_Format(PyExc_ValueError, "TLS: at most %d certificates (config.%s)", max, name);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(v, i); /* borrowed; v keeps it */
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "pyserver: config.%s must be a list of str", name);
+            return -1;
+        }
+        if ((out[i] = PyUnicode_AsUTF8(item)) == NULL)
+            return -1;
+    }
+    *count = (int)len;
+    return 0;
+}
+
+/* --ssl-certfile and --ssl-keyfile: the pairs into ts (their text kept
+ * alive by objs). Every certificate with its key, or no keys at all (each
+ * file holds its own). Returns 0 or -1 with an exception. */
+static int get_pairs(PyObject *config, PyObject **objs, int *nobj, ps_tls_settings_t *ts)
+{
+    const char *certs[PS_TLS_MAX_CERTS], *keys[PS_TLS_MAX_CERTS];
+    int nkeys;
+    if (get_texts(config, "ssl_certfile", objs, nobj, certs, PS_TLS_MAX_CERTS, &ts->ncerts) < 0 ||
+        get_texts(config, "ssl_keyfile", objs, nobj, keys, PS_TLS_MAX_CERTS, &nkeys) < 0)
+        return -1;
+    if (nkeys != 0 && nkeys != ts->ncerts) {
+        PyErr_Format(PyExc_ValueError,
+                     "TLS: %d certificate files and %d key files: give one key file per "
+                     "certificate, in the same order",
+                     ts->ncerts, nkeys);
+        return -1;
+    }
+    for (int i = 0; i < ts->ncerts; i++)
+        ts->certs[i] = (ps_tls_cert_t){certs[i], nkeys ? keys[i] : NULL};
+    return 0;
+}
+
 /* --ssl-*: a TLS context in s->tls (and s->core.tls) when ssl_certfile is
  * set, loaded now (fresh: from the files, else from the text kept since the
  * last check when the names match; see ps_py_tls_ctx_new): a bad
@@ -387,17 +448,17 @@ static int load_tls(PyObject *config, ps_py_settings_t *s, int fresh)
     int nobj = 0, rc = -1;
     const char *version = NULL;
     double reqs;
-    ps_tls_settings_t ts = {.ncerts = 1};
+    ps_tls_settings_t ts;
+    memset(&ts, 0, sizeof(ts));
     if (get_double(config, "timeout_tls_handshake", &s->core.timeout_tls_handshake) < 0 ||
         get_double(config, "ssl_ticket_rotation", &s->tls_ticket_rotation) < 0 ||
-        get_text(config, "ssl_certfile", objs, &nobj, &ts.certs[0].certfile) < 0)
+        get_pairs(config, objs, &nobj, &ts) < 0)
         goto done;
-    if (ts.certs[0].certfile == NULL) {
+    if (ts.ncerts == 0) {
         rc = 0;
         goto done;
     }
-    if (get_text(config, "ssl_keyfile", objs, &nobj, &ts.certs[0].keyfile) < 0 ||
-        get_text(config, "ssl_keyfile_password", objs, &nobj, &ts.key_password) < 0 ||
+    if (get_text(config, "ssl_keyfile_password", objs, &nobj, &ts.key_password) < 0 ||
         get_text(config, "ssl_ca_certs", objs, &nobj, &ts.ca_certs) < 0 ||
         get_text(config, "ssl_ciphers", objs, &nobj, &ts.ciphers) < 0 ||
         get_text(config, "ssl_version", objs, &nobj, &version) < 0 ||
@@ -432,6 +493,41 @@ done:
     for (int i = 0; i < nobj; i++)
         Py_DECREF(objs[i]);
     return rc;
+}
+
+/* --hsts and --redirect-http: the Strict-Transport-Security line, built
+ * once here (s->hsts, PyMem_Malloc'd) for the protocols to add as it is,
+ * and the redirect listeners with the HTTPS port they name. Returns 0 or
+ * -1 with an exception. */
+static int load_https(PyObject *config, ps_py_settings_t *s)
+{
+    static const char name[] = "Strict-Transport-Security: ";
+    PyObject *obj = NULL;
+    const char *value;
+    uint64_t port;
+    int nobj = 0;
+    if (get_fds(config, "redirect_fds", &s->redirect_fds, &s->nredirect) < 0 ||
+        get_count(config, "redirect_https_port", 65535, &port) < 0 ||
+        get_text(config, "hsts", &obj, &nobj, &value) < 0)
+        goto error;
+    s->core.redirect_port = (uint16_t)port;
+    if (value != NULL) {
+        size_t n = strlen(value), len = sizeof(name) - 1 + n + 2;
+        if ((s->hsts = PyMem_Malloc(len)) == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        memcpy(s->hsts, name, sizeof(name) - 1);
+        memcpy(s->hsts + sizeof(name) - 1, value, n);
+        memcpy(s->hsts + len - 2, "\r\n", 2);
+        s->core.hsts_line = (ps_slice_t){s->hsts, len};
+        s->core.hsts_value = (ps_slice_t){s->hsts + sizeof(name) - 1, n};
+    }
+    Py_XDECREF(obj);
+    return 0;
+error:
+    Py_XDECREF(obj);
+    return -1;
 }
 
 int ps_py_check_tls(PyObject *config)
@@ -637,7 +733,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
         load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
-        load_tls(config, s, 0) < 0 || load_static(config, s) < 0)
+        load_tls(config, s, 0) < 0 || load_https(config, s) < 0 || load_static(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */
@@ -680,6 +776,11 @@ void ps_py_settings_free(ps_py_settings_t *s)
     s->core.uwsgi_trust = NULL;
     PyMem_Free(s->uwsgi_fds);
     s->uwsgi_fds = NULL;
+    PyMem_Free(s->redirect_fds);
+    s->redirect_fds = NULL;
+    PyMem_Free(s->hsts);
+    s->hsts = NULL;
+    s->core.hsts_line = s->core.hsts_value = (ps_slice_t){NULL, 0};
     PyMem_Free((void *)s->master.listen_fds);
     s->master.listen_fds = NULL;
     PyMem_Free(s->bound_fds);

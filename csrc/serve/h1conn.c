@@ -255,7 +255,7 @@ int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_
     c->x.status = info.status;
     if (info.conn_close || !r->message_complete)
         c->keep_alive = 0;
-    ps_slice_t extra[4];
+    ps_slice_t extra[5];
     size_t ne = 0;
     if (r->is_head || info.status < 200 || info.status == 204 || info.status == 304) {
         c->resp_no_body = 1;
@@ -271,6 +271,8 @@ int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_
         extra[ne++] = ps_date_header((time_t)ev_now(c->s.w->loop));
     if (c->s.w->cfg.server_header && !info.has_server)
         extra[ne++] = server_line;
+    if (ps_unlikely(c->s.w->cfg.hsts_line.len) && c->s.t.ssl != NULL && !info.has_sts)
+        extra[ne++] = c->s.w->cfg.hsts_line;
     if (!c->keep_alive)
         extra[ne++] = close_line;
     else if (r->http_minor == 0)
@@ -915,9 +917,10 @@ static void on_read(ps_sock_t *s)
     }
     if (ps_unlikely(c->proxyproto) && take_proxy_header(c) <= 0)
         return;
-    /* HTTP/2 with prior knowledge: the client preface as the first bytes. */
+    /* HTTP/2 with prior knowledge: the client preface as the first bytes
+     * (never on a --redirect-http listener: it only redirects, in HTTP/1). */
     if (w->cfg.h2c && c->s.requests == 0 && !c->head_started && c->state == PS_H1CONN_IDLE &&
-        ps_likely(c->uw == NULL)) {
+        ps_likely(c->uw == NULL) && !c->redirect) {
         int p = ps_h2_is_preface(ps_buf_head(&c->s.rbuf), ps_buf_size(&c->s.rbuf));
         if (p == -EAGAIN)
             return; /* a prefix of it: wait for the rest */
@@ -1074,6 +1077,45 @@ static void answer_error(ps_h1conn_t *c, int status, const char *reason)
     after_handler(c);
 }
 
+/* --redirect-http: answers the request just read with a redirect to its
+ * https URL, 301 for GET and HEAD, 308 (the method and body kept) for the
+ * others, without reading a body: then the connection closes after the
+ * answer. A bad or missing Host gets 400. The application never sees it.
+ * May close c. */
+static void answer_redirect(ps_h1conn_t *c)
+{
+    ps_request_t *r = ps_h1conn_request(c);
+    ps_slice_t host = {NULL, 0};
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (r->headers[i].name.len == 4 && PS_SLICE_IEQ(r->headers[i].name, "host"))
+            host = r->headers[i].value;
+    ps_buf_t location = {0};
+    int rc = ps_http_https_location(&location, host, r->target, c->s.w->cfg.redirect_port);
+    if (rc < 0) {
+        ps_buf_free(&location);
+        answer_error(c, rc == -EINVAL ? 400 : 503,
+                     rc == -EINVAL ? "bad Host for the https redirect" : "out of memory");
+        return;
+    }
+    int get = r->method_id == HTTP_GET || r->method_id == HTTP_HEAD;
+    ps_slice_t status =
+        get ? PS_SLICE_LIT("301 Moved Permanently") : PS_SLICE_LIT("308 Permanent Redirect");
+    ps_header_t h[] = {
+        {PS_SLICE_LIT("Location"), {ps_buf_head(&location), ps_buf_size(&location)}},
+        {PS_SLICE_LIT("Content-Length"), PS_SLICE_LIT("0")},
+    };
+    set_state(c, PS_H1CONN_APP);
+    ev_io_stop(c->s.w->loop, &c->s.rio);
+    c->keep_alive = r->keep_alive && !c->s.w->stopping;
+    c->in_handler = 1;
+    if (ps_h1conn_start_response(c, status, h, PS_ARRAY_LEN(h), NULL, 0) < 0)
+        c->s.failed = 1;
+    ps_h1conn_end(c);
+    c->in_handler = 0;
+    ps_buf_free(&location);
+    after_handler(c);
+}
+
 /* A synchronous request whose body is still to come: the loop reads it, so
  * a client that waits for "100 Continue" gets it now that the head is
  * accepted. Returns 0, or -1 when the client is gone (c is then closed). */
@@ -1121,6 +1163,10 @@ static void process(ps_h1conn_t *c)
             return;
         }
         if (c->state == PS_H1CONN_IDLE) {
+            if (ps_unlikely(c->redirect)) {
+                answer_redirect(c);
+                return;
+            }
             set_state(c, PS_H1CONN_BODY);
             progress = 1;
             if (ps_unlikely(c->uw != NULL))

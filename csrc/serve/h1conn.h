@@ -57,6 +57,7 @@ struct ps_h1conn {
     unsigned async : 1;        /* the current request's layer is asynchronous (ps_worker_route) */
     unsigned proxyproto : 2;   /* PS_H1CONN_PP_*: a PROXY header still to settle */
     unsigned tell_app : 1;     /* closing: the layer hears on_disconnect once it is closed */
+    unsigned redirect : 1;     /* a --redirect-http listener's: every request goes to https */
     int error_status;          /* a bad body seen while an asynchronous application runs */
     ps_body_spool_t spool;     /* a synchronous request's body past the threshold */
     ps_http1_parser_t parser;

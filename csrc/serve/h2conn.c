@@ -872,7 +872,7 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
         return -EPIPE;
     if (x->status || ps_http_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
-    ps_header_t extra[2];
+    ps_header_t extra[3];
     size_t k = 0;
     if (cfg->date_header && !info.has_date) {
         ps_slice_t d = ps_date_header((time_t)ev_now(hc->sock->w->loop)); /* "Date: ...\r\n" */
@@ -880,6 +880,8 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
     }
     if (cfg->server_header && !info.has_server)
         extra[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
+    if (ps_unlikely(cfg->hsts_value.len) && hc->sock->t.ssl != NULL && !info.has_sts)
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("strict-transport-security"), cfg->hsts_value};
     int rc = ps_h2_respond_scanned(st, &info, h, n, extra, k, 0);
     if (rc < 0)
         return rc;

@@ -166,6 +166,7 @@ static void accept_some(ps_worker_t *w, ps_listener_t *l, int max)
         }
         if (l->proxy_protocol)
             ps_h1conn_expect_proxy_header(c);
+        c->redirect = l->redirect;
         ps_sock_link(&c->s);
         int full = w->nconns >= w->cfg.limit_connections;
         /* ps_h1conn_speak_uwsgi closes what it refuses. */
@@ -328,6 +329,7 @@ int ps_worker_add_listener(ps_worker_t *w, int fd)
     l->gated = 0;
     l->proxy_protocol = 0;
     l->uwsgi = 0;
+    l->redirect = 0;
     l->local_len = 0;
     l->tls = is_unix ? NULL : w->cfg.tls; /* the per-bind rule: TLS is for TCP binds */
     if (!is_unix) {
@@ -371,6 +373,17 @@ void ps_worker_uwsgi(ps_worker_t *w, int fd)
         ps_listener_t *l = &w->listeners[i];
         if (l->fd == fd || (l->own && same_address(l->fd, fd)))
             l->uwsgi = 1;
+    }
+}
+
+void ps_worker_redirect_https(ps_worker_t *w, int fd)
+{
+    for (uint32_t i = 0; i < w->nlisteners; i++) {
+        ps_listener_t *l = &w->listeners[i];
+        if (l->fd == fd || (l->own && same_address(l->fd, fd))) {
+            l->redirect = 1;
+            l->tls = NULL;
+        }
     }
 }
 

@@ -26,6 +26,7 @@ typedef struct ps_listener {
     struct ps_tls_ctx *tls; /* its connections speak TLS with this context, or NULL */
     int proxy_protocol;     /* connections start with a PROXY header (--proxy-protocol) */
     int uwsgi;              /* connections speak uwsgi, not HTTP (uwsgi://, --protocol uwsgi) */
+    int redirect;           /* plain HTTP whose requests are sent to https (--redirect-http) */
     /* The bound address when it is a specific one: then it is every accepted
      * connection's local address too, and no getsockname is needed. */
     struct sockaddr_storage local;
@@ -61,6 +62,10 @@ void ps_worker_proxy_protocol(ps_worker_t *w, int fd);
 /* The listener fd (and this worker's own lane of its address) speaks the
  * uwsgi protocol (nginx's uwsgi_pass) instead of HTTP. */
 void ps_worker_uwsgi(ps_worker_t *w, int fd);
+/* The listener fd (and this worker's own lane of its address) speaks plain
+ * HTTP, whatever the TLS settings, and answers every request with a
+ * redirect to the same URL in https (see ps_h1conn_redirect_https). */
+void ps_worker_redirect_https(ps_worker_t *w, int fd);
 /* The listener fd was bound by this server, not inherited: at the server's
  * last stop it is shut down, so that new connections are refused at once. */
 void ps_worker_shut_at_stop(ps_worker_t *w, int fd);

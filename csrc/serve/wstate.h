@@ -63,6 +63,13 @@ typedef struct {
      * plain), NULL for none; it must outlive the worker. */
     ps_tls_ctx_t *tls;
     double timeout_tls_handshake; /* a handshake not done by then closes the connection */
+    /* --hsts: "Strict-Transport-Security: max-age=N\r\n" and its value alone,
+     * added to every TLS response without one; empty: off. It must outlive
+     * the worker. */
+    ps_slice_t hsts_line;
+    ps_slice_t hsts_value;
+    /* --redirect-http: the HTTPS port its redirects name (443: none named). */
+    uint16_t redirect_port;
     /* --static mounts, answered by the core before the interface layer is
      * called (NULL or no mounts: none); it must outlive the worker. */
     const ps_static_t *statics;

@@ -2,7 +2,8 @@
 
 `wsgi` answers /env with the TLS part of its environ as JSON, /file?size=N with a
 wsgi.file_wrapper response of the file named by $TLS_TEST_FILE (N bytes of it), /pid with
-the worker's pid, anything else with "hello". `asgi` answers with the scope's scheme and
+the worker's pid, /own-sts with its own Strict-Transport-Security header, anything else
+with "hello". `asgi` answers with the scope's scheme and
 its "tls" extension as JSON, /pathsend with an http.response.pathsend of $TLS_TEST_FILE,
 and echoes WebSocket messages (text, prefixed with the scope's scheme).
 """
@@ -33,6 +34,11 @@ def wsgi(environ, start_response):
         return environ["wsgi.file_wrapper"](f, 1 << 20)
     elif path == "/pid":
         body = str(os.getpid()).encode()
+    elif path == "/own-sts":
+        start_response(
+            "200 OK", [("Strict-Transport-Security", "max-age=5"), ("Content-Length", "3")]
+        )
+        return [b"own"]
     else:
         body = b"hello"
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])

@@ -1541,6 +1541,45 @@ static void check_split_target_at(const char *file, int line, const char *target
 #define CHECK_SPLIT_TARGET(target, path, query)                                                    \
     check_split_target_at(__FILE__, __LINE__, target, path, query)
 
+static void check_location_at(const char *file, int line, const char *host, const char *target,
+                              int port, const char *want)
+{
+    ps_buf_t b = {0};
+    int rc = ps_http_https_location(&b, (ps_slice_t){host, host ? strlen(host) : 0},
+                                    (ps_slice_t){target, strlen(target)}, port);
+    if (want == NULL) {
+        check_eq_at(rc, -EINVAL, file, line, target);
+    } else {
+        check_eq_at(rc, 0, file, line, target);
+        check_mem_eq_at(ps_buf_head(&b), ps_buf_size(&b), want, strlen(want), file, line, target);
+    }
+    ps_buf_free(&b);
+}
+
+#define CHECK_LOCATION(host, target, port, want)                                                   \
+    check_location_at(__FILE__, __LINE__, host, target, port, want)
+
+/* --redirect-http's Location: the host as sent (checked), the HTTPS port
+ * unless 443, the path and query; nothing else of the request. */
+static void test_https_location_of_a_plain_request(void)
+{
+    CHECK_LOCATION("example.com", "/a/b?x=1", 443, "https://example.com/a/b?x=1");
+    CHECK_LOCATION("example.com:80", "/", 443, "https://example.com/");
+    CHECK_LOCATION("Example.COM:8080", "/p?", 8443, "https://Example.COM:8443/p?");
+    CHECK_LOCATION("[::1]:80", "/v6", 443, "https://[::1]/v6");
+    CHECK_LOCATION("10.0.0.1", "*", 443, "https://10.0.0.1/");
+    CHECK_LOCATION("h", "http://other/x?q#f", 443, "https://h/x?q");
+    CHECK_LOCATION("h", "http://other?q", 443, "https://h/?q");
+    CHECK_LOCATION(NULL, "/", 443, NULL);
+    CHECK_LOCATION("", "/", 443, NULL);
+    CHECK_LOCATION("a b", "/", 443, NULL);
+    CHECK_LOCATION("a.test\r\nSet-Cookie: x", "/", 443, NULL);
+    CHECK_LOCATION("user@a.test", "/", 443, NULL);
+    CHECK_LOCATION("a.test:port", "/", 443, NULL);
+    CHECK_LOCATION("[::1", "/", 443, NULL);
+    CHECK_LOCATION("a.test", "/x\r\nSet-Cookie: y", 443, NULL);
+}
+
 static void test_split_target_separates_path_and_query(void)
 {
     CHECK_SPLIT_TARGET("/", "/", "");
@@ -1873,6 +1912,7 @@ int main(void)
     test_valid_field_needs_a_token_name_and_a_clean_value();
     test_field_values_are_checked_at_every_position();
     test_split_target_separates_path_and_query();
+    test_https_location_of_a_plain_request();
     test_percent_decode_keeps_malformed_escapes();
 
     test_error_responses_announce_their_body_and_close();

@@ -73,6 +73,15 @@ static int make_certs(void)
         "openssl x509 -req -in bad.csr -CA ca2.pem -CAkey ca2.key -CAcreateserial "
         "-out bad.pem -days 2\n"
         "printf 'not a certificate\\n' > junk.pem\n"
+        /* By name (SNI): two names, a wildcard, a common name without SANs. */
+        "for n in a:DNS:a.test,DNS:Alias.Test w:DNS:*.w.test,DNS:bad*.x.test cn:; do\n"
+        "  f=${n%%%%:*}; san=${n#*:}\n"
+        "  openssl req $ec -keyout $f.key -out $f.csr -subj /CN=$f.cn.test\n"
+        "  if [ -n \"$san\" ]; then printf 'subjectAltName=%%s\\n' \"$san\" > $f.ext;\n"
+        "  else printf 'basicConstraints=CA:FALSE\\n' > $f.ext; fi\n"
+        "  openssl x509 -req -in $f.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out $f.pem -days 2 -extfile $f.ext\n"
+        "done\n"
         "cat rsa.pem ca.pem ca2.pem bad.pem client.pem rsa.pem rsa.pem rsa.pem > big.pem\n",
         dir);
 }
@@ -401,6 +410,62 @@ static void test_dual_certificates(void)
         CHECK(peer && EVP_PKEY_get_base_id(X509_get0_pubkey(peer)) == types[i]);
         ps_slice_t pem = ps_tls_server_cert_pem(&k.t);
         CHECK(pem.len > 0);
+        teardown(&k);
+        SSL_CTX_free(cctx);
+    }
+    ps_tls_ctx_free(sctx);
+}
+
+/* Several certificates: the name a client sends (SNI) picks one by the
+ * certificate's DNS names (exact, then a one-label wildcard), its common
+ * name when it has no DNS names; anything else gets the first. */
+static void test_certificates_by_name(void)
+{
+    char f[8][128];
+    const char *files[] = {"server.pem", "server.key", "a.pem",  "a.key",
+                           "w.pem",      "w.key",      "cn.pem", "cn.key"};
+    for (int i = 0; i < 8; i++)
+        path(f[i], sizeof(f[i]), files[i]);
+    ps_tls_settings_t s = {.certs = {{f[0], f[1]}, {f[2], f[3]}, {f[4], f[5]}, {f[6], f[7]}},
+                           .ncerts = 4};
+    ps_tls_ctx_t *sctx = server_ctx(&s);
+    CHECK(sctx != NULL);
+    if (sctx == NULL)
+        return;
+    static const struct {
+        const char *name;
+        int host;
+    } cases[] = {
+        {"localhost", 0},  {"a.test", 1},    {"A.TEST", 1},       {"alias.test", 1},
+        {"a.test.", 1},    {"x.w.test", 2},  {"X-Y.W.Test", 2},   {"w.test", 0},
+        {"a.b.w.test", 0}, {".w.test", 0},   {"c.bad.x.test", 0}, {"badz.x.test", 0},
+        {"cn.cn.test", 3}, {"a.cn.test", 0}, {"nothing.test", 0}, {"", 0},
+        {NULL, 0},
+    };
+    for (size_t i = 0; i < PS_ARRAY_LEN(cases); i++) {
+        int host = ps_tls_ctx_find_host(sctx, cases[i].name);
+        if (host != cases[i].host)
+            fprintf(stderr, "find_host(%s) = %d\n", cases[i].name ? cases[i].name : "NULL", host);
+        CHECK_EQ(host, cases[i].host);
+    }
+    /* The handshake is served the certificate of the name it asked for. */
+    static const char *const sni[] = {"a.test", "x.w.test", "unknown.test", NULL};
+    static const char *const cn[] = {"a.cn.test", "w.cn.test", "localhost", "localhost"};
+    for (int i = 0; i < 4; i++) {
+        SSL_CTX *cctx = client_ctx(i == 1 ? TLS1_2_VERSION : 0, NULL);
+        conn_t k;
+        setup(&k, sctx, cctx, 0);
+        SSL_set1_host(k.c, NULL);
+        if (sni[i])
+            SSL_set_tlsext_host_name(k.c, sni[i]);
+        CHECK_EQ(handshake(&k), PS_TLS_DONE);
+        X509 *peer = SSL_get0_peer_certificate(k.c);
+        char got[64] = "";
+        if (peer)
+            X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, got,
+                                      sizeof(got));
+        CHECK(strcmp(got, cn[i]) == 0);
+        CHECK(ps_tls_server_cert_pem(&k.t).len > 0);
         teardown(&k);
         SSL_CTX_free(cctx);
     }
@@ -942,6 +1007,7 @@ int main(int argc, char **argv)
     test_config_errors();
     test_versions_and_alpn();
     test_dual_certificates();
+    test_certificates_by_name();
     test_handshake_waits_for_writable();
     test_read_and_pending();
     test_writev_partial(0);
