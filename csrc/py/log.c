@@ -249,6 +249,8 @@ static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
         PyObject *value;
         if (ps_alog_field(log->fields, e, i, &v) < 0)
             value = PyErr_NoMemory();
+        else if (v.kind == PS_ALOG_ABSENT)
+            continue; /* a field that is left out rather than null */
         else if (v.kind == PS_ALOG_NULL)
             value = Py_NewRef(Py_None);
         else if (v.kind == PS_ALOG_STR)
