@@ -351,7 +351,7 @@ static int finish_head(ps_h2_stream_t *st)
 {
     if (st->ncookies > 1 && join_cookies(st) < 0)
         return -ENOMEM;
-    uint32_t n = st->nfields + 1;
+    uint32_t n = st->nfields + 1 + PS_REQUEST_ADDED_FIELDS; /* Host, the server's fields */
     if (n > st->headers_cap) {
         ps_header_t *h = realloc(st->headers, n * sizeof(*h));
         if (!h)

@@ -311,6 +311,7 @@ static void log_request(ps_access_log_t *log, ps_exchange_t *x, ps_slice_t fwd, 
     if (x->req != NULL && x->req->head_complete) {
         e.headers = x->req->headers;
         e.nheaders = x->req->nheaders;
+        e.request_id = x->req->request_id;
     }
     if (fwd.base != NULL) {
         e.host = (ps_slice_t){fwd.base, PS_MIN(fwd.len, 256)};
