@@ -269,3 +269,29 @@ def test_uwsgi_gateway_id_is_kept_and_a_missing_one_made():
         assert seen["start"] == "t=1700000000.5"
         seen, rid = uwsgi_request(srv.port, HTTP_X_REQUEST_ID="bad id")
         assert HEX32.match(seen["id"]) and rid == seen["id"]
+
+
+def test_http2_id_is_never_indexed(untrusted):
+    """A new value in every response: sent as a never-indexed literal, so it does not push
+    the useful entries out of the client's HPACK table."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import hpack
+
+    with socket.create_connection((HOST, untrusted.port), timeout=10) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        head = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "t")]
+        conn.send_headers(1, head, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        fields = None
+        while fields is None:
+            data = sock.recv(65536)
+            assert data, "connection closed"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    fields = event.headers
+    rid = [f for f in fields if f[0] == b"x-request-id"]
+    assert len(rid) == 1 and HEX32.match(rid[0][1].decode())
+    assert isinstance(rid[0], hpack.NeverIndexedHeaderTuple)

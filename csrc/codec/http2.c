@@ -1279,6 +1279,16 @@ static void status_table_fill(void)
     }
 }
 
+/* The server's own x-request-id (--request-id) is new in every response:
+ * indexed, it would only push the useful entries out of the client's HPACK
+ * table (and cost the encoder a table insert and eviction each time). */
+static uint8_t extra_flags(const ps_header_t *f)
+{
+    return f->name.len == 12 && memcmp(f->name.base, "x-request-id", 12) == 0
+               ? NGHTTP2_NV_FLAG_NO_INDEX
+               : NGHTTP2_NV_FLAG_NONE;
+}
+
 /* Builds s->nv: the status (when status > 0), then the fields h and extra
  * without the connection-specific ones. Names go as they are: nghttp2
  * copies every name and value it is given and lower-cases the names (its
@@ -1313,7 +1323,7 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
         if (connection_specific(f->name))
             continue;
         s->nv[k++] = (nghttp2_nv){(uint8_t *)f->name.base, (uint8_t *)f->value.base, f->name.len,
-                                  f->value.len, NGHTTP2_NV_FLAG_NONE};
+                                  f->value.len, i < n ? NGHTTP2_NV_FLAG_NONE : extra_flags(f)};
     }
     return (ssize_t)k;
 }
