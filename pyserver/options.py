@@ -1098,6 +1098,43 @@ OPTIONS: tuple[Option, ...] = (
             "one), else pyserver exits with status 2"
         ),
     ),
+    # Request IDs and trace context (issue 37): X-Request-ID, traceparent, X-Request-Start.
+    Option(
+        "request_id",
+        ("--request-id",),
+        PROXY,
+        kind="switch",
+        help=(
+            "every request gets an X-Request-ID: a trusted proxy's (--forwarded-allow-ips) "
+            "when valid, else 128 random bits in hex; the application, the response and the "
+            "access log see it, and the JSON access log the traceparent's ids (default: off)"
+        ),
+        doc_section="Request IDs and trace context",
+        doc=(
+            "every request gets one `X-Request-ID`: a trusted proxy's when it is 1 to 200 "
+            'visible ASCII characters (no space, `"` or `\\`), else a new one (32 lowercase '
+            "hex digits); the application sees it as a request header, the response carries "
+            "it (unless the application sets its own), the access log has it (`%(rid)s`, JSON "
+            "`request_id`) and, from a valid W3C `traceparent`, `trace_id` and `parent_id`. "
+            "See [tracing.md](tracing.md)"
+        ),
+    ),
+    Option(
+        "request_start_header",
+        ("--request-start-header",),
+        PROXY,
+        kind="switch",
+        help=(
+            "the application sees X-Request-Start: t=<microseconds since the epoch> (when the "
+            "head was received; a trusted proxy's is kept) for APM queue time (default: off)"
+        ),
+        doc_section="Request IDs and trace context",
+        doc=(
+            "the application sees `X-Request-Start: t=<microseconds since the epoch>`, the "
+            "moment the request's head was received (a trusted proxy's is kept), which New "
+            "Relic, Datadog and Scout read as queue time"
+        ),
+    ),
     Option(
         "static",
         ("--static",),

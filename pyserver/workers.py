@@ -218,6 +218,7 @@ class PyserverWorker(_GunicornWorker):
             **self._tls_kwargs(),
             **self._http2_kwargs(),
             **self._asgi_side(interface),
+            **self._request_ids(),
             **self.CONFIG_KWARGS,
         )
         if config.redirect_http is not None:
@@ -260,6 +261,18 @@ class PyserverWorker(_GunicornWorker):
             return {}
         paths = env.get(options.BY_NAME["asgi_paths"].env[0], "").split()
         return {"asgi_app": asgi_app, "asgi_paths": paths}
+
+    def _request_ids(self):
+        """--request-id and --request-start-header for gunicorn, which has no such settings:
+        the environment's PYSERVER_REQUEST_ID and PYSERVER_REQUEST_START_HEADER (gunicorn's
+        -e or raw_env set them), or a subclass's CONFIG_KWARGS. Config's keyword arguments."""
+        env = {**os.environ, **(self.cfg.env or {})}
+        kwargs = {}
+        for name in ("request_id", "request_start_header"):
+            value = env.get(options.BY_NAME[name].env[0])
+            if value is not None and name not in self.CONFIG_KWARGS:
+                kwargs[name] = value
+        return kwargs
 
     def _root_path(self):
         root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")

@@ -542,6 +542,18 @@ def test_access_log_format_asgi():
         g.wait_log(f"127.0.0.1 GET /state?y=2 HTTP/1.1 200 {len(body)} ")
 
 
+def test_request_id_from_the_environment():
+    """--request-id has no gunicorn setting: -e PYSERVER_REQUEST_ID=true turns it on, and the
+    core's access lines take %(rid)s."""
+    args = ("-e", "PYSERVER_REQUEST_ID=true", "--access-logfile", "-")
+    args += ("--access-logformat", "RID %(rid)s %(r)s")
+    with gunicorn("apps.reqid_apps:wsgi", *args, workers=1) as g:
+        r = g.get("/g", headers={"X-Request-ID": "not valid"})
+        rid = r.json()["id"]
+        assert re.fullmatch(r"[0-9a-f]{32}", rid) and r.headers["x-request-id"] == rid
+        g.wait_log(f"RID {rid} GET /g HTTP/1.1")
+
+
 def test_import_error_exits_with_app_load_error():
     with gunicorn("apps.broken_import:app", workers=1, wait_workers=False) as g:
         assert g.proc.wait(30) == 4

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/common.h"
+#include "codec/trace.h"
 
 enum {
     OP_LIT,         /* literal bytes */
@@ -35,6 +36,9 @@ enum {
     OP_PID_NUM,     /* JSON pid */
     OP_HEADER_IN,   /* {name}i, f, a */
     OP_HEADER_OUT,  /* {name}o */
+    OP_REQUEST_ID,  /* rid: the request ID (--request-id) */
+    OP_TRACE_ID,    /* trace_id: a valid traceparent's (with --request-id) */
+    OP_PARENT_ID,   /* parent_id: likewise */
 };
 
 typedef struct {
@@ -172,6 +176,12 @@ static int atom_step(ps_alog_t *p, const char *s, size_t n, char *err)
                 return add_step(p, letters[i].op, NULL, 0, NULL);
     } else if (n == 6 && memcmp(s, "client", 6) == 0) {
         return add_step(p, OP_CLIENT, NULL, 0, NULL);
+    } else if (n == 3 && memcmp(s, "rid", 3) == 0) {
+        return add_step(p, OP_REQUEST_ID, NULL, 0, NULL);
+    } else if (n == 8 && memcmp(s, "trace_id", 8) == 0) {
+        return add_step(p, OP_TRACE_ID, NULL, 0, NULL);
+    } else if (n == 9 && memcmp(s, "parent_id", 9) == 0) {
+        return add_step(p, OP_PARENT_ID, NULL, 0, NULL);
     } else if (n >= 4 && s[0] == '{' && s[n - 2] == '}' && n - 3 <= 256) {
         const char *name = s + 1;
         size_t len = n - 3;
@@ -191,7 +201,7 @@ static int atom_step(ps_alog_t *p, const char *s, size_t n, char *err)
 unknown:
     snprintf(err, PS_ALOG_ERROR_MAX,
              "unknown atom %%(%.*s)s (atoms: h l u t r m U q H s B b f a T D M L p client "
-             "{header}i {header}o {variable}e)",
+             "rid trace_id parent_id {header}i {header}o {variable}e)",
              (int)PS_MIN(n, 40), s);
     return -EINVAL;
 }
@@ -256,6 +266,10 @@ static const struct {
     {"referer", OP_HEADER_IN, "referer"},
     {"user_agent", OP_HEADER_IN, "user-agent"},
     {"pid", OP_PID_NUM, NULL},
+    /* Left out when they have no value (PS_ALOG_ABSENT): --request-id's. */
+    {"request_id", OP_REQUEST_ID, NULL},
+    {"trace_id", OP_TRACE_ID, NULL},
+    {"parent_id", OP_PARENT_ID, NULL},
 };
 
 int ps_alog_compile(const char *fmt, size_t n, ps_alog_t **out, char *err)
@@ -456,6 +470,23 @@ static int client_value(ps_alog_t *p, const ps_alog_entry_t *e, ps_slice_t *out)
     return compose(p, parts, 4, out);
 }
 
+/* A valid traceparent's trace or parent id (W3C Trace Context), read only
+ * with --request-id on; PS_ALOG_ABSENT otherwise. */
+static int trace_value(uint8_t op, const ps_alog_entry_t *e, ps_alog_value_t *v)
+{
+    ps_traceparent_t tp;
+    ps_slice_t h = {NULL, 0};
+    if (e->request_id.base != NULL && e->headers != NULL)
+        h = find_header(e->headers, e->nheaders, PS_SLICE_LIT("traceparent"));
+    if (h.base == NULL || ps_traceparent_parse(h, &tp) < 0) {
+        v->kind = PS_ALOG_ABSENT;
+        v->str = (ps_slice_t){NULL, 0};
+        return 0;
+    }
+    v->str = op == OP_TRACE_ID ? tp.trace_id : tp.parent_id;
+    return 0;
+}
+
 /* The value of one step for e. Returns 0 or -ENOMEM. */
 static int step_value(ps_alog_t *p, const step_t *st, const ps_alog_entry_t *e, ps_alog_value_t *v)
 {
@@ -549,6 +580,13 @@ static int step_value(ps_alog_t *p, const step_t *st, const ps_alog_entry_t *e, 
         v->kind = PS_ALOG_INT;
         v->num = (uint64_t)PS_MAX(e->pid, 0);
         return 0;
+    case OP_REQUEST_ID:
+        v->str = e->request_id;
+        v->kind = e->request_id.base != NULL ? PS_ALOG_STR : PS_ALOG_ABSENT;
+        return 0;
+    case OP_TRACE_ID:
+    case OP_PARENT_ID:
+        return trace_value(st->op, e, v);
     case OP_HEADER_IN:
     case OP_HEADER_OUT: {
         ps_slice_t name = {p->strs.data + st->off, st->len};
@@ -679,7 +717,7 @@ static int format_text(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
             rc = put(out, p->strs.data + st->off, st->len);
         } else if ((rc = step_value(p, st, e, &v)) < 0) {
             return rc;
-        } else if (v.kind == PS_ALOG_NULL) {
+        } else if (v.kind == PS_ALOG_NULL || v.kind == PS_ALOG_ABSENT) {
             rc = put(out, "-", 1);
         } else if (v.kind == PS_ALOG_STR) {
             rc = append_text(out, v.str);
@@ -695,11 +733,15 @@ static int format_text(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
 static int format_json(ps_alog_t *p, const ps_alog_entry_t *e, ps_buf_t *out)
 {
     ps_alog_value_t v;
+    size_t written = 0;
     for (size_t i = 0; i < p->nsteps; i++) {
         int rc = step_value(p, &p->steps[i], e, &v);
-        if (rc < 0 || put(out, i ? ", \"" : "{\"", i ? 3 : 2) < 0 ||
+        if (rc == 0 && v.kind == PS_ALOG_ABSENT)
+            continue;
+        if (rc < 0 || put(out, written ? ", \"" : "{\"", written ? 3 : 2) < 0 ||
             put(out, v.name, strlen(v.name)) < 0 || put(out, "\": ", 3) < 0)
             return -ENOMEM;
+        written++;
         if (v.kind == PS_ALOG_NULL)
             rc = put(out, "null", 4);
         else if (v.kind != PS_ALOG_STR)

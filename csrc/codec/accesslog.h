@@ -2,7 +2,8 @@
  * into a list of steps, then run per request into a reused buffer.
  *
  * Text formats are gunicorn's (`%(h)s %(l)s %(u)s %(t)s "%(r)s" ...`, `%%`
- * for a percent sign); every byte outside printable ASCII, '"' and '\\' is
+ * for a percent sign, and pyserver's `%(client)s`, `%(rid)s`, `%(trace_id)s`,
+ * `%(parent_id)s`); every byte outside printable ASCII, '"' and '\\' is
  * written as \xNN so a hostile request cannot forge log lines. The format
  * "json" writes one JSON object with named fields instead (ASCII only:
  * every byte of a value above 0x7e is \u00NN, its latin-1 reading).
@@ -34,10 +35,15 @@ typedef struct {
     uint64_t duration_ns;
     double now; /* wall clock, seconds since the epoch */
     int pid;
+    /* --request-id: the request's ID (base NULL: off); with it, the
+     * traceparent field's ids are read too. */
+    ps_slice_t request_id;
 } ps_alog_entry_t;
 
 /* The kinds of a field's value. */
-enum { PS_ALOG_NULL, PS_ALOG_STR, PS_ALOG_INT, PS_ALOG_SECONDS };
+/* PS_ALOG_ABSENT: a JSON field that is left out when it has no value (the
+ * request ID and trace fields); "-" in a text line, like PS_ALOG_NULL. */
+enum { PS_ALOG_NULL, PS_ALOG_STR, PS_ALOG_INT, PS_ALOG_SECONDS, PS_ALOG_ABSENT };
 
 typedef struct {
     int kind;

@@ -357,13 +357,15 @@ static int on_headers_complete(llhttp_t *h)
     r->target = arena_slice(p, p->target_off, p->target_len);
 
     /* The arena no longer grows for this request: fix the slices (with
-     * room for a Host field an absolute-form target may add). */
-    if (p->headers_cap < p->nfields + 1) {
-        ps_header_t *nh = realloc(p->headers, (p->fields_cap + 1) * sizeof(*nh));
+     * room for a Host field an absolute-form target may add, and for the
+     * fields the server adds). */
+    uint32_t room = 1 + PS_REQUEST_ADDED_FIELDS;
+    if (p->headers_cap < p->nfields + room) {
+        ps_header_t *nh = realloc(p->headers, (p->fields_cap + room) * sizeof(*nh));
         if (nh == NULL)
             return fail(p, 500, "out of memory");
         p->headers = nh;
-        p->headers_cap = p->fields_cap + 1;
+        p->headers_cap = p->fields_cap + room;
     }
     ps_header_t *hs = p->headers;
     for (uint32_t i = 0; i < p->nfields; i++) {

@@ -14,6 +14,7 @@
 
 #include "base/buf.h"
 #include "codec/http.h"
+#include "codec/trace.h"
 
 typedef struct {
     uint32_t max_request_line; /* the whole line: method, target, version, separators */
@@ -26,6 +27,11 @@ typedef struct {
 /* method_id of a method llhttp has no name for: the method is carried as
  * sent (any RFC 9110 token) and llhttp parses the request with a stand-in. */
 #define PS_METHOD_OTHER 255
+
+/* Room every protocol leaves in a parsed head's headers array past
+ * nheaders, for the fields the server adds (serve/reqid.c: X-Request-ID,
+ * X-Request-Start). */
+#define PS_REQUEST_ADDED_FIELDS 2
 
 /* A parsed request. Slices point into the parser's arena and stay valid
  * until ps_http1_next(). */
@@ -50,6 +56,12 @@ typedef struct {
     unsigned is_head : 1;
     int64_t content_length; /* -1 when the request has none */
     uint64_t body_received; /* decoded body bytes seen so far */
+    /* --request-id (serve/reqid.c): the ID the application sees, a trusted
+     * proxy's X-Request-ID or the one generated into request_id_buf; base
+     * NULL when the option is off. */
+    ps_slice_t request_id;
+    char request_id_buf[PS_REQUEST_ID_HEX];
+    char request_start_buf[24]; /* --request-start-header: "t=" and microseconds */
 } ps_request_t;
 
 typedef struct {

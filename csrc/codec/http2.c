@@ -351,7 +351,7 @@ static int finish_head(ps_h2_stream_t *st)
 {
     if (st->ncookies > 1 && join_cookies(st) < 0)
         return -ENOMEM;
-    uint32_t n = st->nfields + 1;
+    uint32_t n = st->nfields + 1 + PS_REQUEST_ADDED_FIELDS; /* Host, the server's fields */
     if (n > st->headers_cap) {
         ps_header_t *h = realloc(st->headers, n * sizeof(*h));
         if (!h)
@@ -1279,6 +1279,16 @@ static void status_table_fill(void)
     }
 }
 
+/* The server's own x-request-id (--request-id) is new in every response:
+ * indexed, it would only push the useful entries out of the client's HPACK
+ * table (and cost the encoder a table insert and eviction each time). */
+static uint8_t extra_flags(const ps_header_t *f)
+{
+    return f->name.len == 12 && memcmp(f->name.base, "x-request-id", 12) == 0
+               ? NGHTTP2_NV_FLAG_NO_INDEX
+               : NGHTTP2_NV_FLAG_NONE;
+}
+
 /* Builds s->nv: the status (when status > 0), then the fields h and extra
  * without the connection-specific ones. Names go as they are: nghttp2
  * copies every name and value it is given and lower-cases the names (its
@@ -1313,7 +1323,7 @@ static ssize_t build_nv(ps_h2_session_t *s, int status, const ps_header_t *h, si
         if (connection_specific(f->name))
             continue;
         s->nv[k++] = (nghttp2_nv){(uint8_t *)f->name.base, (uint8_t *)f->value.base, f->name.len,
-                                  f->value.len, NGHTTP2_NV_FLAG_NONE};
+                                  f->value.len, i < n ? NGHTTP2_NV_FLAG_NONE : extra_flags(f)};
     }
     return (ssize_t)k;
 }

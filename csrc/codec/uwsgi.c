@@ -344,7 +344,8 @@ static int parse_packet(ps_uwsgi_parser_t *p)
     if (walk_vars(p, NULL, &n, &nh) < 0)
         return PS_UWSGI_ERROR;
     size_t names = 0;
-    ps_header_t *vars = calloc((size_t)n + nh + 2, sizeof(*vars));
+    /* The headers: nh, Content-Type and Content-Length, the server's fields. */
+    ps_header_t *vars = calloc((size_t)n + nh + 2 + PS_REQUEST_ADDED_FIELDS, sizeof(*vars));
     if (vars == NULL)
         return fail(p, 500, "out of memory");
     p->vars = vars;

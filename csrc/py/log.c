@@ -249,6 +249,8 @@ static PyObject *json_extras(ps_access_log_t *log, const ps_alog_entry_t *e)
         PyObject *value;
         if (ps_alog_field(log->fields, e, i, &v) < 0)
             value = PyErr_NoMemory();
+        else if (v.kind == PS_ALOG_ABSENT)
+            continue; /* a field that is left out rather than null */
         else if (v.kind == PS_ALOG_NULL)
             value = Py_NewRef(Py_None);
         else if (v.kind == PS_ALOG_STR)
@@ -309,6 +311,7 @@ static void log_request(ps_access_log_t *log, ps_exchange_t *x, ps_slice_t fwd, 
     if (x->req != NULL && x->req->head_complete) {
         e.headers = x->req->headers;
         e.nheaders = x->req->nheaders;
+        e.request_id = x->req->request_id;
     }
     if (fwd.base != NULL) {
         e.host = (ps_slice_t){fwd.base, PS_MIN(fwd.len, 256)};

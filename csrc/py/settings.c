@@ -6,6 +6,7 @@
 
 #include "master/master.h"
 #include "bridge.h"
+#include "serve/reqid.h"
 
 /* The attribute `name` of config (new reference), or NULL with an exception. */
 static PyObject *get_obj(PyObject *config, const char *name)
@@ -313,7 +314,7 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
 {
     ps_config_t *cfg = &s->core;
     double line, fields, field_size, head, body, conns, spool;
-    int server_header, date_header;
+    int server_header, date_header, request_id, request_start;
     if (get_double(config, "limit_request_line", &line) < 0 ||
         get_double(config, "limit_request_fields", &fields) < 0 ||
         get_double(config, "limit_request_field_size", &field_size) < 0 ||
@@ -325,7 +326,9 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
         get_double(config, "body_spool_threshold", &spool) < 0 ||
         get_double(config, "limit_connections", &conns) < 0 ||
         get_bool(config, "server_header", &server_header) < 0 ||
-        get_bool(config, "date_header", &date_header) < 0)
+        get_bool(config, "date_header", &date_header) < 0 ||
+        get_bool(config, "request_id", &request_id) < 0 ||
+        get_bool(config, "request_start_header", &request_start) < 0)
         return -1;
     if (line < 1 || fields < 1 || field_size < 1 || head < 1 || body < 0 || conns < 1 ||
         spool < 0) {
@@ -351,6 +354,7 @@ static int load_core(PyObject *config, ps_py_settings_t *s, double graceful_time
     cfg->graceful_timeout = graceful_timeout;
     cfg->server_header = server_header != 0;
     cfg->date_header = date_header != 0;
+    cfg->reqid = (request_id ? PS_REQID_ID : 0) | (request_start ? PS_REQID_START : 0);
     if (load_h2(config, cfg) < 0)
         return -1;
     return load_ws(config, cfg);

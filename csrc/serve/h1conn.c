@@ -19,6 +19,7 @@
 #include "serve/wstate.h"
 #include "serve/body.h"
 #include "serve/h2conn.h"
+#include "serve/reqid.h"
 
 /* The parser pauses once this much decoded body waits for an asynchronous
  * application. */
@@ -255,7 +256,7 @@ int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_
     c->x.status = info.status;
     if (info.conn_close || !r->message_complete)
         c->keep_alive = 0;
-    ps_slice_t extra[5];
+    ps_slice_t extra[8]; /* chunked, date, server, hsts, connection, the request ID's 3 */
     size_t ne = 0;
     if (r->is_head || info.status < 200 || info.status == 204 || info.status == 304) {
         c->resp_no_body = 1;
@@ -277,6 +278,11 @@ int ps_h1conn_start_response(ps_h1conn_t *c, ps_slice_t status, const ps_header_
         extra[ne++] = close_line;
     else if (r->http_minor == 0)
         extra[ne++] = keep_alive_line;
+    if (ps_reqid_respond(r, h, n)) {
+        extra[ne++] = PS_SLICE_LIT("X-Request-ID: ");
+        extra[ne++] = r->request_id;
+        extra[ne++] = PS_SLICE_LIT("\r\n");
+    }
     PS_ASSERT(ne <= PS_ARRAY_LEN(extra));
     if (ps_http1_write_head(&c->s.wbuf, status, h, n, extra, ne) < 0)
         return -ENOMEM;
@@ -1171,6 +1177,8 @@ static void process(ps_h1conn_t *c)
             progress = 1;
             if (ps_unlikely(c->uw != NULL))
                 take_uwsgi_vars(c);
+            if (ps_unlikely(w->cfg.reqid != 0))
+                ps_reqid_take(r, w->cfg.reqid, c->x.proxy != NULL || c->uw != NULL);
             c->async = ps_worker_route(w, &c->x);
             if (!c->async && !r->message_complete && expect_body(c) < 0)
                 return;

@@ -23,6 +23,7 @@
 #include "codec/http.h"
 #include "codec/http2.h"
 #include "serve/body.h"
+#include "serve/reqid.h"
 #include "serve/wstate.h"
 
 /* The frame buffer shrinks back to this once written. */
@@ -679,6 +680,8 @@ static void cb_head(ps_h2_stream_t *st, void *ud)
         return;
     }
     st->data = e;
+    if (ps_unlikely(w->cfg.reqid != 0))
+        ps_reqid_take(&st->req, w->cfg.reqid, e->x.proxy != NULL);
     e->next_live = hc->live;
     if (hc->live)
         hc->live->prev_live = e;
@@ -872,7 +875,7 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
         return -EPIPE;
     if (x->status || ps_http_scan_head(status, h, n, &info) < 0 || info.status < 200)
         return -EINVAL;
-    ps_header_t extra[3];
+    ps_header_t extra[4]; /* date, server, hsts, x-request-id */
     size_t k = 0;
     if (cfg->date_header && !info.has_date) {
         ps_slice_t d = ps_date_header((time_t)ev_now(hc->sock->w->loop)); /* "Date: ...\r\n" */
@@ -882,6 +885,8 @@ static int x_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, si
         extra[k++] = (ps_header_t){PS_SLICE_LIT("server"), PS_SLICE_LIT("pyserver")};
     if (ps_unlikely(cfg->hsts_value.len) && hc->sock->t.ssl != NULL && !info.has_sts)
         extra[k++] = (ps_header_t){PS_SLICE_LIT("strict-transport-security"), cfg->hsts_value};
+    if (ps_reqid_respond(x->req, h, n))
+        extra[k++] = (ps_header_t){PS_SLICE_LIT("x-request-id"), x->req->request_id};
     int rc = ps_h2_respond_scanned(st, &info, h, n, extra, k, 0);
     if (rc < 0)
         return rc;

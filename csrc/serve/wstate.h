@@ -46,6 +46,7 @@ typedef struct {
     ps_uwsgi_limits_t uwsgi_limits;
     unsigned server_header : 1;
     unsigned date_header : 1;
+    uint8_t reqid; /* --request-id, --request-start-header: PS_REQID_* bits (serve/reqid.h) */
     /* WebSockets (asynchronous layers; wsconn.c) */
     unsigned ws_enabled : 1;  /* --ws auto: upgrades get a websocket scope */
     unsigned ws_deflate : 1;  /* --ws-per-message-deflate */

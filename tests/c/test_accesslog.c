@@ -190,7 +190,7 @@ static void test_json(void)
     ps_alog_t *p = NULL;
     CHECK_EQ(ps_alog_compile("json", 4, &p, err), 0);
     CHECK(ps_alog_is_json(p));
-    CHECK_EQ(ps_alog_nfields(p), 16);
+    CHECK_EQ(ps_alog_nfields(p), 19);
     CHECK(strcmp(ps_alog_field_name(p, 0), "time") == 0);
     ps_alog_value_t v;
     e = entry();
@@ -201,6 +201,55 @@ static void test_json(void)
     CHECK_EQ(ps_alog_field(p, &e, 14, &v), 0);
     CHECK(v.kind == PS_ALOG_STR);
     CHECK_SLICE_EQ(v.str, "ua \"q\" \\ \xff\t");
+    ps_alog_free(p);
+}
+
+/* --request-id: the ID and a valid traceparent's ids, in text atoms and as
+ * JSON fields that are left out (not null) when they have no value. */
+static void test_request_id_and_trace(void)
+{
+    static const ps_header_t traced[] = {
+        {PS_SLICE_LIT("Traceparent"),
+         PS_SLICE_LIT("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
+    };
+    static const ps_header_t bad_trace[] = {
+        {PS_SLICE_LIT("traceparent"),
+         PS_SLICE_LIT("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01")},
+    };
+    ps_alog_entry_t e = entry();
+    check_line("%(rid)s %(trace_id)s %(parent_id)s", &e, "- - -");
+    e.headers = traced;
+    e.nheaders = 1;
+    check_line("%(trace_id)s", &e, "-"); /* read only with --request-id */
+    e.request_id = PS_SLICE_LIT("abc-123");
+    check_line("%(rid)s %(trace_id)s %(parent_id)s", &e,
+               "abc-123 4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7");
+    e.method = e.target = e.version = (ps_slice_t){NULL, 0};
+    e.host = (ps_slice_t){NULL, 0};
+    e.port = -1;
+    check_line("json", &e,
+               "{\"time\": \"2001-09-09T01:46:40+00:00\", \"client\": null, "
+               "\"remote_addr\": null, \"remote_port\": null, \"user\": null, "
+               "\"request\": null, \"method\": null, \"path\": null, \"query\": null, "
+               "\"protocol\": null, \"status\": 200, \"bytes\": 13, \"duration\": 2.123456, "
+               "\"referer\": null, \"user_agent\": null, \"pid\": 42, "
+               "\"request_id\": \"abc-123\", \"trace_id\": \"4bf92f3577b34da6a3ce929d0e0e4736\", "
+               "\"parent_id\": \"00f067aa0ba902b7\"}");
+    e.headers = bad_trace;
+    check_line("%(rid)s %(trace_id)s %(parent_id)s", &e, "abc-123 - -");
+    char err[PS_ALOG_ERROR_MAX];
+    ps_alog_t *p = NULL;
+    CHECK_EQ(ps_alog_compile("json", 4, &p, err), 0);
+    ps_alog_value_t v;
+    CHECK_EQ(ps_alog_field(p, &e, 16, &v), 0);
+    CHECK(v.kind == PS_ALOG_STR && strcmp(v.name, "request_id") == 0);
+    CHECK_EQ(ps_alog_field(p, &e, 17, &v), 0);
+    CHECK(v.kind == PS_ALOG_ABSENT && strcmp(v.name, "trace_id") == 0);
+    ps_buf_t out = {0};
+    CHECK_EQ(ps_alog_format(p, &e, &out), 0);
+    CHECK_EQ(ps_buf_append(&out, "", 1), 0);
+    CHECK(strstr(out.data, "trace_id") == NULL && strstr(out.data, "request_id") != NULL);
+    ps_buf_free(&out);
     ps_alog_free(p);
 }
 
@@ -263,6 +312,7 @@ int main(void)
     test_basic_auth();
     test_absolute_form_path();
     test_json();
+    test_request_id_and_trace();
     test_errors();
     test_clock();
     return check_finish("test_accesslog");

@@ -35,6 +35,7 @@
 #include "conn_harness.h"
 #include "serve/exchange.h"
 #include "codec/http2.h"
+#include "serve/reqid.h"
 #include "serve/worker.h"
 #include "serve/wsconn.h"
 #include "fuzz.h"
@@ -264,6 +265,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         .ws_max_queue = 4,
         .h2c = 1,
         .h2c_upgrade = 1,
+        /* Every request's X-Request-ID and X-Request-Start are replaced or
+         * added (serve/reqid.c) in the room the protocols leave. */
+        .reqid = PS_REQID_ID | PS_REQID_START,
     };
     ps_h2_limits_default(&cfg.h2);
     cfg.h2.max_concurrent_streams = 8;
