@@ -10,6 +10,7 @@ a bound.
 
 import contextlib
 import json
+import os
 import re
 import signal
 import time
@@ -228,6 +229,27 @@ def test_second_signal_ends_the_drain(workers, second):
         srv.proc.send_signal(second)
         assert srv.proc.wait(10) == 0, srv.log_tail()
         assert "ends the drain" in srv.log() or "ending the drain" in srv.log()
+
+
+def test_workers_that_get_both_terms_as_one_do_not_drain():
+    """The master's second TERM may reach a worker before it took the first, and then the
+    two are one (signals do not queue): the worker reads in its slot that the drain was
+    ended, and stops. The workers are held stopped while the master sends both."""
+    with run_server(WSGI, *HEALTH, "--drain-delay", "60", "-w", "2") as srv:
+        wait_serving(srv, 2)
+        workers = children(srv.pid)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            srv.proc.send_signal(signal.SIGTERM)
+            assert srv.wait_for_log("draining 2 workers for 60 s"), srv.log_tail()
+            srv.proc.send_signal(signal.SIGTERM)
+            assert srv.wait_for_log("ending the drain"), srv.log_tail()
+        finally:
+            for pid in workers:
+                os.kill(pid, signal.SIGCONT)
+        assert srv.proc.wait(10) == 0, srv.log_tail()
+        assert "draining for 60 s" not in srv.log()
 
 
 def test_hup_restarts_without_draining():

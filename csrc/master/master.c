@@ -430,8 +430,10 @@ static void begin_stop(ps_master_t *m, int how, int drain)
 }
 
 /* A second SIGTERM, or a SIGINT, during a drain: the workers skip the
- * rest of it (their second SIGTERM) and stop gracefully now. Returns 0
- * when there is no drain under way. */
+ * rest of it (their second SIGTERM) and stop gracefully now. The slots
+ * say so first: a worker that had not yet taken the first SIGTERM gets
+ * the two as one (signals do not queue), and must not drain then.
+ * Returns 0 when there is no drain under way. */
 static int cut_drain(ps_master_t *m, const char *name)
 {
     if (m->drain_until == 0 || ps_master_now() >= m->drain_until)
@@ -439,6 +441,8 @@ static int cut_drain(ps_master_t *m, const char *name)
     m->drain_until = 0;
     logf_(m, PS_LOG_INFO,
           "Handling signal: %s: ending the drain: stopping the workers gracefully now", name);
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        __atomic_store_n(&m->slots[i].drain, 0, __ATOMIC_SEQ_CST);
     for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
         signal_worker(m, i, SIGTERM);
     arm_stop_timer(m, m->cfg.graceful_timeout + QUIT_GRACE);
