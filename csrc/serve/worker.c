@@ -1,6 +1,7 @@
-/* One worker: its loop, stop and drain, signals, the heartbeat slot under
- * a master, and connections freed at the safe point before the loop sleeps.
- * Accepting is listener.c's. */
+/* One worker: its loop, stop and drain (--drain-delay), signals, the
+ * heartbeat slot under a master, connections freed at the safe point
+ * before the loop sleeps, and the layers the core answers in (--static,
+ * --health-check-path). Accepting is listener.c's. */
 #define _GNU_SOURCE
 #include "serve/worker.h"
 
