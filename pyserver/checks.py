@@ -199,6 +199,18 @@ def static_mount(value):
     return f"{prefix.rstrip('/') or '/'}={directory}"
 
 
+def health_path(value):
+    """--health-check-path: an absolute URL path of visible ASCII characters, without a
+    query or fragment; requests match it byte for byte (their query left out)."""
+    text = str(value)
+    if not text.startswith("/") or any(ch in "?#" or not "!" <= ch <= "~" for ch in text):
+        raise ValueError(
+            f"expected a URL path starting with '/', in visible ASCII without '?' or '#', "
+            f"got {value!r}"
+        )
+    return text
+
+
 def forwarded_allow_ips(value):
     """A trust list as the core reads it: "ADDR,NET/PREFIX,..." or "*".
 

@@ -139,6 +139,7 @@ WEBSOCKETS = Group("WebSockets (ASGI)", "HTTP timeouts and limits")
 TLS = Group("TLS (on every TCP bind; unix-socket binds stay plain)", "TLS")
 PROXY = Group("proxy headers", "Proxy headers")
 STATIC = Group("static files (served by the core, before the app)", "Static files")
+HEALTH = Group("health check and drain (answered by the core, before the app)", "Health checks")
 LOGGING = Group("logging", "Logging")
 PROCESSES = Group("processes", "Processes")
 DEVELOPMENT = Group("development", "Development")
@@ -1174,6 +1175,44 @@ OPTIONS: tuple[Option, ...] = (
         doc=(
             "a miss under a mount answers 404 (another method 405) instead of reaching the "
             "application"
+        ),
+    ),
+    # ---- health check and drain (issue 37) ----
+    Option(
+        "health_check_path",
+        ("--health-check-path",),
+        HEALTH,
+        metavar="PATH",
+        type=checks.health_path,
+        help=(
+            "answer GET and HEAD on this URL path with 200 (503 while stopping) from the "
+            "core, without calling the application (e.g. /healthz; default: none)"
+        ),
+        doc=(
+            "answered by the core, never by the application: `200 ok` to GET and HEAD, `503 "
+            "draining` once the server stops (SIGTERM or SIGINT), `405` to other methods; the "
+            "query is ignored. Not in the access log nor in `pyserver_requests_total` "
+            "(`pyserver_health_checks_total` counts them). See [deployment.md]"
+            "(deployment.md#health-checks-and-drain-on-kubernetes)"
+        ),
+    ),
+    Option(
+        "drain_delay",
+        ("--drain-delay",),
+        HEALTH,
+        type=float,
+        bounds=(0.0, 3600.0),
+        default=0.0,
+        help=(
+            "on SIGTERM, keep serving this many seconds while the health check answers 503, "
+            "then stop gracefully; another SIGTERM or a SIGINT ends the wait (default: "
+            "{default})"
+        ),
+        doc=(
+            "on SIGTERM, seconds the server keeps serving (listening sockets open) while the "
+            "health check answers 503, so that load balancers stop routing to it; then the "
+            "graceful stop (`--graceful-timeout`). Another SIGTERM or a SIGINT ends the wait; "
+            "SIGQUIT and SIGHUP are unchanged. 0: stop at once"
         ),
     ),
     Option(

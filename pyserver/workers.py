@@ -204,7 +204,6 @@ class PyserverWorker(_GunicornWorker):
             interface=interface,
             root_path=self._root_path(),
             timeout_keep_alive=max(0.0, float(_setting(gcfg, "timeout_keep_alive"))),
-            graceful_timeout=max(0.0, float(_setting(gcfg, "graceful_timeout"))),
             limit_connections=connections,
             limit_concurrency=connections,
             access_log=False,  # set below when the core writes gunicorn's access lines
@@ -219,6 +218,7 @@ class PyserverWorker(_GunicornWorker):
             **self._http2_kwargs(),
             **self._asgi_side(interface),
             **self._request_ids(),
+            **self._health_kwargs(),
             **self.CONFIG_KWARGS,
         )
         if config.redirect_http is not None:
@@ -274,6 +274,34 @@ class PyserverWorker(_GunicornWorker):
                 kwargs[name] = value
         return kwargs
 
+    def _health_kwargs(self):
+        """Config's graceful_timeout, health_check_path and drain_delay.
+
+        gunicorn has no setting for the last two: PYSERVER_HEALTH_CHECK_PATH and
+        PYSERVER_DRAIN_DELAY come from the environment (gunicorn's -e or raw_env), unless a
+        subclass's CONFIG_KWARGS gives them. The drain happens in this worker, within
+        gunicorn's graceful_timeout (the arbiter kills the worker once that is over), so the
+        requests still in progress after the drain get what is left of it."""
+        env = {**os.environ, **(self.cfg.env or {})}
+        kwargs = {}
+        for name in ("health_check_path", "drain_delay"):
+            value = env.get(options.BY_NAME[name].env[0])
+            if name not in self.CONFIG_KWARGS and value:
+                kwargs[name] = value
+        delay = options.BY_NAME["drain_delay"].check(
+            self.CONFIG_KWARGS.get("drain_delay", kwargs.get("drain_delay", options.MISSING))
+        )
+        graceful = max(0.0, float(_setting(self.cfg, "graceful_timeout")))
+        if delay > 0 and delay >= graceful:
+            self.log.warning(
+                "drain_delay (%g s) is not shorter than gunicorn's graceful_timeout (%g s): "
+                "the arbiter kills the worker before its drain ends",
+                delay,
+                graceful,
+            )
+        kwargs["graceful_timeout"] = max(0.1, graceful - delay) if delay > 0 else graceful
+        return kwargs
+
     def _root_path(self):
         root = (self.cfg.env or {}).get("SCRIPT_NAME") or os.environ.get("SCRIPT_NAME", "")
         return root if root.startswith("/") else ""
@@ -322,7 +350,10 @@ class PyserverWorker(_GunicornWorker):
         return not self.alive
 
     def _on_stop_signal(self, signum: int) -> None:
-        """SIGINT/SIGQUIT: fast stop after gunicorn's worker_int hook; SIGTERM: graceful."""
+        """SIGINT/SIGQUIT: fast stop after gunicorn's worker_int hook; SIGTERM: graceful
+        (the core's own stop, after its drain with drain_delay: _tick must not cut it short)."""
+        if signum == signal.SIGTERM:
+            return
         self.alive = False
         if signum in (signal.SIGINT, signal.SIGQUIT):
             self.cfg.worker_int(self)

@@ -718,3 +718,21 @@ def test_protocol_uwsgi():
         seen = json.loads(data)
         assert (seen["path"], seen["query"]) == ("/g", "x=1")
         assert seen["client"] == ["192.0.2.7", 40000]
+
+
+def test_health_check_and_drain_from_the_environment():
+    """PYSERVER_HEALTH_CHECK_PATH and PYSERVER_DRAIN_DELAY (gunicorn has no such settings):
+    the arbiter's SIGTERM starts the worker's drain, the health check answers 503 while the
+    application still answers, then the worker stops and the arbiter exits 0."""
+    env = {"PYSERVER_HEALTH_CHECK_PATH": "/healthz", "PYSERVER_DRAIN_DELAY": "1.5"}
+    with gunicorn("apps.health_apps:wsgi", workers=1, env=env) as g:
+        _wait_for(lambda: g.get("/healthz").status_code == 200, what="the health check")
+        assert g.get("/healthz").text == "ok\n"
+        started = time.monotonic()
+        g.proc.send_signal(signal.SIGTERM)
+        _wait_for(lambda: g.get("/healthz").status_code == 503, 10, "the health check's 503")
+        assert g.get("/during-drain").text == "app"
+        assert json.loads(g.get("/seen").text) == ["/during-drain"]
+        assert g.proc.wait(15) == 0, g.log()
+        assert time.monotonic() - started >= 1.4, g.log()
+        assert "draining for 1.5 s" in g.log()

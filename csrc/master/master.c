@@ -67,6 +67,7 @@ typedef struct {
     double respawn_after;   /* no spawning before this time (backoff) */
     double next_reload_poll;
     int stopping;
+    double drain_until; /* --drain-delay: a SIGTERM's drain lasts until then (0: none) */
     int exit_code;
     int sig_pipe[2];
     sigset_t saved_mask;
@@ -395,13 +396,28 @@ static void manage(ps_master_t *m)
     }
 }
 
-static void begin_stop(ps_master_t *m, int how)
+/* Gives the workers grace seconds before they are killed. */
+static void arm_stop_timer(ps_master_t *m, double grace)
+{
+    ev_timer_stop(m->loop, &m->stop_timer);
+    ev_timer_set(&m->stop_timer, grace, 0);
+    ev_timer_start(m->loop, &m->stop_timer);
+}
+
+/* drain: the stop is SIGTERM's and --drain-delay is set: the workers are
+ * told (their slots) to serve on for the delay before their graceful
+ * stop, and get it on top of their graceful timeout. */
+static void begin_stop(ps_master_t *m, int how, int drain)
 {
     if (m->stopping >= how)
         return;
     m->stopping = how;
-    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+    drain = drain && how == STOP_GRACEFUL && m->cfg.drain_delay > 0;
+    m->drain_until = drain ? ps_master_now() + m->cfg.drain_delay : 0;
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++) {
         m->slots[i].final_stop = 1;
+        __atomic_store_n(&m->slots[i].drain, (uint32_t)drain, __ATOMIC_SEQ_CST);
+    }
     int signo = how == STOP_QUICK ? SIGQUIT : SIGTERM;
     for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
         signal_worker(m, i, signo);
@@ -410,9 +426,27 @@ static void begin_stop(ps_master_t *m, int how)
         return;
     }
     double grace = how == STOP_QUICK ? QUIT_GRACE : m->cfg.graceful_timeout + QUIT_GRACE;
-    ev_timer_stop(m->loop, &m->stop_timer);
-    ev_timer_set(&m->stop_timer, grace, 0);
-    ev_timer_start(m->loop, &m->stop_timer);
+    arm_stop_timer(m, grace + (drain ? m->cfg.drain_delay : 0));
+}
+
+/* A second SIGTERM, or a SIGINT, during a drain: the workers skip the
+ * rest of it (their second SIGTERM) and stop gracefully now. The slots
+ * say so first: a worker that had not yet taken the first SIGTERM gets
+ * the two as one (signals do not queue), and must not drain then.
+ * Returns 0 when there is no drain under way. */
+static int cut_drain(ps_master_t *m, const char *name)
+{
+    if (m->drain_until == 0 || ps_master_now() >= m->drain_until)
+        return 0;
+    m->drain_until = 0;
+    logf_(m, PS_LOG_INFO,
+          "Handling signal: %s: ending the drain: stopping the workers gracefully now", name);
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        __atomic_store_n(&m->slots[i].drain, 0, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < PS_MASTER_MAX_SLOTS; i++)
+        signal_worker(m, i, SIGTERM);
+    arm_stop_timer(m, m->cfg.graceful_timeout + QUIT_GRACE);
+    return 1;
 }
 
 static void on_stop_timeout(struct ev_loop *loop, ev_timer *t, int revents)
@@ -491,7 +525,7 @@ static void reap(ps_master_t *m)
         if (boot_failed && !m->cfg.reload) {
             logf_(m, PS_LOG_ERROR, "Worker failed to boot: stopping");
             m->exit_code = code;
-            begin_stop(m, STOP_QUICK);
+            begin_stop(m, STOP_QUICK, 0);
         }
     }
     if (m->stopping && count_live(m) == 0)
@@ -512,7 +546,7 @@ static void retire_all(ps_master_t *m, int cause)
 
 /* The stop signal's line, so that the wait before "Finished" is explained
  * (each worker says what it drains). */
-static void log_stop(ps_master_t *m, const char *name, int how)
+static void log_stop(ps_master_t *m, const char *name, int how, int drain)
 {
     uint32_t n = count_live(m);
     if (m->stopping >= how)
@@ -520,6 +554,11 @@ static void log_stop(ps_master_t *m, const char *name, int how)
     if (how == STOP_QUICK)
         logf_(m, PS_LOG_INFO, "Handling signal: %s: stopping %u worker%s now", name, n,
               n == 1 ? "" : "s");
+    else if (drain && m->cfg.drain_delay > 0)
+        logf_(m, PS_LOG_INFO,
+              "Handling signal: %s: draining %u worker%s for %g s (health checks answer 503), "
+              "then stopping them gracefully (requests in progress get up to %g s)",
+              name, n, n == 1 ? "" : "s", m->cfg.drain_delay, m->cfg.graceful_timeout);
     else
         logf_(m, PS_LOG_INFO,
               "Handling signal: %s: stopping %u worker%s gracefully (requests in progress get "
@@ -534,16 +573,20 @@ static void handle_signal(ps_master_t *m, int signo)
         reap(m);
         break;
     case SIGINT:
-        log_stop(m, "int", m->stopping ? STOP_QUICK : STOP_GRACEFUL);
-        begin_stop(m, m->stopping ? STOP_QUICK : STOP_GRACEFUL);
+        if (cut_drain(m, "int"))
+            break;
+        log_stop(m, "int", m->stopping ? STOP_QUICK : STOP_GRACEFUL, 0);
+        begin_stop(m, m->stopping ? STOP_QUICK : STOP_GRACEFUL, 0);
         break;
     case SIGTERM:
-        log_stop(m, "term", STOP_GRACEFUL);
-        begin_stop(m, STOP_GRACEFUL);
+        if (cut_drain(m, "term"))
+            break;
+        log_stop(m, "term", STOP_GRACEFUL, 1);
+        begin_stop(m, STOP_GRACEFUL, 1);
         break;
     case SIGQUIT:
-        log_stop(m, "quit", STOP_QUICK);
-        begin_stop(m, STOP_QUICK);
+        log_stop(m, "quit", STOP_QUICK, 0);
+        begin_stop(m, STOP_QUICK, 0);
         break;
     case SIGHUP:
         if (!m->stopping) {

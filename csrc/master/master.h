@@ -32,8 +32,12 @@ typedef struct {
     volatile uint32_t busy;         /* a request is being dispatched */
     volatile uint32_t release;      /* 1: release the --reuse-port lane (master.c); 2: done */
     volatile uint32_t final_stop;   /* the master is stopping: no worker comes after */
-    volatile int32_t master_pid;    /* the master's pid, set before the fork */
-    volatile uint32_t reopen_logs;  /* USR1 came before ready: the worker reopens at start */
+    /* The stop is SIGTERM's: the worker drains first (--drain-delay), set
+     * by the master before it signals; a foreign manager's slot (the
+     * gunicorn worker) has it from the start. */
+    volatile uint32_t drain;
+    volatile int32_t master_pid;   /* the master's pid, set before the fork */
+    volatile uint32_t reopen_logs; /* USR1 came before ready: the worker reopens at start */
     char method[PS_SLOT_METHOD_LEN];
     char path[PS_SLOT_PATH_LEN];
     /* --metrics-bind: the worker's counters (the master's shared mapping,
@@ -87,6 +91,9 @@ typedef struct {
     /* --metrics-bind: the endpoint's listening socket, served from the
      * master's loop (workers do not keep it), or -1. */
     int metrics_fd;
+    /* --drain-delay: a SIGTERM lets the workers serve this long (their
+     * health checks answer 503) before their graceful stop. */
+    double drain_delay;
 } ps_master_config_t;
 
 /* The exit status of the master: 0 after a stop, 3 when a worker could not

@@ -253,6 +253,10 @@ static void render_connections(writer_t *wr, const ps_metrics_view_t *v, const p
            "WebSocket messages received from clients.", sum->ws_messages_in);
     scalar(wr, "pyserver_websocket_messages_sent_total", "counter",
            "WebSocket messages sent to clients.", sum->ws_messages_out);
+    scalar(wr, "pyserver_health_checks_total", "counter",
+           "Health check requests (--health-check-path) the server answered itself; not in "
+           "pyserver_requests_total.",
+           sum->health_checks);
 }
 
 static void render_workers(writer_t *wr, const ps_metrics_view_t *v)

@@ -86,6 +86,7 @@ typedef struct {
     uint64_t rejected[PS_METRICS_REJECTS];
     uint64_t ws_opened, ws_closed;
     uint64_t ws_messages_in, ws_messages_out;
+    uint64_t health_checks; /* --health-check-path requests, answered by the core */
 } ps_metrics_t;
 
 /* A counter of the owning worker grows by n (see the top of the file).

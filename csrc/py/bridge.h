@@ -93,6 +93,8 @@ typedef struct {
     char *hsts;          /* --hsts: its header line (core.hsts_line); PyMem_Malloc'd, or NULL */
     ps_static_t statics; /* --static mounts (core.statics), initialised when statics_ready */
     int statics_ready;
+    /* --health-check-path as UTF-8 bytes (core.health_path points into it), or NULL. */
+    PyObject *health_path;
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s

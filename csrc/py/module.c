@@ -160,6 +160,9 @@ static void supervisor_init(supervisor_t *sup, const ps_py_settings_t *s)
     sup->on_stop_signal = Py_XNewRef(s->on_stop_signal);
     sup->logger = Py_NewRef(s->error_logger);
     sup->slot.max_requests = s->sup_max_requests;
+    /* A foreign manager's SIGTERM does not say whether another worker takes
+     * over: each one drains (--drain-delay). */
+    sup->slot.drain = 1;
     ev_timer_init(&sup->timer, on_tick, s->tick_interval, s->tick_interval);
 }
 
@@ -229,6 +232,18 @@ static void hook_stopping(void *data, int signum, uint32_t conns, int quick,
                     conns == 1 ? "" : "s", limit);
 }
 
+/* --drain-delay: the drain's line, so that the wait before the stop is explained. */
+static void hook_draining(void *data, int signum, double delay)
+{
+    serve_hooks_data_t *d = data;
+    PS_UNUSED(signum);
+    ps_py_loop_gil();
+    ps_log_info(d->logger,
+                "Handling signal: term: draining for %g s (the health check answers 503; "
+                "another TERM or an INT ends the drain), then stopping gracefully",
+                delay);
+}
+
 static void hook_drained(void *data)
 {
     serve_hooks_data_t *d = data;
@@ -243,6 +258,7 @@ static const ps_worker_hooks_t serve_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
     .stopping = hook_stopping,
+    .draining = hook_draining,
     .drained = hook_drained,
 };
 
@@ -266,12 +282,14 @@ static const ps_worker_hooks_t single_hooks = {
     .reopen_logs = reopen_logs,
     .stop_signal = hook_stop_signal,
     .stopping = hook_stopping,
+    .draining = hook_draining,
     .drained = hook_drained,
     .reload = hook_reload,
 };
 
 static const ps_worker_hooks_t supervised_hooks = {
     .stop_signal = hook_stop_signal,
+    .draining = hook_draining,
     .drained = hook_drained,
 };
 

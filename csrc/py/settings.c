@@ -723,6 +723,37 @@ done:
     return rc;
 }
 
+/* --health-check-path and --drain-delay: s->core.health_path (into
+ * s->health_path, kept until the settings are freed), the worker's and
+ * the master's drain delay. Returns 0 or -1 with an exception. */
+static int load_health(PyObject *config, ps_py_settings_t *s)
+{
+    double delay;
+    PyObject *path = get_obj(config, "health_check_path");
+    if (path == NULL || get_seconds(config, "drain_delay", &delay) < 0)
+        goto error;
+    if (!(delay >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "pyserver: drain_delay must not be negative");
+        goto error;
+    }
+    s->core.drain_delay = s->master.drain_delay = delay;
+    if (path != Py_None) {
+        if (!PyUnicode_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "pyserver: config.health_check_path must be str");
+            goto error;
+        }
+        if ((s->health_path = PyUnicode_AsUTF8String(path)) == NULL)
+            goto error;
+        s->core.health_path = (ps_slice_t){PyBytes_AS_STRING(s->health_path),
+                                           (size_t)PyBytes_GET_SIZE(s->health_path)};
+    }
+    Py_DECREF(path);
+    return 0;
+error:
+    Py_XDECREF(path);
+    return -1;
+}
+
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
 {
     double graceful_timeout, max_requests, workers;
@@ -737,7 +768,8 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
     if (to_count(max_requests, "max_requests", UINT64_MAX / 2, &s->master.max_requests) < 0 ||
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
         load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
-        load_tls(config, s, 0) < 0 || load_https(config, s) < 0 || load_static(config, s) < 0)
+        load_tls(config, s, 0) < 0 || load_https(config, s) < 0 || load_static(config, s) < 0 ||
+        load_health(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */
@@ -800,4 +832,6 @@ void ps_py_settings_free(ps_py_settings_t *s)
     Py_CLEAR(s->wsgi_errors_write);
     Py_CLEAR(s->asgi_app);
     Py_CLEAR(s->asgi_paths);
+    s->core.health_path = (ps_slice_t){NULL, 0};
+    Py_CLEAR(s->health_path);
 }

@@ -131,6 +131,10 @@ struct ps_exchange {
      * each request. A layer that ends or aborts instead of sending the file
      * loses nothing: the end flushes the held head, an abort drops it. */
     unsigned file_follows : 1;
+    /* Set by the health check (worker.c) on the request it answers: the
+     * protocol leaves it out of the request metrics (it is not the
+     * application's). The protocol clears it for each request. */
+    unsigned unmetered : 1;
     /* A request a gateway passed on (uwsgi): the server the client reached,
      * as the gateway named it (SERVER_NAME, SERVER_PORT), which the bridge
      * reports instead of the local address; base NULL otherwise. */

@@ -52,8 +52,9 @@ static void count_request(ps_h1conn_t *c, int status)
     ps_metrics_t *m = c->s.w->metrics;
     if (m == NULL || c->metrics_start == 0)
         return;
-    ps_metrics_request(m, ps_h1conn_request(c)->method, status,
-                       ps_metrics_clock() - c->metrics_start);
+    if (!c->x.unmetered) /* the health check's: counted apart (worker.c) */
+        ps_metrics_request(m, ps_h1conn_request(c)->method, status,
+                           ps_metrics_clock() - c->metrics_start);
     c->metrics_start = 0;
 }
 
@@ -962,7 +963,7 @@ static void reset_for_next(ps_h1conn_t *c)
     c->head_deadline = 0;
     c->x.status = 0;
     c->x.body_sent = 0;
-    c->x.deferred = c->x.file_follows = 0;
+    c->x.deferred = c->x.file_follows = c->x.unmetered = 0;
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->s.wbuf, KEEP_BUF);

@@ -752,7 +752,7 @@ static void cb_close(ps_h2_stream_t *st, void *ud, int why)
     if (e->x.app_data)
         hc->sock->w->handler->on_disconnect(&e->x);
     ps_metrics_t *m = hc->sock->w->metrics;
-    if (m && e->dispatched && e->metrics_start)
+    if (m && e->dispatched && e->metrics_start && !e->x.unmetered)
         ps_metrics_request(m, e->x.req->method, e->x.status, ps_metrics_clock() - e->metrics_start);
     if (e->dispatched) {
         hc->running--;

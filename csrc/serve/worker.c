@@ -1,6 +1,7 @@
-/* One worker: its loop, stop and drain, signals, the heartbeat slot under
- * a master, and connections freed at the safe point before the loop sleeps.
- * Accepting is listener.c's. */
+/* One worker: its loop, stop and drain (--drain-delay), signals, the
+ * heartbeat slot under a master, connections freed at the safe point
+ * before the loop sleeps, and the layers the core answers in (--static,
+ * --health-check-path). Accepting is listener.c's. */
 #define _GNU_SOURCE
 #include "serve/worker.h"
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "codec/accesslog.h"
+#include "codec/http.h"
 #include "base/common.h"
 #include "serve/sock.h"
 #include "serve/listener.h"
@@ -76,6 +78,7 @@ static void close_all(ps_worker_t *w)
 static void stop_now(ps_worker_t *w)
 {
     w->stopping = 1;
+    ev_timer_stop(w->loop, &w->drain_timer);
     ps_listener_set_accepting(w, 0);
     close_all(w);
     drained(w);
@@ -108,6 +111,7 @@ void ps_worker_stop(ps_worker_t *w)
     if (w->stopping)
         return;
     w->stopping = 1;
+    ev_timer_stop(w->loop, &w->drain_timer); /* a stop from elsewhere ends a drain */
     ps_listener_release(w);
     w->stop_started = ev_now(w->loop);
     ps_listener_set_accepting(w, 0);
@@ -140,12 +144,64 @@ void ps_worker_stop(ps_worker_t *w)
  * while a stop is under way, and when the hook refuses the reload. */
 static void reload(ps_worker_t *w)
 {
-    if (w->stopping || w->hooks->reload(w->hooks_data) < 0)
+    if (w->stopping || w->draining || w->hooks->reload(w->hooks_data) < 0)
         return;
     for (uint32_t i = 0; i < w->nlisteners; i++)
         w->listeners[i].shut_at_stop = 0;
     w->reloading = 1;
     ps_worker_stop(w);
+}
+
+/* A stop that ends this server, not a worker's retirement nor a reload:
+ * a single process's, the master's last (final_stop), or any that a
+ * foreign manager sends (drain). */
+static int final_stop(const ps_worker_t *w)
+{
+    return w->slot == NULL || w->slot->final_stop ||
+           __atomic_load_n(&w->slot->drain, __ATOMIC_SEQ_CST);
+}
+
+/* The stop signum asked for: graceful, or quick (every connection closed
+ * now). May end the loop. */
+static void stop_on_signal(ps_worker_t *w, int signum, int quick)
+{
+    if (final_stop(w))
+        w->draining = 1; /* the health check answers 503 while the stop lasts */
+    uint32_t open = w->nconns;
+    if (!quick && !w->stopping) {
+        ps_worker_stop(w); /* may end the loop at once: nothing to drain */
+        open = w->nconns;
+    }
+    if (w->hooks->stopping)
+        w->hooks->stopping(w->hooks_data, signum, open, quick, w->cfg.graceful_timeout);
+    if (quick)
+        stop_now(w);
+}
+
+/* --drain-delay: a SIGTERM that ends the server (under a master: the one
+ * its stop sends, slot->drain) first lets the worker serve on for the
+ * delay, listening sockets open, while the health check answers 503 so
+ * that load balancers stop sending traffic; then the graceful stop.
+ * Returns 1 when the drain began. */
+static int drain_first(ps_worker_t *w, int signum)
+{
+    if (signum != SIGTERM || w->cfg.drain_delay <= 0 || w->draining)
+        return 0;
+    if (w->slot && !__atomic_load_n(&w->slot->drain, __ATOMIC_SEQ_CST))
+        return 0; /* the master retires this worker (HUP, recycling): no drain */
+    w->draining = 1;
+    ev_timer_set(&w->drain_timer, w->cfg.drain_delay, 0);
+    ev_timer_start(w->loop, &w->drain_timer);
+    if (w->hooks->draining)
+        w->hooks->draining(w->hooks_data, signum, w->cfg.drain_delay);
+    return 1;
+}
+
+static void on_drain_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    PS_UNUSED(loop);
+    PS_UNUSED(revents);
+    stop_on_signal(ps_container_of(t, ps_worker_t, drain_timer), SIGTERM, 0);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
@@ -167,15 +223,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     /* Under a master, SIGINT is the fast stop (gunicorn's convention): the
      * master's own SIGINT reaches the workers of a terminal's process group. */
     int quick = s->signum == SIGQUIT || (s->signum == SIGINT && (w->stopping || w->slot));
-    uint32_t open = w->nconns;
     if (!quick && !w->stopping) {
-        ps_worker_stop(w); /* may end the loop at once: nothing to drain */
-        open = w->nconns;
+        if (ev_is_active(&w->drain_timer))
+            ev_timer_stop(w->loop, &w->drain_timer); /* a second TERM or an INT ends the drain */
+        else if (drain_first(w, s->signum))
+            return;
     }
-    if (w->hooks->stopping)
-        w->hooks->stopping(w->hooks_data, s->signum, open, quick, w->cfg.graceful_timeout);
-    if (quick)
-        stop_now(w);
+    stop_on_signal(w, s->signum, quick);
 }
 
 static void beat(ps_worker_t *w)
@@ -425,6 +479,110 @@ static const ps_handler_t static_handler_async = {
     .async = 1,
 };
 
+/* ---- the health check (--health-check-path) -----------------------------
+ *
+ * The outermost layer when the path is set (installed by ps_worker_start,
+ * over the slot's and the static layer's): a request for the path is
+ * answered here, over HTTP/1 or HTTP/2, and neither the application, the
+ * access log, the request metrics (pyserver_health_checks_total counts it
+ * instead) nor the slot (the watchdog's record, --max-requests) sees it.
+ * The layer's table is a copy of the inner handler's with on_request
+ * replaced: the other callbacks cost nothing more, and a probe's exchange
+ * never has app_data for them to see.
+ */
+typedef struct {
+    ps_slice_t status;
+    ps_header_t headers[4];
+    size_t nheaders;
+    ps_slice_t body;
+} health_answer_t;
+
+#define HEALTH_TEXT                                                                                \
+    {                                                                                              \
+        PS_SLICE_LIT("Content-Type"), PS_SLICE_LIT("text/plain; charset=utf-8")                    \
+    }
+#define HEALTH_NO_STORE                                                                            \
+    {                                                                                              \
+        PS_SLICE_LIT("Cache-Control"), PS_SLICE_LIT("no-store")                                    \
+    }
+
+static const health_answer_t health_ok = {
+    PS_SLICE_LIT("200 OK"),
+    {HEALTH_TEXT, HEALTH_NO_STORE, {PS_SLICE_LIT("Content-Length"), PS_SLICE_LIT("3")}},
+    3,
+    PS_SLICE_LIT("ok\n"),
+};
+
+/* While the server stops; the connection closes after it, as the
+ * server is going away (a probe's next connection may reach another). */
+static const health_answer_t health_draining = {
+    PS_SLICE_LIT("503 Service Unavailable"),
+    {HEALTH_TEXT,
+     HEALTH_NO_STORE,
+     {PS_SLICE_LIT("Content-Length"), PS_SLICE_LIT("9")},
+     {PS_SLICE_LIT("Connection"), PS_SLICE_LIT("close")}},
+    4,
+    PS_SLICE_LIT("draining\n"),
+};
+
+static const health_answer_t health_bad_method = {
+    PS_SLICE_LIT("405 Method Not Allowed"),
+    {HEALTH_TEXT,
+     HEALTH_NO_STORE,
+     {PS_SLICE_LIT("Content-Length"), PS_SLICE_LIT("19")},
+     {PS_SLICE_LIT("Allow"), PS_SLICE_LIT("GET, HEAD")}},
+    4,
+    PS_SLICE_LIT("Method Not Allowed\n"),
+};
+
+/* 1 when the target's path (origin- or absolute-form; the query and a
+ * fragment left out) is path, byte for byte. */
+static int health_match(ps_slice_t target, ps_slice_t path)
+{
+    if (ps_unlikely(target.len == 0 || target.base[0] != '/')) {
+        ps_slice_t query;
+        ps_http_split_target(target, &target, &query);
+    }
+    if (target.len < path.len || memcmp(target.base, path.base, path.len) != 0)
+        return 0;
+    return target.len == path.len || target.base[path.len] == '?' || target.base[path.len] == '#';
+}
+
+/* Answers 200 "ok", 503 "draining" once a stop that ends the server began
+ * (w->draining), 405 to a method other than GET and HEAD; forwards every
+ * other request. May end or abort the exchange. */
+static void health_on_request(ps_exchange_t *x)
+{
+    ps_worker_t *w = x->worker;
+    const ps_request_t *r = x->req;
+    if (!health_match(r->target, w->cfg.health_path)) {
+        w->health_inner->on_request(x);
+        return;
+    }
+    const health_answer_t *a = &health_ok;
+    if (r->method_id != HTTP_GET && r->method_id != HTTP_HEAD)
+        a = &health_bad_method;
+    else if (w->draining)
+        a = &health_draining;
+    x->unmetered = 1;
+    if (w->metrics)
+        PS_METRICS_ADD(w->metrics->health_checks, 1);
+    if (ps_exchange_start(x, a->status, a->headers, a->nheaders, a->body.base, a->body.len) < 0)
+        ps_exchange_abort(x);
+    else
+        ps_exchange_end(x); /* PS_WRITE_PENDING: the protocol flushes it */
+}
+
+static void health_install(ps_worker_t *w)
+{
+    if (w->cfg.health_path.base == NULL || w->health_inner != NULL)
+        return;
+    w->health_inner = w->handler;
+    w->health_handler = *w->handler;
+    w->health_handler.on_request = health_on_request;
+    w->handler = &w->health_handler;
+}
+
 int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *handler,
                    void *handler_data, const ps_worker_hooks_t *hooks, void *hooks_data)
 {
@@ -458,6 +616,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
     ps_listener_gate_open(w);
     ev_init(&w->stop_timer, on_stop_timeout);
     ev_init(&w->idle_grace, on_idle_grace);
+    ev_init(&w->drain_timer, on_drain_timer);
     ev_signal_init(&w->sigint, on_signal, SIGINT);
     ev_signal_init(&w->sigterm, on_signal, SIGTERM);
     ev_signal_init(&w->sigquit, on_signal, SIGQUIT);
@@ -469,6 +628,7 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
 
 void ps_worker_start(ps_worker_t *w)
 {
+    health_install(w);
     ev_signal_start(w->loop, &w->sigint);
     ev_signal_start(w->loop, &w->sigterm);
     ev_signal_start(w->loop, &w->sigquit);
@@ -504,6 +664,7 @@ void ps_worker_finish(ps_worker_t *w)
     ev_signal_stop(w->loop, &w->sighup);
     ev_timer_stop(w->loop, &w->stop_timer);
     ev_timer_stop(w->loop, &w->idle_grace);
+    ev_timer_stop(w->loop, &w->drain_timer);
 }
 
 void ps_worker_run(ps_worker_t *w)

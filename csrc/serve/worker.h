@@ -14,8 +14,9 @@ int ps_worker_init(ps_worker_t *w, const ps_config_t *cfg, const ps_handler_t *h
 /* Runs until a stop signal and every connection is done. */
 void ps_worker_run(ps_worker_t *w);
 /* The two halves of ps_worker_run for a loop driven from elsewhere (the
- * ASGI layer's selector): start accepting and watching signals; then, once
- * stopped, close what is left. */
+ * ASGI layer's selector): start accepting and watching signals (and put
+ * the health check, --health-check-path, in front of every other layer);
+ * then, once stopped, close what is left. */
 void ps_worker_start(ps_worker_t *w);
 void ps_worker_finish(ps_worker_t *w);
 /* Stops accepting and finishes in-flight requests (graceful stop). */

@@ -74,6 +74,12 @@ typedef struct {
     /* --static mounts, answered by the core before the interface layer is
      * called (NULL or no mounts: none); it must outlive the worker. */
     const ps_static_t *statics;
+    /* --health-check-path: answered by the core (worker.c), never by the
+     * interface layer; base NULL: none. It must outlive the worker. */
+    ps_slice_t health_path;
+    /* --drain-delay: after a SIGTERM, serve on this many seconds, the
+     * health check answering 503, before the graceful stop (0: none). */
+    double drain_delay;
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the
@@ -88,6 +94,9 @@ typedef struct {
      * open (a graceful stop closes the idle ones of a single process first),
      * given up to graceful_timeout seconds (0: no limit), or closed now when quick. */
     void (*stopping)(void *data, int signum, uint32_t conns, int quick, double graceful_timeout);
+    /* A SIGTERM began a drain (--drain-delay): the worker serves on for
+     * delay seconds, its health check answering 503, before the stop. */
+    void (*draining)(void *data, int signum, double delay);
     /* A stop finished its last connection (the ASGI layer stops asyncio's
      * loop, which may be waiting outside libev). */
     void (*drained)(void *data);
@@ -123,6 +132,10 @@ struct ps_worker {
      * then every request is async as above. */
     int (*route)(ps_exchange_t *x);
     unsigned accepting : 1;
+    /* A final stop began (SIGTERM or SIGINT, not a reload): the health
+     * check answers 503. With --drain-delay, drain_timer runs until the
+     * graceful stop (stopping) follows. */
+    unsigned draining : 1;
     int reserve_fd; /* spare descriptor for the EMFILE case */
     /* The accept gate (see listener.c): shared listeners sit in libev's epoll set
      * with EPOLLEXCLUSIVE, reported to libev as events of gate_fd. */
@@ -134,7 +147,8 @@ struct ps_worker {
     ev_prepare prepare;
     ev_signal sigint, sigterm, sigquit, sigusr1, sighup;
     ev_timer stop_timer;
-    ev_timer idle_grace; /* a single process's reload: idle connections closed after 1 s */
+    ev_timer idle_grace;  /* a single process's reload: idle connections closed after 1 s */
+    ev_timer drain_timer; /* --drain-delay: the graceful stop once it fires */
     /* Under a master (ps_worker_attach_slot): the shared slot, the handler
      * the slot wrapper forwards to, and the master's pid to watch. */
     ps_slot_t *slot;
@@ -142,6 +156,11 @@ struct ps_worker {
     /* --static: the handler the static layer forwards to (what it does not
      * answer itself); NULL without mounts. */
     const ps_handler_t *static_inner;
+    /* --health-check-path: the handler the health check forwards every
+     * other request to, and its own table (a copy of that handler's with
+     * on_request replaced); health_inner is NULL without the path. */
+    const ps_handler_t *health_inner;
+    ps_handler_t health_handler;
     pid_t ppid;
     ev_timer heartbeat;
     ev_tstamp stop_started;         /* graceful stop under a master: when it began */
