@@ -90,6 +90,7 @@ typedef struct {
     uint32_t nuwsgi;
     ps_static_t statics; /* --static mounts (core.statics), initialised when statics_ready */
     int statics_ready;
+    ps_encode_cfg_t compress; /* --compress (core.compress points here when on) */
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s

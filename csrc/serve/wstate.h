@@ -66,6 +66,9 @@ typedef struct {
     /* --static mounts, answered by the core before the interface layer is
      * called (NULL or no mounts: none); it must outlive the worker. */
     const ps_static_t *statics;
+    /* --compress: what to compress and how (NULL: nothing); it must outlive
+     * the worker. */
+    const ps_encode_cfg_t *compress;
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the
