@@ -36,6 +36,7 @@ TEXT_SAMPLES = {
     "ssl_ciphers": "ECDHE+AESGCM",
     "ssl_version": "TLSv1.3",
     "static": "/static=/tmp",
+    "compress_types": "text/html",
     "forwarded_allow_ips": "10.0.0.0/8",
     "metrics_bind": "127.0.0.1:9998",
     "ws_per_message_deflate": "false",

@@ -10,6 +10,7 @@
 
 #include "base/common.h"
 #include "serve/worker.h"
+#include "serve/encode.h"
 #include "base/net.h"
 #include "codec/accesslog.h"
 #include "net/transport.h"

@@ -630,14 +630,13 @@ done:
 static int load_compress_types(PyObject *config, ps_encode_cfg_t *c)
 {
     PyObject *types = get_obj(config, "compress_types");
-    PyObject *seq = types ? PySequence_Fast(types, "pyserver: compress_types must be a list")
-                          : NULL;
+    PyObject *seq =
+        types ? PySequence_Fast(types, "pyserver: compress_types must be a list") : NULL;
     int rc = -1;
     if (seq == NULL)
         goto done;
     if (PySequence_Fast_GET_SIZE(seq) > PS_ENCODE_MAX_TYPES) {
-        PyErr_Format(PyExc_ValueError, "--compress-types: at most %d types",
-                     PS_ENCODE_MAX_TYPES);
+        PyErr_Format(PyExc_ValueError, "--compress-types: at most %d types", PS_ENCODE_MAX_TYPES);
         goto done;
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {

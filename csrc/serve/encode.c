@@ -16,8 +16,8 @@
 struct ps_encoder {
     ps_compressor_t *c;
     ps_buf_t out;
-    int64_t left;       /* input still to come of a known Content-Length; -1: unknown */
-    uint64_t in;        /* input taken so far */
+    int64_t left;        /* input still to come of a known Content-Length; -1: unknown */
+    uint64_t in;         /* input taken so far */
     uint64_t fail_after; /* cfg's, for tests */
     ps_coding_t coding;
 };
@@ -51,8 +51,8 @@ static int list_has(ps_slice_t list, const char *tok)
         while (i < list.len && (list.base[i] == ' ' || list.base[i] == '\t' || list.base[i] == ','))
             i++;
         size_t start = i;
-        while (i < list.len && list.base[i] != ',' && list.base[i] != ';' &&
-               list.base[i] != '=' && list.base[i] != ' ' && list.base[i] != '\t')
+        while (i < list.len && list.base[i] != ',' && list.base[i] != ';' && list.base[i] != '=' &&
+               list.base[i] != ' ' && list.base[i] != '\t')
             i++;
         if (ieq_n(list.base + start, i - start, tok, tl))
             return 1;

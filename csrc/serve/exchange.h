@@ -22,10 +22,29 @@
 #include "codec/http1.h"
 #include "codec/proxy.h"
 #include "net/transport.h"
-#include "serve/encode.h"
 
 typedef struct ps_exchange ps_exchange_t;
 typedef struct ps_worker ps_worker_t;
+typedef struct ps_encode_cfg ps_encode_cfg_t; /* encode.h */
+typedef struct ps_encoder ps_encoder_t;
+
+/* Response compression (--compress, encode.c): the wrappers below call
+ * these when the protocol set x->compress (ps_encode_start decides, and
+ * may set x->encoder) and while x->encoder is set (the rest). Each takes
+ * and returns what the op of the same name does; a compressor failure
+ * aborts the response and returns -EPIPE, as for a client gone. */
+int ps_encode_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
+                    const char *body, size_t len);
+int ps_encode_write(ps_exchange_t *x, const char *data, size_t len, int blocking);
+/* Reads count bytes of fd from offset and compresses them (the start
+ * allowed files below PS_ENCODE_FILE_MAX only). */
+int ps_encode_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count);
+int ps_encode_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n);
+void ps_encode_end(ps_exchange_t *x);
+void ps_encode_abort(ps_exchange_t *x);
+/* Frees x's encoder, if any: the protocols call it when a request's state
+ * is reset or freed (a response the client left mid-way never ends). */
+void ps_encode_release(ps_exchange_t *x);
 
 /* Return values of the write calls. */
 enum {
