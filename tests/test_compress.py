@@ -15,6 +15,7 @@ import pytest
 import zstandard
 from apps.compress_apps import body
 from helpers import HOST, UNDER_ASAN, build_request, fetch, rss_kib, run_server, worker_pid
+from test_gunicorn import gunicorn
 from test_h2 import H2
 
 CSS = b"body { color: #123456; margin: 0 auto; }\n" * 200
@@ -265,6 +266,9 @@ def test_static_file_compressed_on_the_fly(wsgi):
     assert r.header("ETag").startswith('"')
     r = get(wsgi, "/static/tiny.css", accept="br")  # below the minimum size
     assert not r.has_header("Content-Encoding") and r.body == b"a{}\n"
+    weak = get(wsgi, "/static/plain.css", accept="br").header("ETag")
+    r = get(wsgi, "/static/plain.css", accept="br", headers=[("If-None-Match", weak)])
+    assert r.status == 304  # the weak comparison: revalidation still works
     r = get(wsgi, "/static/plain.css", accept="gzip", headers=[("Range", "bytes=0-9")])
     assert r.status == 206 and r.body == CSS[:10] and not r.has_header("Content-Encoding")
 
@@ -340,3 +344,14 @@ def test_compressor_failure_costs_only_its_response(failing):
         good = c.request("/text/20000", headers=[("accept-encoding", "br")])
         assert brotli.decompress(c.response(good)["body"]) == body(20000)
     assert "response compression failed" in failing.log()
+
+
+def test_gunicorn_worker_compresses_with_config_kwargs():
+    with gunicorn(
+        "apps.compress_apps:wsgi", workers=1, worker="apps.compress_worker.CompressWorker"
+    ) as g:
+        r = fetch(g.port, "GET", "/text/500", headers=[("Accept-Encoding", "zstd")])
+        assert r.header("Content-Encoding") == "zstd"
+        assert decode("zstd", r.body) == body(500)
+        r = fetch(g.port, "GET", "/json/5000", headers=[("Accept-Encoding", "zstd")])
+        assert not r.has_header("Content-Encoding")  # not in its compress_types
