@@ -320,11 +320,11 @@ def test_one_gib_streamed_with_bounded_rss(wsgi):
     assert peak - before < (200 if UNDER_ASAN else 40) * 1024, (before, peak)
 
 
-@pytest.fixture(scope="module")
-def failing():
+@pytest.fixture(scope="module", params=["wsgi", "asgi"])
+def failing(request):
     # Set through the environment, as a deployment would.
     env = {"PYSERVER_COMPRESS": "1", "PYSERVER_COMPRESS_FAIL_AFTER": "200000"}
-    with run_server("apps.compress_apps:wsgi", env=env) as srv:
+    with run_server(f"apps.compress_apps:{request.param}", env=env) as srv:
         yield srv
 
 
