@@ -11,7 +11,7 @@
  *     after a '-' for a later version), and its fields are views into it;
  *   - a request ID accepted is 1-200 visible ASCII characters;
  *   - a Content-Type --compress takes (csrc/serve/encode.c) is one its
- *     patterns name ("text/*", "*+json", "application/json") and never
+ *     patterns name (text/..., *+json, application/json) and never
  *     text/event-stream.
  */
 #define _GNU_SOURCE /* memmem */
