@@ -268,23 +268,52 @@ static int emit(ps_exchange_t *x, int blocking)
     return rc;
 }
 
+/* The request's Accept-Encoding fields, all of them as one list. */
+static void read_accept(const ps_request_t *r, ps_accept_t *a)
+{
+    ps_accept_init(a);
+    for (uint32_t i = 0; i < r->nheaders; i++)
+        if (PS_SLICE_IEQ(r->headers[i].name, "accept-encoding"))
+            ps_accept_parse(a, r->headers[i].value);
+}
+
+/* Starts the response with its head rewritten (hs: n + 2 fields and the
+ * text rewrite_head needs) and, for a coding, the first piece compressed.
+ * Returns as ps_encode_start. */
+static int start_coded(ps_exchange_t *x, ps_slice_t status, const ps_header_t *hs, size_t m,
+                       ps_coding_t coding, int64_t length, const char *body, size_t len)
+{
+    if (coding == PS_CODING_IDENTITY)
+        return x->ops->start(x, status, hs, m, body, len);
+    ps_encoder_t *e = encoder_new(x->compress, coding, length);
+    if (e == NULL)
+        return fail(x, -ENOMEM);
+    x->encoder = e;
+    int rc = squeeze(e, body, len, 0);
+    if (rc < 0)
+        return fail(x, rc);
+    x->file_follows = 0; /* the file's bytes come as compressed writes */
+    rc = x->ops->start(x, status, hs, m, e->out.data, e->out.len);
+    ps_buf_reset(&e->out);
+    ps_buf_shrink(&e->out, OUT_KEEP);
+    if (rc < 0) /* nothing started: what the layer does next is not compressed */
+        ps_encode_release(x);
+    return rc;
+}
+
 int ps_encode_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
                     const char *body, size_t len)
 {
-    const ps_encode_cfg_t *cfg = x->compress;
     head_t hd;
     ps_accept_t a;
     ps_encode_release(x); /* (a response that never ended) */
     read_head(status, h, n, &hd);
-    ps_accept_init(&a);
-    for (uint32_t i = 0; i < x->req->nheaders; i++)
-        if (PS_SLICE_IEQ(x->req->headers[i].name, "accept-encoding"))
-            ps_accept_parse(&a, x->req->headers[i].value);
+    read_accept(x->req, &a);
     /* A client that refuses identity gets even a small body compressed. */
     int forced = ps_accept_weight(&a, PS_CODING_IDENTITY) == 0;
     if (!compressible(x, &hd, len, forced))
         return x->ops->start(x, status, h, n, body, len);
-    ps_coding_t coding = ps_accept_choose(&a, cfg->offered);
+    ps_coding_t coding = ps_accept_choose(&a, x->compress->offered);
     if (coding == PS_CODING_NONE)
         coding = PS_CODING_IDENTITY; /* nothing acceptable: identity beats a 406 */
     size_t text_len = 32 + (hd.etag ? hd.etag->value.len : 0) + (hd.vary ? hd.vary->value.len : 0);
@@ -292,26 +321,8 @@ int ps_encode_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, s
     if (hs == NULL)
         return -ENOMEM;
     size_t m = rewrite_head(h, n, &hd, coding, hs, (char *)(hs + n + 2));
-    int rc;
-    if (coding == PS_CODING_IDENTITY) {
-        rc = x->ops->start(x, status, hs, m, body, len);
-        free(hs);
-        return rc;
-    }
-    if ((x->encoder = encoder_new(cfg, coding, hd.length)) == NULL) {
-        free(hs);
-        return fail(x, -ENOMEM);
-    }
-    if ((rc = squeeze(x->encoder, body, len, 0)) < 0) {
-        free(hs);
-        return fail(x, rc);
-    }
-    x->file_follows = 0; /* the file's bytes come as compressed writes */
-    ps_encoder_t *e = x->encoder;
-    rc = x->ops->start(x, status, hs, m, e->out.data, e->out.len);
+    int rc = start_coded(x, status, hs, m, coding, hd.length, body, len);
     free(hs);
-    ps_buf_reset(&e->out);
-    ps_buf_shrink(&e->out, OUT_KEEP);
     return rc;
 }
 

@@ -167,7 +167,7 @@ struct ps_exchange {
      * reading then holds back about this much (an HTTP/2 stream), not
      * the whole piece. */
     size_t write_piece;
-    /* Set by the protocol for each request when the worker compresses
+    /* Set by the protocol from the worker's settings when it compresses
      * responses (--compress, encode.h), else NULL. */
     const ps_encode_cfg_t *compress;
     /* The response being compressed (encode.c's), or NULL: then every call
