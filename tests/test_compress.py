@@ -273,6 +273,16 @@ def test_static_file_compressed_on_the_fly(wsgi):
     assert r.status == 206 and r.body == CSS[:10] and not r.has_header("Content-Encoding")
 
 
+def test_files_the_application_sends_compressed(srv, tree):
+    """wsgi.file_wrapper and http.response.pathsend go out with sendfile uncompressed;
+    compressed, the file is read and compressed instead."""
+    r = get(srv, f"/file?path={tree / 'plain.css'}", accept="gzip")
+    assert r.header("Content-Encoding") == "gzip" and not r.has_header("Content-Length")
+    assert gzip.decompress(r.body) == CSS
+    r = get(srv, f"/file?path={tree / 'plain.css'}", accept="identity")
+    assert r.body == CSS and r.header("Content-Length") == str(len(CSS))
+
+
 def test_static_precompressed_sibling_preferred(wsgi):
     r = get(wsgi, "/static/sib.css", accept="gzip")
     assert r.header("Content-Encoding") == "gzip"

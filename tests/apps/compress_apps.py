@@ -8,6 +8,7 @@
 /sse/N/K      text/event-stream, K pieces of N bytes
 /big/MIB      text/plain, MIB MiB in 64 KiB pieces, no Content-Length
 /head/NAME    /text/4096 with the header NAME given by the query (?value=...)
+/file?path=P  text/css: the file P, sent with wsgi.file_wrapper or http.response.pathsend
 /pid          the worker's pid (helpers.worker_pid)
 /status/CODE  CODE with a text/plain body of 4096 bytes (204 and 304 without a body)
 """
@@ -63,6 +64,10 @@ REASONS = {200: "OK", 204: "No Content", 206: "Partial Content", 304: "Not Modif
 
 
 def wsgi(environ, start_response):
+    if environ["PATH_INFO"] == "/file":
+        path = unquote(parse_qs(environ["QUERY_STRING"])["path"][0])
+        start_response("200 OK", [("Content-Type", "text/css")])
+        return environ["wsgi.file_wrapper"](open(path, "rb"))  # noqa: SIM115 (the server closes it)
     status, headers, pieces, known = route(environ["PATH_INFO"], environ.get("QUERY_STRING", ""))
     start_response(f"{status} {REASONS.get(status, 'Other')}", headers)
     if known:
@@ -80,6 +85,12 @@ async def asgi(scope, receive, send):
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     query = scope.get("query_string", b"").decode("latin-1")
+    if scope["path"] == "/file":
+        path = unquote(parse_qs(query)["path"][0])
+        headers = [(b"content-type", b"text/css")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.pathsend", "path": path})
+        return
     status, headers, pieces, known = route(scope["path"], query)
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     await send({"type": "http.response.start", "status": status, "headers": raw})
