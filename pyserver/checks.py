@@ -211,6 +211,21 @@ def health_path(value):
     return text
 
 
+def media_type_pattern(value):
+    """One --compress-types entry: "type/subtype", "type/*" or "*+suffix", in lower case."""
+    text = str(value).strip().lower()
+    token = "abcdefghijklmnopqrstuvwxyz0123456789!#$&-^_.+"
+    if text.startswith("*+"):
+        ok = len(text) > 2 and all(ch in token for ch in text[2:])
+    else:
+        kind, sep, sub = text.partition("/")
+        ok = bool(sep and kind and sub) and all(ch in token for ch in kind)
+        ok = ok and (sub == "*" or all(ch in token for ch in sub))
+    if not ok or len(text) > 63:
+        raise ValueError(f"expected type/subtype, type/* or *+suffix, got {value!r}")
+    return text
+
+
 def forwarded_allow_ips(value):
     """A trust list as the core reads it: "ADDR,NET/PREFIX,..." or "*".
 

@@ -83,7 +83,8 @@ class PyserverWorker(_GunicornWorker):
     # ws_max_queue, ws_ping_interval, ws_ping_timeout, ws_per_message_deflate,
     # ws_deflate_level; the HTTP/2 flood bounds: http2_max_new_streams, http2_max_resets,
     # http2_max_control_frames, http2_max_empty_frames, http2_max_window_updates,
-    # http2_max_continuations), set by a subclass as with uvicorn's worker:
+    # http2_max_continuations; response compression: compress, compress_min_size,
+    # compress_types, compress_level), set by a subclass as with uvicorn's worker:
     # class MyWorker(PyserverWorker): CONFIG_KWARGS = {...}
     CONFIG_KWARGS: dict[str, Any] = {}
     # Gunicorn's exit codes: the arbiter halts instead of respawning.

@@ -39,6 +39,7 @@ TEXT_SAMPLES = {
     "redirect_http": "127.0.0.1:9997",
     "static": "/static=/tmp",
     "health_check_path": "/healthz",
+    "compress_types": "text/html",
     "forwarded_allow_ips": "10.0.0.0/8",
     "metrics_bind": "127.0.0.1:9998",
     "ws_per_message_deflate": "false",

@@ -15,8 +15,10 @@ import sys
 import threading
 import time
 
+import brotli
 import httpx
 import pytest
+import zstandard
 from helpers import (
     HOST,
     TESTS_DIR,
@@ -50,8 +52,9 @@ def tree(tmp_path_factory):
     (root / "sub" / "index.html").write_bytes(b"<p>index</p>\n")
     (root / "style.css").write_bytes(CSS)
     (root / "style.css.gz").write_bytes(gzip.compress(CSS))
-    (root / "style.css.br").write_bytes(b"BROTLI:" + CSS[:100])  # only its choice is checked
-    (root / "style.css.zst").write_bytes(b"ZSTD:" + CSS[:100])  # the same
+    # Real encodings: httpx decodes br and zstd once brotli and zstandard are installed.
+    (root / "style.css.br").write_bytes(brotli.compress(CSS))
+    (root / "style.css.zst").write_bytes(zstandard.ZstdCompressor().compress(CSS))
     (root / "data.bin").write_bytes(os.urandom(MIB + 12345))
     (root / "empty.txt").write_bytes(b"")
     os.symlink(base / "secret.txt", root / "link_out")

@@ -10,6 +10,7 @@
 
 #include "base/common.h"
 #include "serve/worker.h"
+#include "serve/encode.h"
 #include "base/net.h"
 #include "codec/accesslog.h"
 #include "net/transport.h"
@@ -95,6 +96,7 @@ typedef struct {
     int statics_ready;
     /* --health-check-path as UTF-8 bytes (core.health_path points into it), or NULL. */
     PyObject *health_path;
+    ps_encode_cfg_t compress; /* --compress (core.compress points here when on) */
 } ps_py_settings_t;
 
 /* Reads, validates and converts every attribute of config C uses into s

@@ -4,6 +4,7 @@
  * the names this file passes to its helpers against Config). */
 #include <errno.h>
 
+#include "codec/compress.h"
 #include "master/master.h"
 #include "bridge.h"
 #include "serve/reqid.h"
@@ -661,17 +662,18 @@ static int load_bridge(PyObject *config, ps_py_settings_t *s)
     return rc;
 }
 
-/* --static, --static-max-age, --static-strict: s->statics (and
+/* --static, --static-max-age, --static-strict, --static-precompressed: s->statics (and
  * s->core.statics) when static names mounts ("PREFIX=DIR" strings, DIR
  * opened now). Returns 0 or -1 with a ValueError naming the bad mount. */
 static int load_static(PyObject *config, ps_py_settings_t *s)
 {
-    int strict;
+    int strict, precompressed;
     PyObject *mounts = get_obj(config, "static");
     PyObject *age = mounts ? get_obj(config, "static_max_age") : NULL;
     PyObject *seq = NULL;
     int rc = -1;
-    if (age == NULL || get_bool(config, "static_strict", &strict) < 0)
+    if (age == NULL || get_bool(config, "static_strict", &strict) < 0 ||
+        get_bool(config, "static_precompressed", &precompressed) < 0)
         goto done;
     if ((seq = PySequence_Fast(mounts, "pyserver: config.static must be a list")) == NULL)
         goto done;
@@ -682,6 +684,7 @@ static int load_static(PyObject *config, ps_py_settings_t *s)
     ps_static_init(&s->statics);
     s->statics_ready = 1; /* from here on, ps_py_settings_free frees it */
     s->statics.strict = strict != 0;
+    s->statics.precompressed = precompressed != 0;
     if (age != Py_None) {
         long long n = PyLong_AsLongLong(age);
         if (n == -1 && PyErr_Occurred())
@@ -754,6 +757,67 @@ error:
     return -1;
 }
 
+/* --compress-types into c->types. Returns 0 or -1 with an exception. */
+static int load_compress_types(PyObject *config, ps_encode_cfg_t *c)
+{
+    PyObject *types = get_obj(config, "compress_types");
+    PyObject *seq =
+        types ? PySequence_Fast(types, "pyserver: compress_types must be a list") : NULL;
+    int rc = -1;
+    if (seq == NULL)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(seq) > PS_ENCODE_MAX_TYPES) {
+        PyErr_Format(PyExc_ValueError, "--compress-types: at most %d types", PS_ENCODE_MAX_TYPES);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_ssize_t len;
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        const char *t = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
+        if (t == NULL || len >= PS_ENCODE_TYPE_LEN || len == 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "--compress-types: a bad type %R", item);
+            goto done;
+        }
+        memcpy(c->types[c->ntypes++], t, (size_t)len + 1);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(types);
+    Py_XDECREF(seq);
+    return rc;
+}
+
+/* --compress and its settings: s->compress, and s->core.compress when on.
+ * Returns 0 or -1 with an exception. */
+static int load_compress(PyObject *config, ps_py_settings_t *s)
+{
+    int on;
+    double min_size, fail_after;
+    ps_encode_cfg_t *c = &s->compress;
+    if (get_bool(config, "compress", &on) < 0)
+        return -1;
+    if (!on)
+        return 0;
+    PyObject *level = get_obj(config, "compress_level");
+    if (level == NULL)
+        return -1;
+    c->level = PS_COMPRESS_LEVEL_DEFAULT;
+    if (level != Py_None)
+        c->level = (int)PyLong_AsLong(level);
+    Py_DECREF(level);
+    if (PyErr_Occurred() || get_double(config, "compress_min_size", &min_size) < 0 ||
+        get_double(config, "compress_fail_after", &fail_after) < 0 ||
+        load_compress_types(config, c) < 0)
+        return -1;
+    c->min_size = min_size > 0 ? (uint64_t)min_size : 0;
+    c->fail_after = fail_after > 0 ? (uint64_t)fail_after : 0;
+    c->offered =
+        PS_CODING_BIT(PS_CODING_BR) | PS_CODING_BIT(PS_CODING_ZSTD) | PS_CODING_BIT(PS_CODING_GZIP);
+    s->core.compress = c;
+    return 0;
+}
+
 int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
 {
     double graceful_timeout, max_requests, workers;
@@ -769,7 +833,7 @@ int ps_py_settings_load(PyObject *config, ps_py_settings_t *s)
         load_core(config, s, graceful_timeout) < 0 || load_proxy(config, s) < 0 ||
         load_master(config, &s->master, workers) < 0 || load_bridge(config, s) < 0 ||
         load_tls(config, s, 0) < 0 || load_https(config, s) < 0 || load_static(config, s) < 0 ||
-        load_health(config, s) < 0)
+        load_health(config, s) < 0 || load_compress(config, s) < 0)
         goto error;
 
     /* Supervision by a foreign process manager (the gunicorn worker). */
@@ -807,6 +871,7 @@ void ps_py_settings_free(ps_py_settings_t *s)
         ps_static_free(&s->statics);
     s->statics_ready = 0;
     s->core.statics = NULL;
+    s->core.compress = NULL;
     PyMem_Free(s->proxyproto_fds);
     s->proxyproto_fds = NULL;
     s->core.uwsgi_trust = NULL;

@@ -18,12 +18,33 @@
 #include <sys/socket.h>
 
 #include "base/buf.h"
+#include "base/common.h"
 #include "codec/http1.h"
 #include "codec/proxy.h"
 #include "net/transport.h"
 
 typedef struct ps_exchange ps_exchange_t;
 typedef struct ps_worker ps_worker_t;
+typedef struct ps_encode_cfg ps_encode_cfg_t; /* encode.h */
+typedef struct ps_encoder ps_encoder_t;
+
+/* Response compression (--compress, encode.c): the wrappers below call
+ * these when the protocol set x->compress (ps_encode_start decides, and
+ * may set x->encoder) and while x->encoder is set (the rest). Each takes
+ * and returns what the op of the same name does; a compressor failure
+ * aborts the response and returns -EPIPE, as for a client gone. */
+int ps_encode_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, size_t n,
+                    const char *body, size_t len);
+int ps_encode_write(ps_exchange_t *x, const char *data, size_t len, int blocking);
+/* Reads count bytes of fd from offset and compresses them (the start
+ * allowed files below PS_ENCODE_FILE_MAX only). */
+int ps_encode_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count);
+int ps_encode_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n);
+void ps_encode_end(ps_exchange_t *x);
+void ps_encode_abort(ps_exchange_t *x);
+/* Frees x's encoder, if any: the protocols call it when a request's state
+ * is reset or freed (a response the client left mid-way never ends). */
+void ps_encode_release(ps_exchange_t *x);
 
 /* Return values of the write calls. */
 enum {
@@ -150,6 +171,12 @@ struct ps_exchange {
      * reading then holds back about this much (an HTTP/2 stream), not
      * the whole piece. */
     size_t write_piece;
+    /* Set by the protocol from the worker's settings when it compresses
+     * responses (--compress, encode.h), else NULL. */
+    const ps_encode_cfg_t *compress;
+    /* The response being compressed (encode.c's), or NULL: then every call
+     * goes straight to the protocol. */
+    ps_encoder_t *encoder;
 };
 
 /* Synchronous layers: the whole body was read before on_request, into
@@ -176,7 +203,8 @@ static inline int ps_exchange_body_want(ps_exchange_t *x)
 static inline int ps_exchange_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h,
                                     size_t n, const char *body, size_t len)
 {
-    int rc = x->ops->start(x, status, h, n, body, len);
+    int rc = ps_unlikely(x->compress != NULL) ? ps_encode_start(x, status, h, n, body, len)
+                                              : x->ops->start(x, status, h, n, body, len);
     x->file_follows = 0;
     x->body_sent += rc >= 0 ? len : 0;
     return rc;
@@ -185,7 +213,8 @@ static inline int ps_exchange_start(ps_exchange_t *x, ps_slice_t status, const p
 /* Sends body bytes (framed as the head decided). Same returns. */
 static inline int ps_exchange_write(ps_exchange_t *x, const char *data, size_t len)
 {
-    int rc = x->ops->write(x, data, len);
+    int rc = ps_unlikely(x->encoder != NULL) ? ps_encode_write(x, data, len, 0)
+                                             : x->ops->write(x, data, len);
     x->body_sent += rc >= 0 ? len : 0;
     return rc;
 }
@@ -193,7 +222,8 @@ static inline int ps_exchange_write(ps_exchange_t *x, const char *data, size_t l
 /* Like ps_exchange_write but waits until the bytes are in the kernel. */
 static inline int ps_exchange_write_blocking(ps_exchange_t *x, const char *data, size_t len)
 {
-    int rc = x->ops->write_blocking(x, data, len);
+    int rc = ps_unlikely(x->encoder != NULL) ? ps_encode_write(x, data, len, 1)
+                                             : x->ops->write_blocking(x, data, len);
     x->body_sent += rc >= 0 ? len : 0;
     return rc;
 }
@@ -202,7 +232,8 @@ static inline int ps_exchange_write_blocking(ps_exchange_t *x, const char *data,
  * on_writable is called or PS_WRITE_DONE returned. Same returns. */
 static inline int ps_exchange_sendfile(ps_exchange_t *x, int fd, int64_t offset, uint64_t count)
 {
-    int rc = x->ops->sendfile(x, fd, offset, count);
+    int rc = ps_unlikely(x->encoder != NULL) ? ps_encode_sendfile(x, fd, offset, count)
+                                             : x->ops->sendfile(x, fd, offset, count);
     x->body_sent += rc >= 0 ? count : 0;
     return rc;
 }
@@ -219,6 +250,8 @@ static inline int ps_exchange_informational(ps_exchange_t *x, ps_slice_t status,
  * room for them). Returns 0 or -EINVAL for an invalid field. */
 static inline int ps_exchange_end_with_trailers(ps_exchange_t *x, const ps_header_t *h, size_t n)
 {
+    if (ps_unlikely(x->encoder != NULL))
+        return ps_encode_end_with_trailers(x, h, n);
     return x->ops->end_with_trailers(x, h, n);
 }
 
@@ -227,14 +260,20 @@ static inline int ps_exchange_end_with_trailers(ps_exchange_t *x, const ps_heade
  * pipelined request or close, so detach per-request state first. */
 static inline void ps_exchange_end(ps_exchange_t *x)
 {
-    x->ops->end(x);
+    if (ps_unlikely(x->encoder != NULL))
+        ps_encode_end(x);
+    else
+        x->ops->end(x);
 }
 
 /* The response cannot be completed: the carrier closes once the handler
  * returns. */
 static inline void ps_exchange_abort(ps_exchange_t *x)
 {
-    x->ops->abort(x);
+    if (ps_unlikely(x->encoder != NULL))
+        ps_encode_abort(x);
+    else
+        x->ops->abort(x);
 }
 
 /* Answers a canned error (nothing may have been sent) and closes after. */

@@ -124,6 +124,7 @@ ps_h1conn_t *ps_h1conn_new(ps_worker_t *w, int fd, const struct sockaddr_storage
         .peer = &c->s.peer,
         .peer_len = peer_len,
         .is_unix = c->s.is_unix,
+        .compress = w->cfg.compress,
     };
     c->async = w->async;
     /* A synchronous request's parser pauses once the body passes the spool
@@ -149,6 +150,7 @@ static void h1_free(ps_sock_t *s, void *data)
     ps_h1conn_t *c = (ps_h1conn_t *)s;
     PS_UNUSED(data);
     s->w->handler->dispose(&c->x);
+    ps_encode_release(&c->x);
     ps_sock_free(s);
     drop_spool(c);
     ps_http1_free(&c->parser);
@@ -964,6 +966,7 @@ static void reset_for_next(ps_h1conn_t *c)
     c->x.status = 0;
     c->x.body_sent = 0;
     c->x.deferred = c->x.file_follows = c->x.unmetered = 0;
+    ps_encode_release(&c->x);
     c->resp_left = -1;
     ps_buf_shrink(&c->body, KEEP_BUF);
     ps_buf_shrink(&c->s.wbuf, KEEP_BUF);

@@ -185,6 +185,7 @@ static void body_wait(h2x_t *e)
 
 static void free_h2x(h2x_t *e)
 {
+    ps_encode_release(&e->x);
     ps_buf_free(&e->body);
     free(e);
 }
@@ -200,6 +201,7 @@ static void free_dead(ps_h2conn_t *hc)
         if (e->borrowed)
             e->x.conn_data = NULL; /* the connection's exchange frees it */
         handler->dispose(&e->x);
+        ps_encode_release(&e->x);
         if (hc->nspare >= KEEP_SPARE) {
             free_h2x(e);
             continue;
@@ -585,6 +587,7 @@ static h2x_t *h2x_new(ps_h2conn_t *hc, ps_h2_stream_t *st)
         .tls = hc->cx->tls,
         .http2 = 1,
         .write_piece = w->cfg.h2.stream_output_high,
+        .compress = w->cfg.compress,
     };
     /* The layer's per-connection state (the addresses) is built by the
      * first stream and shared by the next ones. */

@@ -80,6 +80,9 @@ typedef struct {
     /* --drain-delay: after a SIGTERM, serve on this many seconds, the
      * health check answering 503, before the graceful stop (0: none). */
     double drain_delay;
+    /* --compress: what to compress and how (NULL: nothing); it must outlive
+     * the worker. */
+    const ps_encode_cfg_t *compress;
 } ps_config_t;
 
 /* What the worker calls in the code that runs it: each optional, on the

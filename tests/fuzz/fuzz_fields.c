@@ -9,15 +9,20 @@
  *     same as the whole value (RFC 9110 5.3: a list field's lines combine);
  *   - a traceparent accepted is 55 characters of its grammar (more only
  *     after a '-' for a later version), and its fields are views into it;
- *   - a request ID accepted is 1-200 visible ASCII characters.
+ *   - a request ID accepted is 1-200 visible ASCII characters;
+ *   - a Content-Type --compress takes (csrc/serve/encode.c) is one its
+ *     patterns name (text/..., *+json, application/json) and never
+ *     text/event-stream.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include "codec/encoding.h"
 #include "fuzz.h"
 #include "codec/trace.h"
+#include "serve/encode.h"
 
 static const unsigned offers[] = {
     0,
@@ -84,11 +89,32 @@ static void check_request_id(const char *p, size_t n)
         INVARIANT(p[i] > 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\');
 }
 
+static int prefix_ieq(const char *p, size_t n, const char *lit)
+{
+    size_t l = strlen(lit);
+    return n >= l && strncasecmp(p, lit, l) == 0;
+}
+
+static void check_content_type(const char *p, size_t n)
+{
+    static ps_encode_cfg_t cfg = {.ntypes = 3, .types = {"text/*", "*+json", "application/json"}};
+    if (!ps_encode_type_ok(&cfg, (ps_slice_t){p, n}))
+        return;
+    size_t t = 0; /* the media type: up to a parameter or blank */
+    while (t < n && p[t] != ';' && p[t] != ' ' && p[t] != '\t')
+        t++;
+    INVARIANT(!(t == 17 && prefix_ieq(p, t, "text/event-stream")));
+    INVARIANT((t > 5 && prefix_ieq(p, t, "text/")) ||
+              (t > 5 && strncasecmp(p + t - 5, "+json", 5) == 0) ||
+              (t == 16 && prefix_ieq(p, t, "application/json")));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data;
     check_accept(p, size);
     check_traceparent(p, size);
     check_request_id(p, size);
+    check_content_type(p, size);
     return 0;
 }
