@@ -133,7 +133,9 @@ def test_a_streamed_piece_reaches_the_client_before_the_end(wsgi):
         ("gzip, zstd;q=0.9", "gzip"),
         ("br;q=0, gzip;q=0.001", "gzip"),
         ("zstd, gzip", "zstd"),
-        ("*", "br"),
+        ("*", "zstd"),  # at equal weight zstd, then br, then gzip
+        ("gzip, deflate, br, zstd", "zstd"),  # what browsers send
+        ("gzip, deflate, br", "br"),
         ("*;q=0.5, gzip", "gzip"),
         ("GZIP", "gzip"),
         ("identity", None),

@@ -1,8 +1,10 @@
-/* Compression over libbrotlienc, libzstd, zlib and libdeflate: see compress.h. */
+/* Compression over libbrotlienc, libzstd, zlib, libdeflate and ISA-L: see
+ * compress.h. */
 #include "codec/compress.h"
 
 #include <brotli/encode.h>
 #include <errno.h>
+#include <isa-l/igzip_lib.h>
 #include <libdeflate.h>
 #include <stdlib.h>
 #include <zlib.h>
@@ -97,15 +99,58 @@ static int start_stream(ps_compressor_t *c)
 /* ---- one-shot: the whole body in one call ------------------------------------
  * A response that arrives whole is compressed in one library call with a context
  * kept per thread and per level, instead of a stream set up and torn down per
- * response: gzip through libdeflate (about twice zlib's speed at the same level,
- * and smaller output), zstd through a reused ZSTD_CCtx, brotli through its
- * one-call encoder. The contexts live as long as the thread. */
+ * response. gzip levels 1-3 go through ISA-L's igzip (on a 20 KB JSON body its
+ * level 1 was 9x zlib-6's speed, 10% larger; smaller and faster than zlib's and
+ * libdeflate's levels 1-4), levels 4-9 through libdeflate (its 5 and 6 smaller
+ * than zlib's 6 at 2.4x and 1.8x its speed); zstd through a reused ZSTD_CCtx,
+ * brotli through its one-call encoder. The contexts live as long as the thread. */
 
-static __thread struct libdeflate_compressor *deflaters[10]; /* by gzip level 1-9 */
+static __thread struct libdeflate_compressor *deflaters[10];         /* by gzip level 4-9 */
+static __thread struct isal_zstream *igzips[ISAL_DEF_MAX_LEVEL + 1]; /* by level 1-3 */
 static __thread ZSTD_CCtx *zstd_cctx;
+
+static const uint32_t igzip_level_buf[ISAL_DEF_MAX_LEVEL + 1] = {
+    0, ISAL_DEF_LVL1_DEFAULT, ISAL_DEF_LVL2_DEFAULT, ISAL_DEF_LVL3_DEFAULT};
+
+/* igzip's stateless call: the body in, a whole gzip member out; 1 when the
+ * output did not fit (the caller then takes libdeflate, whose bound is exact). */
+static int oneshot_igzip(int level, const void *in, size_t len, ps_buf_t *out)
+{
+    struct isal_zstream *s = igzips[level];
+    if (s == NULL) {
+        void *mem;
+        if (posix_memalign(&mem, 64, sizeof(*s) + igzip_level_buf[level]) != 0)
+            return -ENOMEM;
+        s = igzips[level] = mem;
+    }
+    size_t room = len + len / 16 + 1024; /* stored blocks and headers for the worst case */
+    if (ps_buf_reserve(out, room) < 0)
+        return -ENOMEM;
+    isal_deflate_stateless_init(s);
+    s->level = (uint32_t)level;
+    s->level_buf = (uint8_t *)(s + 1);
+    s->level_buf_size = igzip_level_buf[level];
+    s->gzip_flag = IGZIP_GZIP;
+    s->end_of_stream = 1;
+    s->flush = NO_FLUSH;
+    s->next_in = (uint8_t *)(uintptr_t)in;
+    s->avail_in = (uint32_t)len;
+    s->next_out = (uint8_t *)out->data + out->len;
+    s->avail_out = (uint32_t)PS_MIN(room, (size_t)UINT32_MAX);
+    int rc = isal_deflate_stateless(s);
+    if (rc == STATELESS_OVERFLOW)
+        return 1;
+    if (rc != COMP_OK)
+        return -EIO;
+    out->len += s->total_out;
+    return 0;
+}
 
 static int oneshot_gzip(int level, const void *in, size_t len, ps_buf_t *out)
 {
+    int rc;
+    if (level <= ISAL_DEF_MAX_LEVEL && (rc = oneshot_igzip(level, in, len, out)) <= 0)
+        return rc;
     struct libdeflate_compressor *d = deflaters[level];
     if (d == NULL && (d = deflaters[level] = libdeflate_alloc_compressor(level)) == NULL)
         return -ENOMEM;

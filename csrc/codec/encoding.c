@@ -139,16 +139,18 @@ int ps_accept_weight(const ps_accept_t *a, ps_coding_t c)
     return c == PS_CODING_IDENTITY ? 1 : 0; /* identity: acceptable, least preferred */
 }
 
-ps_coding_t ps_accept_choose(const ps_accept_t *a, unsigned offered)
+ps_coding_t ps_accept_choose_by(const ps_accept_t *a, unsigned offered, const ps_coding_t *order,
+                                size_t n)
 {
     if (!a->seen)
         return PS_CODING_IDENTITY;
     ps_coding_t best = PS_CODING_NONE;
     int best_q = 0;
-    for (int c = PS_CODING_BR; c < PS_CODING_COUNT; c++) {
-        int q = (offered & PS_CODING_BIT(c)) ? ps_accept_weight(a, (ps_coding_t)c) : 0;
+    for (size_t i = 0; i < n; i++) {
+        ps_coding_t c = order[i];
+        int q = (offered & PS_CODING_BIT(c)) ? ps_accept_weight(a, c) : 0;
         if (q > best_q) {
-            best = (ps_coding_t)c;
+            best = c;
             best_q = q;
         }
     }
@@ -156,6 +158,12 @@ ps_coding_t ps_accept_choose(const ps_accept_t *a, unsigned offered)
     if (ps_accept_weight(a, PS_CODING_IDENTITY) > best_q)
         return PS_CODING_IDENTITY;
     return best;
+}
+
+ps_coding_t ps_accept_choose(const ps_accept_t *a, unsigned offered)
+{
+    static const ps_coding_t order[] = {PS_CODING_BR, PS_CODING_ZSTD, PS_CODING_GZIP};
+    return ps_accept_choose_by(a, offered, order, 3);
 }
 
 const char *ps_coding_name(ps_coding_t c)

@@ -45,6 +45,11 @@ int ps_accept_weight(const ps_accept_t *a, ps_coding_t c);
  * before identity). No Accept-Encoding field at all: identity. */
 ps_coding_t ps_accept_choose(const ps_accept_t *a, unsigned offered);
 
+/* The same with ties among the codings broken in `order` (n codings, most
+ * preferred first; codings not in it are never chosen). */
+ps_coding_t ps_accept_choose_by(const ps_accept_t *a, unsigned offered, const ps_coding_t *order,
+                                size_t n);
+
 /* The coding's name as it appears in Content-Encoding ("br", "zstd", "gzip";
  * "identity"). */
 const char *ps_coding_name(ps_coding_t c);

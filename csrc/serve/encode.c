@@ -313,7 +313,11 @@ int ps_encode_start(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h, s
     int forced = ps_accept_weight(&a, PS_CODING_IDENTITY) == 0;
     if (!compressible(x, &hd, len, forced))
         return x->ops->start(x, status, h, n, body, len);
-    ps_coding_t coding = ps_accept_choose(&a, x->compress->offered);
+    /* Between equal weights zstd first: at its level 3 it comes out as small as
+     * brotli's 4 on web responses for about a quarter of the CPU (precompressed
+     * static files, paid for once, prefer br: static.c). */
+    static const ps_coding_t order[] = {PS_CODING_ZSTD, PS_CODING_BR, PS_CODING_GZIP};
+    ps_coding_t coding = ps_accept_choose_by(&a, x->compress->offered, order, 3);
     if (coding == PS_CODING_NONE)
         coding = PS_CODING_IDENTITY; /* nothing acceptable: identity beats a 406 */
     size_t text_len = 32 + (hd.etag ? hd.etag->value.len : 0) + (hd.vary ? hd.vary->value.len : 0);

@@ -111,8 +111,27 @@ static void test_names(void)
     CHECK(strcmp(ps_coding_name(PS_CODING_IDENTITY), "identity") == 0);
 }
 
+static void test_choose_by_breaks_ties_in_the_callers_order(void)
+{
+    static const ps_coding_t zstd_first[] = {PS_CODING_ZSTD, PS_CODING_BR, PS_CODING_GZIP};
+    ps_accept_t a;
+    ps_accept_init(&a);
+    ps_accept_parse(&a, PS_SLICE_LIT("gzip, deflate, br, zstd"));
+    CHECK_EQ(ps_accept_choose(&a, ALL), PS_CODING_BR);
+    CHECK_EQ(ps_accept_choose_by(&a, ALL, zstd_first, 3), PS_CODING_ZSTD);
+    /* A weight still beats the order. */
+    ps_accept_init(&a);
+    ps_accept_parse(&a, PS_SLICE_LIT("zstd;q=0.5, br"));
+    CHECK_EQ(ps_accept_choose_by(&a, ALL, zstd_first, 3), PS_CODING_BR);
+    /* A coding not offered is never chosen; nor one missing from the order. */
+    CHECK_EQ(ps_accept_choose_by(&a, ALL & ~PS_CODING_BIT(PS_CODING_BR), zstd_first, 3),
+             PS_CODING_ZSTD);
+    CHECK_EQ(ps_accept_choose_by(&a, ALL, zstd_first + 2, 1), PS_CODING_IDENTITY);
+}
+
 int main(void)
 {
+    test_choose_by_breaks_ties_in_the_callers_order();
     test_no_field_means_identity();
     test_an_empty_field_means_identity();
     test_equal_weights_take_the_servers_order();
