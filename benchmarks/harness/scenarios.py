@@ -562,9 +562,9 @@ COMPRESS = {
 }
 
 
-def _check_gzip_body(path):
-    """A GET of PATH with Accept-Encoding: gzip answers 200, gzip-encoded, with the
-    catalog document."""
+def _check_compressed_body(path, accept):
+    """A GET of PATH with Accept-Encoding ACCEPT answers 200, compressed with one of the
+    codings it names, with the catalog document."""
 
     def check(host, port):
         import gzip
@@ -573,45 +573,66 @@ def _check_gzip_body(path):
 
         conn = http.client.HTTPConnection(host, port, timeout=5)
         try:
-            conn.request("GET", path, headers={"Accept-Encoding": "gzip"})
+            conn.request("GET", path, headers={"Accept-Encoding": accept})
             resp = conn.getresponse()
             raw = resp.read()
         finally:
             conn.close()
         coding = resp.getheader("content-encoding", "")
-        if resp.status != 200 or coding != "gzip":
+        if resp.status != 200 or coding not in accept or coding not in ("gzip", "br", "zstd"):
             raise ValueError(f"{path}: status {resp.status}, content-encoding {coding!r}")
-        if json.loads(gzip.decompress(raw)) != json.loads(BODY):
-            raise ValueError(f"{path}: the gzip body is not the catalog")
+        if coding == "br":
+            import brotli
+
+            body = brotli.decompress(raw)
+        elif coding == "zstd":
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+        else:
+            body = gzip.decompress(raw)
+        if json.loads(body) != json.loads(BODY):
+            raise ValueError(f"{path}: the {coding} body is not the catalog")
 
     return check
 
 
-def _compress_scenario(name, connections=100):
+COMPRESS_ACCEPT = {
+    "": (
+        "gzip",
+        "every request with `Accept-Encoding: gzip` (the one coding all of them have, at "
+        "level 6 where it can be set)",
+    ),
+    "-browser": (
+        "gzip, deflate, br, zstd",
+        "every request with a browser's `Accept-Encoding: gzip, deflate, br, zstd` (each "
+        "server picks its coding: pyserver zstd, peregrine br, the middleware gzip)",
+    ),
+}
+
+
+def _compress_scenario(name, variant, connections=100):
     interface, what, app, server_apps = COMPRESS[name]
+    accept, how = COMPRESS_ACCEPT[variant]
     peer = "gunicorn-gthread" if interface == "wsgi" else "uvicorn"
-    servers = [
-        "pyserver",
-        "peregrine",
-        *[s for s in ("pyserver-middleware", peer) if s in server_apps],
-    ]
+    servers = ["pyserver", "peregrine"]
+    servers += [s for s in ("pyserver-middleware", peer) if s in server_apps]
     return Scenario(
-        f"{name}-c{connections}",
-        f"Issue 37: {what}. A 20,725-byte JSON body (3.5 KB gzipped at level 6), every "
-        f"request with `Accept-Encoding: gzip`, keep-alive load with wrk at {connections} "
-        "connections, one worker process per server. Goal in the issue: pyserver "
-        "--compress >= 3x the middleware's and peregrine --compress's requests per "
-        "CPU-second at the same level.",
+        f"{name}{variant}-c{connections}",
+        f"Issue 37: {what}. A 20,725-byte JSON body (3.5 KB gzipped at level 6), {how}; "
+        f"keep-alive load with wrk at {connections} connections, one worker process per "
+        "server. Goal in the issue: pyserver --compress >= 3x the middleware's and "
+        "peregrine --compress's requests per CPU-second at the same level.",
         app=app,
         interface=interface,
         path="/catalog",
         body=None,
-        check=_check_gzip_body("/catalog"),
+        check=_check_compressed_body("/catalog", accept),
         servers=servers,
         connections=connections,
         threads=1 if interface == "wsgi" else 0,
         server_apps=server_apps,
-        wrk_headers=("Accept-Encoding: gzip",),
+        wrk_headers=(f"Accept-Encoding: {accept}",),
         server_args={
             "pyserver": ["--compress"],
             "peregrine": ["--compress"],
@@ -621,7 +642,7 @@ def _compress_scenario(name, connections=100):
     )
 
 
-COMPRESS_SCENARIOS = [_compress_scenario(name) for name in COMPRESS]
+COMPRESS_SCENARIOS = [_compress_scenario(n, v) for v in COMPRESS_ACCEPT for n in COMPRESS]
 HELLO_TLS = [_hello_tls(i, load) for load in ("wrk", "ab", "tlsload") for i in ("wsgi", "asgi")]
 HELLO_H2 = [_hello_h2(mode) for mode in ("h2c", "h2")]
 SCENARIO_GROUPS = {
