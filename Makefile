@@ -55,6 +55,13 @@ CORE_FLAGS = $(PYSERVER_CFLAGS)|$(PYSERVER_LDFLAGS)|$(PYSERVER_WERROR)
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # What pytest runs: `make test-asan TESTS=tests/test_body_buffering.py` runs one file.
 TESTS ?= tests
+# `make test` runs pytest in PYTEST_JOBS processes (pytest-xdist), a whole test file to one
+# process (--dist loadfile: a file's module-scoped servers are started once); most of a
+# test's time is spent waiting on its servers, so two processes on a 2-core machine save
+# much of it. The tests marked `serial` (CPU-heavy: a million HTTP/2 streams, 100k requests,
+# 1000 clients at once) then run alone, in one process. PYTEST_JOBS=0: the first pass in
+# one process too.
+PYTEST_JOBS ?= 2
 
 .PHONY: deps apt-deps test-deps apt-test-deps deps-fuzz build run test test-pythons test-asyncio-cpython test-c test-asan fuzz bench autobahn lint \
 	dist clean distclean FORCE
@@ -108,13 +115,21 @@ $(EXT): $(CSRC) setup.py build/core-flags | deps
 run: build
 	$(PY) -m pyserver pyserver.demo:app --host 127.0.0.1 --port 8000 $(RUN_ARGS)
 
-# pytest's own exit status is kept: 5 (no tests collected) fails like any other.
+# Both passes run whatever the first one's outcome. Exit status 5 (no tests) of one pass is
+# fine (TESTS may hold no serial test, or only serial ones); of both, it fails like any other.
 test: build test-deps test-c
-	$(PYTEST) $(TESTS) $(PYTEST_ARGS)
+	@a=0; b=0; \
+	echo '$(PYTEST) -n $(PYTEST_JOBS) --dist loadfile -m "not serial" $(TESTS) $(PYTEST_ARGS)'; \
+	$(PYTEST) -n $(PYTEST_JOBS) --dist loadfile -m "not serial" $(TESTS) $(PYTEST_ARGS) || a=$$?; \
+	echo '$(PYTEST) -m serial $(TESTS) $(PYTEST_ARGS)'; \
+	$(PYTEST) -m serial $(TESTS) $(PYTEST_ARGS) || b=$$?; \
+	if [ $$a = 5 ] && [ $$b = 5 ]; then exit 5; fi; \
+	for s in $$a $$b; do [ $$s = 0 ] || [ $$s = 5 ] || exit $$s; done
 
 # The other Python versions `make test` does not run (it uses $(PYTHON), 3.11 here).
-# The full suite takes about 4 minutes per version on this 2-core machine; CI runs the
-# subset below on each (see README "Python versions"), override with TEST_PYTHONS_ARGS=tests.
+# The subset below takes about 3.5 minutes per version on this 2-core machine (the whole
+# suite, TEST_PYTHONS_ARGS=tests, about 13) when run alone; the versions are built and run
+# side by side (scripts/test-pythons.sh; TEST_PYTHONS_JOBS=1 runs one at a time).
 TEST_PYTHONS ?= 3.10 3.12 3.13
 # What depends on the Python version: the C bridge (WSGI, ASGI, the selector, the loop),
 # the CLI and config loading, the frameworks. Left to `make test` alone: the process,

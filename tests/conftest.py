@@ -15,6 +15,11 @@ TEST_TIME_LIMIT = 120  # seconds; a hung test fails instead of hanging the suite
 def pytest_configure(config):
     config.addinivalue_line("markers", "resource: memory/fd bound tests (slower, big transfers)")
     config.addinivalue_line("markers", "packaging: builds the sdist and wheel (about a minute)")
+    config.addinivalue_line(
+        "markers",
+        "serial: CPU-heavy, needs the machine to itself; `make test` runs these in a pass of"
+        " their own after the parallel one",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

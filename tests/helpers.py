@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shlex
 import signal
 import socket
@@ -34,10 +35,46 @@ UNDER_ASAN = os.environ.get("PYSERVER_ASAN") == "1" or "libasan" in os.environ.g
 # --------------------------------------------------------------------------- processes
 
 
+# free_port() hands out ports below the kernel's ephemeral range, which bind(("", 0)) and
+# every client's connect() draw from: a port picked there cannot be taken by some other
+# socket's automatic bind between the pick and the server's own bind. Each pytest-xdist
+# worker draws from its own slice of the range, so parallel workers never pick the same one.
+PORT_POOL_START = 20000
+_ports_given: set[int] = set()
+
+
+def port_pool() -> range:
+    """This process's slice of PORT_POOL_START up to the ephemeral range (empty if too small)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            end = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    size = (end - PORT_POOL_START) // max(workers, 1)
+    if size < 1000:
+        return range(0)
+    start = PORT_POOL_START + worker * size
+    return range(start, start + size)
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
+    """A loopback port nothing listens on, not given out before by this process."""
+    pool = port_pool()
+    for _ in range(100):
+        port = random.choice(pool) if pool else 0
+        if port in _ports_given:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((HOST, port))
+            except OSError:
+                continue
+            port = probe.getsockname()[1]
+        _ports_given.add(port)
+        return port
+    raise AssertionError(f"no free port in {pool}")
 
 
 def server_env(extra: dict | None = None) -> dict:

@@ -284,6 +284,7 @@ def test_zero_window_clients_hold_back_only_their_own_responses(app, transport, 
 # ---- a million streams on one connection -----------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(shutil.which("h2load") is None, reason="h2load is not installed")
 @pytest.mark.parametrize("transport", ["h2c", "tls"])
 def test_a_million_streams_on_one_connection_cost_bounded_memory(transport, cert):

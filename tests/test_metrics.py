@@ -435,7 +435,15 @@ def test_max_rss_restart_counted():
             lambda s: s.value("pyserver_worker_restarts_total", cause="max-rss") == 1,
             timeout=15,
         )
-        s = await_scrape(mport, lambda s: s.sum("pyserver_worker_rss_bytes") < limit * 2**20, 15)
+        # The worker counts a request once it is done with it, which can be a moment after
+        # the client has the response (here: after freeing the 120 MiB); wait for both.
+        s = await_scrape(
+            mport,
+            lambda s: (
+                s.sum("pyserver_worker_rss_bytes") < limit * 2**20 and s.requests("GET", "2xx") == 1
+            ),
+            15,
+        )
         assert s.requests("GET", "2xx") == 1
         assert s.value("pyserver_worker_restarts_total", cause="crash") == 0
 

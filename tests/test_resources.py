@@ -217,6 +217,7 @@ def separate_connections(port: int, count: int) -> None:
             assert conn.wait_closed(5.0) == b"", "server did not close after Connection: close"
 
 
+@pytest.mark.serial
 def test_100k_requests_leave_no_fd_or_rss_growth(srv, pid):
     with srv.connect() as conn:
         first = conn.request("GET", "/hello")

@@ -495,6 +495,7 @@ def test_file_replaced_while_sent(srv, tree, how):
 # ---- many downloads ---------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_1000_concurrent_downloads_keep_rss_bounded(tree):
     big = tree / "big10.bin"
     big.write_bytes(os.urandom(10 * MIB))

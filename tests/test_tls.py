@@ -939,6 +939,7 @@ def test_single_process_hup_reloads_the_certificate_and_refuses_broken_files(cer
 # ---- no leaks on the TLS path ----
 
 
+@pytest.mark.serial
 @pytest.mark.resource
 def test_100k_requests_over_tls_leave_no_fd_or_rss_growth(certs):
     """100,000 keep-alive requests over TLS (pipelined in batches) and 2,000 connections,

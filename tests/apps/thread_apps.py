@@ -18,6 +18,8 @@ def app(environ, start_response):
     path = environ["PATH_INFO"]
     q = _query(environ)
     if path == "/sleep":
+        if "say" in q:  # tells the test the request reached the application
+            print(f"sleeping {q['say']}", file=sys.stderr, flush=True)
         time.sleep(float(q.get("s", "1")))
         body = f"slept {threading.current_thread().name}".encode()
         start_response("200 OK", TEXT + [("Content-Length", str(len(body)))])
