@@ -2,6 +2,7 @@
 #include "serve/encode.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -280,7 +281,7 @@ static void read_accept(const ps_request_t *r, ps_accept_t *a)
 /* Starts the response with its head rewritten (hs: n + 2 fields and the
  * text rewrite_head needs) and, for a coding, the first piece compressed.
  * Returns as ps_encode_start. */
-static int start_coded(ps_exchange_t *x, ps_slice_t status, const ps_header_t *hs, size_t m,
+static int start_coded(ps_exchange_t *x, ps_slice_t status, ps_header_t *hs, size_t m,
                        ps_coding_t coding, int64_t length, const char *body, size_t len)
 {
     if (coding == PS_CODING_IDENTITY)
@@ -293,6 +294,14 @@ static int start_coded(ps_exchange_t *x, ps_slice_t status, const ps_header_t *h
     if (rc < 0)
         return fail(x, rc);
     x->file_follows = 0; /* the file's bytes come as compressed writes */
+    /* The whole body came with the head (most views): its compressed length is
+     * known, so it goes out with a Content-Length rather than chunked. hs has
+     * room: rewrite_head took the Content-Length this length came from. */
+    char digits[24];
+    if (e->left == 0 && length >= 0) {
+        int k = snprintf(digits, sizeof(digits), "%zu", e->out.len);
+        hs[m++] = (ps_header_t){PS_SLICE_LIT("Content-Length"), {digits, (size_t)k}};
+    }
     rc = x->ops->start(x, status, hs, m, e->out.data, e->out.len);
     ps_buf_reset(&e->out);
     ps_buf_shrink(&e->out, OUT_KEEP);
