@@ -1284,11 +1284,11 @@ OPTIONS: tuple[Option, ...] = (
         bounds=(1, 9),
         help=(
             "one level for every coding, 1 (fastest) to 9, instead of each coding's own "
-            "default (br 4, zstd 3, gzip 6)"
+            "default (br 4, zstd 3, gzip 5)"
         ),
         doc=(
             "one level for every coding, 1 (fastest) to 9, instead of each coding's own "
-            "default (`br` 4, `zstd` 3, `gzip` 6)"
+            "default (`br` 4, `zstd` 3, `gzip` 5)"
         ),
     ),
     Option(

@@ -49,7 +49,7 @@ void ps_compress_levels(ps_coding_t coding, int *lo, int *hi)
 
 static int clamp_level(ps_coding_t coding, int level)
 {
-    static const int defaults[PS_CODING_COUNT] = {0, 4, 3, 6};
+    static const int defaults[PS_CODING_COUNT] = {0, 4, 3, 5};
     int lo, hi;
     if (level == PS_COMPRESS_LEVEL_DEFAULT)
         return defaults[coding];
