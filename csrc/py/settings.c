@@ -404,7 +404,7 @@ static int get_texts(PyObject *config, const char *name, PyObject **objs, int *n
     }
     Py_ssize_t len = PySequence_Fast_GET_SIZE(v);
     if (len > max) {
-        PyErr_Format(PyExc_ValueError, "TLS: at most %d certificates (config.%s)", max, name);
+        PyErr_Format(PyExc_ValueError, "pyserver: config.%s: at most %d values", name, max);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -760,31 +760,22 @@ error:
 /* --compress-types into c->types. Returns 0 or -1 with an exception. */
 static int load_compress_types(PyObject *config, ps_encode_cfg_t *c)
 {
-    PyObject *types = get_obj(config, "compress_types");
-    PyObject *seq =
-        types ? PySequence_Fast(types, "pyserver: compress_types must be a list") : NULL;
-    int rc = -1;
-    if (seq == NULL)
+    const char *types[PS_ENCODE_MAX_TYPES];
+    PyObject *obj = NULL;
+    int nobj = 0, n, rc = -1;
+    if (get_texts(config, "compress_types", &obj, &nobj, types, PS_ENCODE_MAX_TYPES, &n) < 0)
         goto done;
-    if (PySequence_Fast_GET_SIZE(seq) > PS_ENCODE_MAX_TYPES) {
-        PyErr_Format(PyExc_ValueError, "--compress-types: at most %d types", PS_ENCODE_MAX_TYPES);
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        Py_ssize_t len;
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        const char *t = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
-        if (t == NULL || len >= PS_ENCODE_TYPE_LEN || len == 0) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "--compress-types: a bad type %R", item);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(types[i]);
+        if (len == 0 || len >= PS_ENCODE_TYPE_LEN) {
+            PyErr_Format(PyExc_ValueError, "--compress-types: a bad type '%s'", types[i]);
             goto done;
         }
-        memcpy(c->types[c->ntypes++], t, (size_t)len + 1);
+        memcpy(c->types[c->ntypes++], types[i], len + 1);
     }
     rc = 0;
 done:
-    Py_XDECREF(types);
-    Py_XDECREF(seq);
+    Py_XDECREF(obj);
     return rc;
 }
 
